@@ -1,0 +1,28 @@
+// N emulated ranks on one GPU: each rank has its own copy of every symmetric
+// buffer in that GPU's memory and its own stream; the ranks' kernels run
+// concurrently, so the whole mailbox protocol (races, parity, re-arm) is exercised
+// on one device. It cannot show cross-GPU memory ordering: stores between SMs of
+// one GPU are ordered more strongly than stores over NVLink.
+#pragma once
+
+#include "tpdecode/team.hpp"
+
+namespace tpdecode {
+
+class LocalTeam final : public Team {
+ public:
+  LocalTeam(int size, int device = 0, const TeamOptions& options = {});
+  ~LocalTeam() override;
+
+  TeamKind kind() const override { return TeamKind::kLocal; }
+  std::string describe() const override;
+
+ private:
+  void allocate_symmetric(std::size_t bytes, std::vector<void*>& local,
+                          std::vector<PeerPointers>& peers) override;
+  void free_symmetric(const std::vector<void*>& local) override;
+  void barrier() override;
+  int device_;
+};
+
+}  // namespace tpdecode

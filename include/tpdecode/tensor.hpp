@@ -1,0 +1,46 @@
+// A small non-owning 2-D tensor view: plain pointers, no framework types.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace tpdecode {
+
+enum class DType : uint8_t { kBF16, kF32, kI32 };
+
+constexpr std::size_t dtype_size(DType t) { return t == DType::kBF16 ? 2 : 4; }
+const char* dtype_name(DType t);
+
+// Row-major [rows, cols] with `row_stride` elements between rows (device memory
+// unless a function says otherwise).
+struct TensorView {
+  void* data = nullptr;
+  DType dtype = DType::kBF16;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t row_stride = 0;
+
+  static TensorView bf16(void* p, int64_t rows, int64_t cols) {
+    return {p, DType::kBF16, rows, cols, cols};
+  }
+  static TensorView f32(void* p, int64_t rows, int64_t cols) {
+    return {p, DType::kF32, rows, cols, cols};
+  }
+  std::size_t element_size() const { return dtype_size(dtype); }
+  std::size_t bytes() const { return static_cast<std::size_t>(rows * cols) * element_size(); }
+  bool contiguous() const { return row_stride == cols; }
+  bool aligned(std::size_t bytes) const {
+    return reinterpret_cast<std::uintptr_t>(data) % bytes == 0 &&
+           (row_stride * static_cast<int64_t>(element_size())) % static_cast<int64_t>(bytes) == 0;
+  }
+  template <class T>
+  T* as() const { return static_cast<T*>(data); }
+  std::string describe() const;  // e.g. "bf16[4, 7168] stride 7168"
+};
+
+// Throws InvalidArgument naming `what` unless `t` is a non-null contiguous 2-D
+// tensor of `dtype` with `cols` columns whose rows start 16-byte aligned.
+void require_rows(const TensorView& t, DType dtype, int64_t cols, const char* what);
+
+}  // namespace tpdecode

@@ -1,0 +1,18 @@
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "tpdecode/team.hpp"
+
+namespace tpdecode {
+
+// Every peer's address of a symmetric window, read once on the device through
+// ncclGetLsaPointer (the window handle is device memory).
+// Ranks of `comm` that share load/store memory with this one (its LSA team), read
+// off a device communicator made without requirements (no multimem).
+int lsa_team_size(ncclComm_t comm);
+
+PeerPointers read_lsa_pointers(ncclWindow_t window, int size, cudaStream_t stream);
+
+}  // namespace tpdecode
