@@ -5,42 +5,12 @@
 #include "tpdecode/error.hpp"
 
 namespace tpdecode::bench {
-namespace {
-
-// Events made once for the process: capture re-uses them.
-std::vector<cudaEvent_t>& fork_events(std::size_t n) {
-  static std::vector<cudaEvent_t> events;
-  while (events.size() < n) {
-    cudaEvent_t e;
-    TPD_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    events.push_back(e);
-  }
-  return events;
-}
-
-}  // namespace
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-void fork_streams(cudaStream_t origin, const std::vector<cudaStream_t>& others) {
-  cudaEvent_t e = fork_events(1)[0];
-  TPD_CUDA(cudaEventRecord(e, origin));
-  for (cudaStream_t s : others)
-    if (s != origin) TPD_CUDA(cudaStreamWaitEvent(s, e, 0));
-}
-
-void join_streams(cudaStream_t origin, const std::vector<cudaStream_t>& others) {
-  std::vector<cudaEvent_t>& events = fork_events(others.size() + 1);
-  for (std::size_t i = 0; i < others.size(); ++i) {
-    if (others[i] == origin) continue;
-    TPD_CUDA(cudaEventRecord(events[i + 1], others[i]));
-    TPD_CUDA(cudaStreamWaitEvent(origin, events[i + 1], 0));
-  }
 }
 
 Timing time_graph(cudaStream_t stream, const std::function<void(cudaStream_t, int)>& enqueue, int calls_per_replay,

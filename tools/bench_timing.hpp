@@ -17,7 +17,7 @@ struct Timing {
 };
 
 // `enqueue(stream)` puts one call's work on `stream` (it may fork to other streams
-// with events, as long as it joins back). The graph holds `calls_per_replay`
+// with tpdecode::fork_streams, as long as it joins back). The graph holds `calls_per_replay`
 // consecutive calls; `enqueue` receives the call index so it can rotate inputs.
 // Warm-up replays are not timed.
 Timing time_graph(cudaStream_t stream, const std::function<void(cudaStream_t, int call)>& enqueue,
@@ -25,10 +25,5 @@ Timing time_graph(cudaStream_t stream, const std::function<void(cudaStream_t, in
 
 // Median of a sample (sorted copy).
 double median(std::vector<double> v);
-
-// Fork `others` from `origin` (they wait for an event recorded on origin) and join
-// them back; for multi-stream work inside a capture.
-void fork_streams(cudaStream_t origin, const std::vector<cudaStream_t>& others);
-void join_streams(cudaStream_t origin, const std::vector<cudaStream_t>& others);
 
 }  // namespace tpdecode::bench
