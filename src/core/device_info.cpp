@@ -37,7 +37,12 @@ int visible_gpu_count(std::string* why) {
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
     cudaGetLastError();
-    if (why) *why = fmt::format("no CUDA GPU is usable here ({}: {})", cudaGetErrorName(e), cudaGetErrorString(e));
+    int driver = 0;
+    cudaDriverGetVersion(&driver);
+    cudaGetLastError();
+    if (why)
+      *why = driver == 0 ? std::string("no NVIDIA driver is installed on this machine (no GPU to run on)")
+                         : fmt::format("no CUDA GPU is usable here ({}: {})", cudaGetErrorName(e), cudaGetErrorString(e));
     return 0;
   }
   if (n == 0 && why) *why = "no CUDA GPU is visible";
@@ -96,8 +101,9 @@ SystemInfo query_system() {
   if (!nccl_team_available(&why))
     nccl.why = why;
   else if (n < 2)
-    nccl.why = fmt::format("NCCL {} is usable, but {} GPU(s): mailbox collectives need 2 or more (a 1-rank team runs "
-                           "only the stock path)", s.nccl_version, n);
+    nccl.why = fmt::format("NCCL {}.{}.{} is usable, but {} GPU(s): mailbox collectives need 2 or more (a 1-rank "
+                           "team runs only the stock path)", s.nccl_version / 10000, s.nccl_version / 100 % 100,
+                           s.nccl_version % 100, n);
   else {
     bool all_peers = true;
     for (int i = 0; i < n; ++i)

@@ -1,0 +1,33 @@
+# Shared by scripts/test.sh and scripts/run.sh.
+
+PACKAGES=(cmake ninja-build g++ libgtest-dev libcli11-dev libfmt-dev nlohmann-json3-dev)
+
+# Installs the Debian packages that are missing (needs apt-get; skipped where every
+# package is present, e.g. the GPU machine, which has no package registry).
+ensure_packages() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg -s "$p" > /dev/null 2>&1 || missing+=("$p")
+  done
+  if [[ ${#missing[@]} -gt 0 ]] && command -v apt-get > /dev/null; then
+    echo "installing: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq "${missing[@]}" > /dev/null
+  fi
+}
+
+find_nvcc() {
+  if command -v nvcc > /dev/null; then command -v nvcc; elif [[ -x /usr/local/cuda/bin/nvcc ]]; then echo /usr/local/cuda/bin/nvcc; else
+    echo "nvcc not found: install the CUDA toolkit (13.x) under /usr/local/cuda" >&2; return 1; fi
+}
+
+# configure_and_build BUILD_DIR [TARGET...]
+configure_and_build() {
+  local dir=$1; shift
+  local nvcc; nvcc=$(find_nvcc)
+  local generator=(); command -v ninja > /dev/null && generator=(-G Ninja)
+  if [[ ! -f "$dir/CMakeCache.txt" ]]; then
+    cmake -S . -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc" ${NCCL_ROOT:+-DNCCL_ROOT="$NCCL_ROOT"}
+  fi
+  cmake --build "$dir" --parallel "$(nproc)" ${1:+--target "$@"}
+}
