@@ -1,0 +1,41 @@
+#include "tpdecode/draft_logits.hpp"
+
+#include <fmt/format.h>
+
+#include "gemm/logits_epilogue_launch.hpp"
+#include "tpdecode/error.hpp"
+
+namespace tpdecode {
+
+void draft_logits(DecodeGemm& head, const TensorView& hidden, const TensorView& shard, const LogitsGather& gather,
+                  const TensorView& gathered, const LogitsEpilogue& epilogue, const TensorView& out,
+                  cudaStream_t stream) {
+  const int64_t m = hidden.rows;
+  require(gathered.data != nullptr && gathered.dtype == DType::kBF16 && gathered.rows == m,
+          fmt::format("draft_logits: gathered must be bf16 with {} rows ({})", m, gathered.describe()));
+  require(gathered.row_stride >= gathered.cols, "draft_logits: gathered row stride below its columns");
+  require(gathered.cols % head.n() == 0,
+          fmt::format("draft_logits: gathered has {} columns, not a multiple of the shard's {}", gathered.cols, head.n()));
+  require(gather || gathered.data == shard.data,
+          "draft_logits: without a gather, `gathered` must be the shard itself (TP 1)");
+  require(epilogue.vocab >= 1 && epilogue.vocab <= gathered.cols,
+          fmt::format("draft_logits: vocab {} outside 1..{}", epilogue.vocab, gathered.cols));
+  require(epilogue.soft_cap >= 0.0f, "draft_logits: negative soft cap");
+  require_rows(out, DType::kBF16, epilogue.vocab, "draft_logits out");
+  require(out.rows == m, fmt::format("draft_logits: out has {} rows, hidden has {}", out.rows, m));
+
+  head.run(hidden, shard, stream);
+  if (gather) gather(shard, gathered, stream);
+  LogitsEpilogueParams p{};
+  p.in = gathered.data;
+  p.out = out.data;
+  p.rows = m;
+  p.vocab = epilogue.vocab;
+  p.in_stride = gathered.row_stride;
+  p.out_stride = out.row_stride;
+  p.soft_cap = epilogue.soft_cap;
+  p.scale = epilogue.scale;
+  launch_logits_epilogue(p, stream);
+}
+
+}  // namespace tpdecode

@@ -1,0 +1,38 @@
+#include "core/launch.cuh"
+#include "gemm/warp_splitk.cuh"
+
+namespace tpdecode {
+namespace {
+
+template <class F>
+void with_token_tiles(int tiles, F&& f) {
+  switch (tiles) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    default: throw InvalidArgument("warp split-K: token tiles must be 1, 2 or 4");
+  }
+}
+
+}  // namespace
+
+void prepare_warp_splitk(int token_tiles) {
+  with_token_tiles(token_tiles, [&](auto tiles) {
+    TPD_CUDA(cudaFuncSetAttribute(warp_splitk::warp_splitk_kernel<decltype(tiles)::value>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, warp_smem_bytes(token_tiles)));
+  });
+}
+
+void launch_warp_splitk(const WarpSplitKParams& p, const GemmTactic& t, bool pdl, cudaStream_t stream) {
+  LaunchShape s;
+  s.grid = dim3(static_cast<unsigned>(t.split), static_cast<unsigned>(t.tiles));
+  s.block = dim3(warp_splitk::kThreads);
+  s.smem = static_cast<std::size_t>(warp_smem_bytes(t.token_tiles));
+  s.cluster = t.split;
+  s.pdl = pdl;
+  with_token_tiles(t.token_tiles, [&](auto tiles) {
+    launch_kernel(warp_splitk::warp_splitk_kernel<decltype(tiles)::value>, s, stream, p);
+  });
+}
+
+}  // namespace tpdecode
