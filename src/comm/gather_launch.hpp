@@ -1,0 +1,29 @@
+// Launcher of the Gather kernel (gather.cu); arguments are checked by the caller
+// (gather.cpp).
+#pragma once
+
+#include "tpdecode/team.hpp"
+
+namespace tpdecode {
+
+struct GatherParams {
+  PeerPointers box;   // every rank's [1, rows_cap, row_bytes] at this parity
+  const void* shard;  // [rows, shard_frags] 16-byte fragments
+  void* out;          // [rows, TP · shard_frags] fragments (copy mode)
+  int rank;
+  int parity;
+  int rows_cap;
+  long row_bytes;
+  int shard_frags;
+  bool copy;          // copy out and re-arm, else leave in place
+  uint64_t timeout_ns;
+  MailboxError* error;
+};
+
+// Refuses (CapacityError) a grid the ranks on this GPU could not all hold.
+void launch_gather(const RankContext& ctx, const GatherParams& p, int rows);
+
+// CTAs of the gather kernel one GPU holds at once.
+int gather_resident_ctas(const RankContext& ctx);
+
+}  // namespace tpdecode

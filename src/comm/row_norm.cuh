@@ -1,0 +1,97 @@
+// The residual add + RMSNorm of one row, shared by ArNorm (ar_norm.cuh) and the
+// stock add-RMSNorm kernel (stock_comm.cu) so both produce the same bits. The
+// summation order is documented in include/tpdecode/ar_norm.hpp; the CPU reference
+// (src/reference/ar_norm.cpp) follows it.
+//
+// Launch shape: a cluster of kArNormCtas CTAs per row (grid (kArNormCtas, rows)),
+// ar_norm_threads(hidden) threads per CTA, thread t of CTA c owning fragment
+// c · ar_norm_frags_per_cta(hidden) + t of the row (threads past it hold nothing).
+// Why explicit __fadd_rn / __fmul_rn / __fmaf_rn: nvcc must not contract or
+// reassociate differently from the reference.
+#pragma once
+
+#include <cooperative_groups.h>
+
+#include "comm/lamport_device.cuh"
+#include "tpdecode/ar_norm.hpp"
+
+namespace tpdecode::rownorm {
+
+using lamport::Fragment;
+
+inline constexpr int kMaxWarps = 4;  // ar_norm_threads(8192) / 32
+
+// Shared memory of the row sum: the CTA's warp sums and the cluster's CTA sums.
+struct RowSumShared {
+  float warp[kMaxWarps];
+  float cta[kArNormCtas];
+};
+
+// BF16(reduced + residual) per element, one rounding.
+__device__ __forceinline__ Fragment add_residual(const Fragment& reduced, const Fragment& residual) {
+  using namespace lamport;
+  Fragment out;
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    out.w[j] = pack_bf16(__fadd_rn(low_of(reduced.w[j]), low_of(residual.w[j])),
+                         __fadd_rn(high_of(reduced.w[j]), high_of(residual.w[j])));
+  return out;
+}
+
+// Step 1: s = fma(v, v, s) over the fragment's 8 values in column order.
+__device__ __forceinline__ float thread_squares(const Fragment& f) {
+  using namespace lamport;
+  float s = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    s = __fmaf_rn(low_of(f.w[j]), low_of(f.w[j]), s);
+    s = __fmaf_rn(high_of(f.w[j]), high_of(f.w[j]), s);
+  }
+  return s;
+}
+
+// Steps 2-4: the row's total over the cluster, the same value in every thread.
+// Every thread of every CTA of the cluster must call it (it holds two barriers).
+__device__ __forceinline__ float cluster_row_sum(float s, RowSumShared& sh) {
+  namespace cg = cooperative_groups;
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+#pragma unroll
+  for (int offset = 16; offset >= 1; offset /= 2) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, offset));
+  if (lane == 0) sh.warp[warp] = s;
+  __syncthreads();
+  cg::cluster_group cluster = cg::this_cluster();
+  const int me = static_cast<int>(cluster.block_rank());
+  if (threadIdx.x == 0) {
+    float cta = sh.warp[0];
+    for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) cta = __fadd_rn(cta, sh.warp[w]);
+#pragma unroll
+    for (int peer = 0; peer < kArNormCtas; ++peer) *cluster.map_shared_rank(&sh.cta[me], peer) = cta;
+  }
+  // Why: the cluster barrier (arrive.release / wait.acquire) makes every CTA's DSMEM
+  // store visible before the reads below; no CTA touches a peer's shared memory
+  // after it, so a CTA may exit as soon as it is through.
+  cluster.sync();
+  float total = sh.cta[0];
+#pragma unroll
+  for (int c = 1; c < kArNormCtas; ++c) total = __fadd_rn(total, sh.cta[c]);
+  return total;
+}
+
+// rstd = 1 / sqrt(total / hidden + eps), correctly rounded.
+__device__ __forceinline__ float rstd(float total, int hidden, float eps) {
+  return __frsqrt_rn(__fadd_rn(__fdiv_rn(total, static_cast<float>(hidden)), eps));
+}
+
+// BF16(v · rstd · w), one rounding.
+__device__ __forceinline__ Fragment normed(const Fragment& v, const Fragment& weight, float r) {
+  using namespace lamport;
+  Fragment out;
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    out.w[j] = pack_bf16(__fmul_rn(__fmul_rn(low_of(v.w[j]), r), low_of(weight.w[j])),
+                         __fmul_rn(__fmul_rn(high_of(v.w[j]), r), high_of(weight.w[j])));
+  return out;
+}
+
+}  // namespace tpdecode::rownorm
