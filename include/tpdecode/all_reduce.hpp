@@ -13,6 +13,10 @@ namespace tpdecode {
 // [2 parities, team size, rows_cap, hidden].
 MailboxShape all_reduce_mailbox_shape(int team_size, int rows_cap, int64_t hidden);
 
+// The most rows one call can take on this rank's device: every rank sharing the
+// GPU must hold its whole grid at once (the local team's N ranks on one GPU).
+int all_reduce_max_rows(const RankContext& ctx, int64_t hidden);
+
 // out = sum over ranks of x, for driven rank `ctx` with mailbox parity `box`.
 // x, out: bf16 [rows, hidden], contiguous, 16-byte aligned, hidden % 8 == 0,
 // rows <= the mailbox's rows_cap. Call sites alternate the two parities.

@@ -9,6 +9,11 @@ MailboxShape all_reduce_mailbox_shape(int team_size, int rows_cap, int64_t hidde
   return MailboxShape{2, team_size, rows_cap, hidden * 2};
 }
 
+int all_reduce_max_rows(const RankContext& ctx, int64_t hidden) {
+  const int per_row = all_reduce_ctas_per_row(static_cast<int>(hidden / 8));
+  return all_reduce_resident_ctas(ctx) / (per_row * ctx.ranks_on_device);
+}
+
 void all_reduce(const RankContext& ctx, const Mailbox::View& box, const TensorView& x, const TensorView& out) {
   require_comm_ready(ctx, box, "all_reduce");
   require(x.cols % 8 == 0, fmt::format("all_reduce: {} columns, must be a multiple of 8", x.cols));

@@ -1,12 +1,21 @@
 #include "comm/all_reduce.cuh"
+
+static_assert(tpdecode::kAllReduceThreads == 128, "all_reduce_ctas_per_row assumes 128 threads");
 #include "core/launch.cuh"
 #include "core/rank_switch.hpp"
 
 namespace tpdecode {
 
+int all_reduce_resident_ctas(const RankContext& ctx) {
+  return with_rank_count(ctx.size, [&](auto ranks) {
+    return resident_ctas(reinterpret_cast<const void*>(&all_reduce_kernel<decltype(ranks)::value>), kAllReduceThreads,
+                         0, 1, ctx.device);
+  });
+}
+
 void launch_all_reduce(const RankContext& ctx, const AllReduceParams& p, int rows) {
   LaunchShape s;
-  s.grid = dim3(static_cast<unsigned>((p.frags + kAllReduceThreads - 1) / kAllReduceThreads), static_cast<unsigned>(rows));
+  s.grid = dim3(static_cast<unsigned>(all_reduce_ctas_per_row(p.frags)), static_cast<unsigned>(rows));
   s.block = dim3(kAllReduceThreads);
   s.pdl = ctx.pdl;
   with_rank_count(ctx.size, [&](auto ranks) {

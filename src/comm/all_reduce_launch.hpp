@@ -19,6 +19,12 @@ struct AllReduceParams {
   MailboxError* error;
 };
 
+// CTAs of the kernel for a team of ctx.size that one device holds at once.
+int all_reduce_resident_ctas(const RankContext& ctx);
+
+// CTAs of one row.
+inline int all_reduce_ctas_per_row(int frags) { return (frags + 127) / 128; }
+
 // Refuses (CapacityError) a grid the ranks on this GPU could not all hold.
 void launch_all_reduce(const RankContext& ctx, const AllReduceParams& p, int rows);
 

@@ -62,15 +62,6 @@ void expect_reference(Rows& r, const char* what) {
   }
 }
 
-int expected_capacity_rows(int ranks, int hidden) {
-  // Rows whose grids all fit: CTAs per row = ceil(hidden / 8 / 128).
-  cudaDeviceProp p{};
-  TPD_CUDA(cudaGetDeviceProperties(&p, 0));
-  const int per_row = (hidden / 8 + 127) / 128;
-  const int resident = p.multiProcessorCount * (p.maxThreadsPerMultiProcessor / 128);
-  return resident / (per_row * ranks);
-}
-
 TEST(AllReduce, BitwiseAgainstReferenceEveryRankAndShape) {
   TPD_REQUIRE_GPU();
   std::mt19937_64 rng(test::fresh_seed());
@@ -78,7 +69,8 @@ TEST(AllReduce, BitwiseAgainstReferenceEveryRankAndShape) {
     LocalTeam team(ranks);
     for (int hidden : {7168, 4096}) {
       Mailbox box(team, all_reduce_mailbox_shape(ranks, 64, hidden));
-      const int fits = expected_capacity_rows(ranks, hidden);
+      const int fits = all_reduce_max_rows(team.rank_context(0), hidden);
+      ASSERT_GE(fits, ranks == 8 ? 16 : 64) << "TP " << ranks << " H " << hidden;
       for (int rows = 1; rows <= 64; rows += (rows < 8 ? 1 : 7)) {
         SCOPED_TRACE(testing::Message() << "TP " << ranks << " H " << hidden << " rows " << rows);
         Rows r = make_rows(ranks, rows, hidden, rng);
