@@ -9,7 +9,7 @@ set -uo pipefail
 OUT=${OUT:-$PWD/device-out}
 LOG=$(mktemp -d)
 mkdir -p "$OUT"
-trap 'tar czf "$LOG/logs.tgz" -C "$LOG" . 2>/dev/null' EXIT
+trap 'tar czf "$OUT/logs.tgz" -C "$LOG" . 2>/dev/null' EXIT
 steps=${*:-all}
 has() { [[ " $steps " == *" $1 "* || " $steps " == *" all "* ]]; }
 
@@ -19,7 +19,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 PY=$(command -v python3)
 VENV_BIN=$(dirname "$PY")
 export PATH="$VENV_BIN:/usr/local/cuda/bin:$PATH"
-NCCL_ROOT=$($PY -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null || true)
+NCCL_ROOT=$($PY -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
 if [[ -z "$NCCL_ROOT" ]]; then
   NCCL_ROOT=$($PY -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "nccl"))' 2>/dev/null || true)
 fi
