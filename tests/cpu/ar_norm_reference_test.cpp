@@ -1,0 +1,153 @@
+// The CPU references of ArNorm and Gather: the kernel's summation order, the
+// exactness contract, cleaning of sentinel words.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "tpdecode/ar_norm.hpp"
+#include "tpdecode/bf16.hpp"
+#include "tpdecode/error.hpp"
+#include "tpdecode/reference/all_reduce.hpp"
+#include "tpdecode/reference/ar_norm.hpp"
+#include "tpdecode/reference/gather.hpp"
+
+namespace tpdecode {
+namespace {
+
+std::vector<uint16_t> random_row(std::size_t n, std::mt19937_64& rng, float scale = 1.0f) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<uint16_t> v(n);
+  for (auto& x : v) x = bf16::from_float(d(rng));
+  return v;
+}
+
+TEST(ArNormReference, LaunchLayoutPerHiddenSize) {
+  EXPECT_EQ(ar_norm_frags_per_cta(7168), 112);
+  EXPECT_EQ(ar_norm_threads(7168), 128);
+  EXPECT_EQ(ar_norm_threads(4096), 64);
+  EXPECT_EQ(ar_norm_threads(5120), 96);  // 80 fragments: the last warp half idle
+  EXPECT_EQ(ar_norm_threads(8192), 128);
+  EXPECT_FALSE(ar_norm_hidden_supported(6144));
+}
+
+// Lane 0's butterfly result is the pairwise tree that halves the 32 lanes five
+// times: an independent statement of step 2 of the documented order.
+float tree_order_square_sum(const std::vector<uint16_t>& row) {
+  const auto hidden = static_cast<int64_t>(row.size());
+  const int per_cta = ar_norm_frags_per_cta(hidden);
+  const int warps = ar_norm_threads(hidden) / 32;
+  float total = 0.0f;
+  for (int c = 0; c < kArNormCtas; ++c) {
+    float cta = 0.0f;
+    for (int w = 0; w < warps; ++w) {
+      std::vector<float> lanes(32, 0.0f);
+      for (int l = 0; l < 32 && w * 32 + l < per_cta; ++l)
+        for (int k = 0; k < 8; ++k) {
+          const float v = bf16::to_float(row[static_cast<std::size_t>((c * per_cta + w * 32 + l) * 8 + k)]);
+          lanes[static_cast<std::size_t>(l)] = std::fma(v, v, lanes[static_cast<std::size_t>(l)]);
+        }
+      for (std::size_t n = 16; n >= 1; n /= 2)
+        for (std::size_t l = 0; l < n; ++l) lanes[l] = lanes[l] + lanes[l + n];
+      cta = w == 0 ? lanes[0] : cta + lanes[0];
+    }
+    total = c == 0 ? cta : total + cta;
+  }
+  return total;
+}
+
+TEST(ArNormReference, SquareSumFollowsTheKernelOrder) {
+  std::mt19937_64 rng(7);
+  for (int64_t hidden : {4096, 5120, 7168, 8192}) {
+    // Wide dynamic range so that a different order would change the bits.
+    std::vector<uint16_t> row = random_row(static_cast<std::size_t>(hidden), rng);
+    for (std::size_t i = 0; i < row.size(); i += 97) row[i] = bf16::from_float(300.0f + static_cast<float>(i % 13));
+    const float got = reference::ar_norm_square_sum(row);
+    EXPECT_EQ(got, tree_order_square_sum(row)) << "hidden " << hidden;
+    double exact = 0;
+    for (uint16_t b : row) exact += static_cast<double>(bf16::to_float(b)) * bf16::to_float(b);
+    EXPECT_NEAR(got, exact, exact * 1e-5) << "hidden " << hidden;
+  }
+  EXPECT_THROW(reference::ar_norm_square_sum(std::vector<uint16_t>(1000)), InvalidArgument);
+}
+
+TEST(ArNormReference, RstdIsCorrectlyRounded) {
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<float> d(1e-3f, 1e4f);
+  for (int i = 0; i < 10000; ++i) {
+    const float total = d(rng) * 7168.0f;
+    const float r = reference::ar_norm_rstd(total, 7168, 1e-6f);
+    const double mean = static_cast<double>(total / 7168.0f + 1e-6f);
+    const double exact = 1.0 / std::sqrt(mean);
+    // No neighbouring float is closer to the exact value.
+    EXPECT_LE(std::abs(r - exact), std::abs(std::nextafter(r, 0.0f) - exact));
+    EXPECT_LE(std::abs(r - exact), std::abs(std::nextafter(r, 1e30f) - exact));
+  }
+}
+
+TEST(ArNormReference, ResidualAddRoundsOnceAndNormIsWithinOneUlpOfDouble) {
+  std::mt19937_64 rng(13);
+  constexpr int kRanks = 4, kRows = 3;
+  constexpr int64_t kHidden = 7168;
+  const auto n = static_cast<std::size_t>(kRows * kHidden);
+  std::vector<std::vector<uint16_t>> parts;
+  for (int r = 0; r < kRanks; ++r) parts.push_back(random_row(n, rng));
+  const std::vector<uint16_t> residual = random_row(n, rng, 2.0f);
+  const std::vector<uint16_t> weight = random_row(kHidden, rng, 0.5f);
+  const float eps = 1e-6f;
+  const reference::ArNormResult res = reference::ar_norm(parts, residual, weight, eps, kHidden);
+  const std::vector<uint16_t> reduced = reference::all_reduce(parts);
+  long exact = 0;
+  for (int row = 0; row < kRows; ++row) {
+    double ss = 0;
+    for (int64_t c = 0; c < kHidden; ++c) {
+      const auto i = static_cast<std::size_t>(row * kHidden + c);
+      ASSERT_EQ(res.residual_out[i], bf16::from_float(bf16::to_float(reduced[i]) + bf16::to_float(residual[i])));
+      ss += static_cast<double>(bf16::to_float(res.residual_out[i])) * bf16::to_float(res.residual_out[i]);
+    }
+    const double rstd = 1.0 / std::sqrt(ss / kHidden + eps);
+    for (int64_t c = 0; c < kHidden; ++c) {
+      const auto i = static_cast<std::size_t>(row * kHidden + c);
+      const uint16_t want =
+          bf16::from_float(static_cast<float>(bf16::to_float(res.residual_out[i]) * rstd * bf16::to_float(weight[c])));
+      ASSERT_LE(bf16::ulp_distance(res.out[i], want), 1) << "row " << row << " column " << c;
+      exact += res.out[i] == want;
+    }
+  }
+  EXPECT_GT(exact, kRows * kHidden * 9 / 10);
+}
+
+TEST(ArNormReference, NoResidualKeepsTheReducedRow) {
+  std::mt19937_64 rng(17);
+  std::vector<std::vector<uint16_t>> parts = {random_row(4096, rng), random_row(4096, rng)};
+  parts[1][10] = 0x0000;  // a planted sentinel word: sent as (+0, +0)
+  parts[1][11] = 0x8000;
+  const std::vector<uint16_t> weight = random_row(4096, rng);
+  const reference::ArNormResult res = reference::ar_norm(parts, {}, weight, 1e-5f, 4096);
+  EXPECT_EQ(res.residual_out, reference::all_reduce(parts));
+  const reference::ArNormResult split = reference::add_rms_norm(res.residual_out, {}, weight, 1e-5f, 4096);
+  EXPECT_EQ(split.out, res.out);
+}
+
+TEST(GatherReference, PlacesShardsByRankAndCleansOnlySentinelWords) {
+  constexpr int64_t kRows = 2, kWords = 4;
+  std::vector<std::vector<uint32_t>> shards(3, std::vector<uint32_t>(kRows * kWords));
+  uint32_t x = 99;
+  for (auto& s : shards)
+    for (auto& w : s) w = (x = x * 1664525u + 1013904223u) | 1u;
+  shards[1][5] = 0x80000000u;  // the sentinel pair (+0, -0)
+  shards[2][0] = 0x00008000u;  // (-0, +0): not the sentinel, kept
+  const std::vector<uint32_t> out = reference::gather(shards, kRows, kWords);
+  ASSERT_EQ(out.size(), static_cast<std::size_t>(kRows * 3 * kWords));
+  for (int64_t r = 0; r < 3; ++r)
+    for (int64_t row = 0; row < kRows; ++row)
+      for (int64_t w = 0; w < kWords; ++w) {
+        const uint32_t sent = shards[static_cast<std::size_t>(r)][static_cast<std::size_t>(row * kWords + w)];
+        EXPECT_EQ(out[static_cast<std::size_t>((row * 3 + r) * kWords + w)], sent == 0x80000000u ? 0u : sent);
+      }
+  EXPECT_EQ(out[static_cast<std::size_t>((1 * 3 + 1) * kWords + 1)], 0u);
+}
+
+}  // namespace
+}  // namespace tpdecode
