@@ -60,7 +60,7 @@ class DecodeGemm {
 
  private:
   void check(const TensorView& x, const TensorView& out) const;
-  bool engine_takes(const TensorView& x, const TensorView& out) const;
+  bool engine_takes(const TensorView& x) const;
 
   TensorView weight_;
   std::shared_ptr<CublasContext> cublas_;

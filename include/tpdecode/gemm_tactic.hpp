@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "tpdecode/tensor.hpp"
+
 namespace tpdecode {
 
 // Most activation rows the engine takes in one launch (four 8-token MMA tiles).
@@ -15,6 +17,12 @@ inline constexpr int kWarpChunkK = 128;
 // Seed 004: 16-row output tiles, K a multiple of 128, and at most 64 K tiles of
 // 128 (or of 256 when K % 256 == 0). N, K > 0.
 bool warp_eligible(int64_t n, int64_t k);
+
+// The weight suits the engine: bf16, contiguous, 16-byte aligned, an eligible
+// shape, at most 65535 row tiles (the grid's y limit).
+bool warp_weight_ok(const TensorView& weight);
+// The activations suit the engine: 1..32 rows, contiguous, 16-byte aligned.
+bool warp_activations_ok(const TensorView& x);
 
 // Launch shape of one engine call.
 struct GemmTactic {

@@ -8,8 +8,6 @@
 namespace tpdecode {
 namespace {
 
-constexpr int64_t kMaxGridY = 65535;
-
 bool capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   TPD_CUDA(cudaStreamIsCapturing(stream, &status));
@@ -34,7 +32,7 @@ DecodeGemm::DecodeGemm(const TensorView& weight, std::shared_ptr<CublasContext> 
   require_matrix(weight, weight.cols, "weight");
   require(weight.cols >= 1, "decode_gemm: weight has no columns");
   if (!cublas_) cublas_ = std::make_shared<CublasContext>();
-  eligible_ = weight.contiguous() && weight.aligned(16) && warp_eligible(n(), k()) && n() / 16 <= kMaxGridY;
+  eligible_ = warp_weight_ok(weight);
   int device = 0;
   TPD_CUDA(cudaGetDevice(&device));
   TPD_CUDA(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device));
@@ -66,7 +64,7 @@ GemmPath DecodeGemm::path(int m) const { return prepared(m) ? GemmPath::kWarpSpl
 
 GemmPath DecodeGemm::path(const TensorView& x, const TensorView& out) const {
   check(x, out);
-  return engine_takes(x, out) && prepared(static_cast<int>(x.rows)) ? GemmPath::kWarpSplitK : GemmPath::kCublas;
+  return engine_takes(x) && prepared(static_cast<int>(x.rows)) ? GemmPath::kWarpSplitK : GemmPath::kCublas;
 }
 
 void DecodeGemm::check(const TensorView& x, const TensorView& out) const {
@@ -75,18 +73,13 @@ void DecodeGemm::check(const TensorView& x, const TensorView& out) const {
   require(out.rows == x.rows, fmt::format("decode_gemm: out has {} rows, x has {}", out.rows, x.rows));
 }
 
-// Why: the engine reads x in 16-byte pieces of contiguous rows; it writes out one
-// element at a time, so any row stride of out is fine.
-bool DecodeGemm::engine_takes(const TensorView& x, const TensorView& out) const {
-  (void)out;
-  return eligible_ && x.rows <= kWarpMaxRows && x.contiguous() && x.aligned(16);
-}
+bool DecodeGemm::engine_takes(const TensorView& x) const { return eligible_ && warp_activations_ok(x); }
 
 GemmPath DecodeGemm::run(const TensorView& x, const TensorView& out, cudaStream_t stream) {
   check(x, out);
   const int64_t m = x.rows;
-  if (engine_takes(x, out) && !ready_[m] && !capturing(stream)) prepare(static_cast<int>(m), stream);
-  if (engine_takes(x, out) && ready_[m]) {
+  if (engine_takes(x) && !ready_[m] && !capturing(stream)) prepare(static_cast<int>(m), stream);
+  if (engine_takes(x) && ready_[m]) {
     WarpSplitKParams p{};
     p.w = weight_.data;
     p.x = x.data;

@@ -17,7 +17,11 @@ constexpr int kSmemReservedPerCta = 1024;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-bool split_legal(int64_t k, int split) { return k / kWarpChunkK >= static_cast<int64_t>(split) * kWarpWarps; }
+// Why: a cluster rank whose warps have no chunk would only add a reduction step;
+// without a split, idle warps (K < 512) simply contribute zeros.
+bool split_legal(int64_t k, int split) {
+  return split == 1 || k / kWarpChunkK >= static_cast<int64_t>(split) * kWarpWarps;
+}
 
 GemmTactic model(int64_t n, int64_t k, int m, int sms, int split) {
   GemmTactic t;
@@ -44,6 +48,18 @@ GemmTactic model(int64_t n, int64_t k, int m, int sms, int split) {
 bool warp_eligible(int64_t n, int64_t k) {
   if (n <= 0 || k <= 0 || n % 16 || k % 128) return false;
   return k / 128 <= 64 || (k % 256 == 0 && k / 256 <= 64);
+}
+
+bool warp_weight_ok(const TensorView& weight) {
+  return weight.data != nullptr && weight.dtype == DType::kBF16 && weight.contiguous() && weight.aligned(16) &&
+         warp_eligible(weight.rows, weight.cols) && weight.rows / 16 <= 65535;
+}
+
+// Why: the engine reads x in 16-byte pieces of contiguous rows; it writes out one
+// element at a time, so any row stride of out is fine.
+bool warp_activations_ok(const TensorView& x) {
+  return x.data != nullptr && x.dtype == DType::kBF16 && x.rows >= 1 && x.rows <= kWarpMaxRows && x.contiguous() &&
+         x.aligned(16);
 }
 
 int warp_token_tiles(int m) {
