@@ -12,6 +12,7 @@
 #include "gpu/gpu_test_util.hpp"
 #include "tpdecode/bf16.hpp"
 #include "tpdecode/decode_gemm.hpp"
+#include "tpdecode/random_fill.hpp"
 #include "tpdecode/reference/gemm.hpp"
 
 namespace tpdecode {
@@ -28,21 +29,6 @@ constexpr double kRelSlack = 0.10;
 constexpr double kAbsSlack = 1e-5;
 constexpr int kSampledColumns = 256;
 
-// Uniform values in [-1, 1) from a hash of (index, seed): fresh data for weights
-// of up to gigabytes without host generation. Never all zeros.
-__global__ void fill_uniform_kernel(uint16_t* p, int64_t count, uint64_t seed) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    uint64_t h = (static_cast<uint64_t>(i) + 1) * 0x9E3779B97F4A7C15ull ^ seed;
-    h ^= h >> 31;
-    h *= 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 29;
-    const float u = static_cast<float>(h >> 40) * (2.0f / 16777216.0f) - 1.0f;
-    const uint32_t bits = __float_as_uint(u);
-    p[i] = static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-  }
-}
-
 // Counts elements where a != b (as bits), into *count.
 __global__ void count_differences_kernel(const uint16_t* a, const uint16_t* b, int64_t n, unsigned long long* count) {
   unsigned long long local = 0;
@@ -53,8 +39,7 @@ __global__ void count_differences_kernel(const uint16_t* a, const uint16_t* b, i
 }
 
 void fill_uniform(void* p, int64_t count, std::mt19937_64& rng, cudaStream_t stream = nullptr) {
-  fill_uniform_kernel<<<1024, 256, 0, stream>>>(static_cast<uint16_t*>(p), count, rng());
-  TPD_CUDA(cudaGetLastError());
+  fill_uniform_bf16(p, count, rng(), 1.0f, stream);
 }
 
 uint64_t count_differences(const void* a, const void* b, int64_t n) {
