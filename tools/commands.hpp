@@ -6,5 +6,17 @@
 namespace tpdecode::cli {
 
 void register_info(CLI::App& app);
+void register_bench_gemm(CLI::App& app);
+
+// The `bench` group (created by whichever benchmark registers first).
+inline CLI::App* bench_group(CLI::App& app) {
+  try {
+    return app.get_subcommand("bench");
+  } catch (const CLI::OptionNotFound&) {
+    CLI::App* bench = app.add_subcommand("bench", "benchmarks: tables of ours vs stock, --json");
+    bench->require_subcommand(1);
+    return bench;
+  }
+}
 
 }  // namespace tpdecode::cli

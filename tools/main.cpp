@@ -8,6 +8,7 @@ int main(int argc, char** argv) {
   CLI::App app{"tpdecode: decode-time tensor-parallel building blocks (collectives, decode GEMM, drafter step)"};
   app.require_subcommand(1);
   tpdecode::cli::register_info(app);
+  tpdecode::cli::register_bench_gemm(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
