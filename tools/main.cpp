@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   tpdecode::cli::register_info(app);
   tpdecode::cli::register_bench_gemm(app);
+  tpdecode::cli::register_bench_comm(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -45,6 +45,7 @@ void ar_norm(const RankContext& ctx, const Mailbox::View& box, const ArNormIo& i
   p.parity = box.parity;
   p.rows_cap = box.rows_cap;
   p.row_bytes = static_cast<long>(box.row_bytes);
+  p.trigger_early = ctx.ranks_on_device == 1;
   p.timeout_ns = ctx.timeout_ns;
   p.error = ctx.error_device;
   launch_ar_norm(ctx, p, static_cast<int>(io.x.rows));

@@ -25,7 +25,7 @@ __global__ void __launch_bounds__(kArNormMaxThreads) ar_norm_kernel(ArNormParams
   // Why before the wait: the weight is a parameter, not an output of the previous
   // kernel; its load overlaps that kernel's tail.
   if (active) weight = load_fragment(static_cast<const Fragment*>(p.weight) + frag);
-  launch_dependents();
+  if (p.trigger_early) launch_dependents();
   wait_prerequisites();  // no mailbox store before the previous kernel completed
   Fragment fresh{};      // the new residual (zeros in threads without a fragment)
   bool ok = true;
@@ -49,6 +49,11 @@ __global__ void __launch_bounds__(kArNormMaxThreads) ar_norm_kernel(ArNormParams
       store_fragment(static_cast<Fragment*>(p.residual_out) + at, fresh);
     }
   }
+  // Why late with several ranks on one GPU: a dependent grid launched early holds SM
+  // slots that a peer's grid of this call may still need (the co-residency check
+  // counts one grid per rank). Once every thread has seen every peer's push, every
+  // peer's grid of this call is resident, and the trigger can block nobody.
+  if (!p.trigger_early) launch_dependents();
   const float total = rownorm::cluster_row_sum(rownorm::thread_squares(fresh), shared);
   if (active && ok)
     store_fragment(static_cast<Fragment*>(p.out) + at,

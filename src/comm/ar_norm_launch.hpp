@@ -19,6 +19,7 @@ struct ArNormParams {
   int parity;
   int rows_cap;
   long row_bytes;
+  bool trigger_early;  // launch dependents before the polls (one rank per GPU)
   uint64_t timeout_ns;
   MailboxError* error;
 };

@@ -46,6 +46,7 @@ void gather(const RankContext& ctx, const Mailbox::View& box, const TensorView& 
   p.row_bytes = static_cast<long>(box.row_bytes);
   p.shard_frags = static_cast<int>(shard_bytes / 16);
   p.copy = mode == GatherMode::kCopy;
+  p.trigger_early = ctx.ranks_on_device == 1;
   p.timeout_ns = ctx.timeout_ns;
   p.error = ctx.error_device;
   launch_gather(ctx, p, static_cast<int>(shard.rows));

@@ -26,7 +26,8 @@ __global__ void __launch_bounds__(kGatherThreads) gather_kernel(GatherParams p) 
         mem, [&](int peer) { return slot_fragment(p.box.base[peer], 0, p.rows_cap, p.row_bytes, row, column); },
         load_fragment(shard + f));
   }
-  launch_dependents();
+  // Why not early with several ranks on one GPU: see ar_norm.cuh.
+  if (p.trigger_early) launch_dependents();
   void* own = p.box.base[p.rank];
   Fragment* out = static_cast<Fragment*>(p.out) + static_cast<long>(row) * p.shard_frags * kRanks;
   for (int f = first; f < p.shard_frags * kRanks; f += step) {
@@ -41,6 +42,7 @@ __global__ void __launch_bounds__(kGatherThreads) gather_kernel(GatherParams p) 
       mem.store(slot, armed());
     }
   }
+  if (!p.trigger_early) launch_dependents();
 }
 
 }  // namespace tpdecode

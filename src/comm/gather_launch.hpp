@@ -16,6 +16,7 @@ struct GatherParams {
   long row_bytes;
   int shard_frags;
   bool copy;          // copy out and re-arm, else leave in place
+  bool trigger_early; // launch dependents after the pushes (one rank per GPU), else after the polls
   uint64_t timeout_ns;
   MailboxError* error;
 };
