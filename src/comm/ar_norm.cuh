@@ -16,6 +16,7 @@ template <int kRanks>
 __global__ void __launch_bounds__(kArNormMaxThreads) ar_norm_kernel(ArNormParams p) {
   using namespace lamport;
   __shared__ rownorm::RowSumShared shared;
+  rownorm::cluster_arrive_started();
   const int row = blockIdx.y;
   const int frags_per_cta = p.hidden / (8 * kArNormCtas);
   const bool active = static_cast<int>(threadIdx.x) < frags_per_cta;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cooperative_groups.h>
+#include <cuda/ptx>
 
 #include "comm/lamport_device.cuh"
 #include "tpdecode/ar_norm.hpp"
@@ -50,8 +51,15 @@ __device__ __forceinline__ float thread_squares(const Fragment& f) {
   return s;
 }
 
+// Why: a CTA may store into a peer CTA's shared memory only once that peer has
+// started (distributed shared memory rule). Every thread arrives on the cluster
+// barrier at kernel start (relaxed: it orders nothing) and cluster_row_sum waits on
+// it before its DSMEM stores; the pushes and polls in between hide the wait.
+__device__ __forceinline__ void cluster_arrive_started() { cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_relaxed); }
+
 // Steps 2-4: the row's total over the cluster, the same value in every thread.
-// Every thread of every CTA of the cluster must call it (it holds two barriers).
+// Every thread of every CTA of the cluster must call it, after
+// cluster_arrive_started() (it completes that barrier phase and holds one more).
 __device__ __forceinline__ float cluster_row_sum(float s, RowSumShared& sh) {
   namespace cg = cooperative_groups;
   const int lane = threadIdx.x % 32;
@@ -62,6 +70,7 @@ __device__ __forceinline__ float cluster_row_sum(float s, RowSumShared& sh) {
   __syncthreads();
   cg::cluster_group cluster = cg::this_cluster();
   const int me = static_cast<int>(cluster.block_rank());
+  cuda::ptx::barrier_cluster_wait();  // every peer CTA has started
   if (threadIdx.x == 0) {
     float cta = sh.warp[0];
     for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) cta = __fadd_rn(cta, sh.warp[w]);

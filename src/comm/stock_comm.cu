@@ -38,6 +38,7 @@ struct NormParams {
 __global__ void __launch_bounds__(rownorm::kMaxWarps * 32) add_rms_norm_kernel(NormParams p) {
   using namespace lamport;
   __shared__ rownorm::RowSumShared shared;
+  rownorm::cluster_arrive_started();
   const int frags_per_cta = p.hidden / (8 * kArNormCtas);
   const bool active = static_cast<int>(threadIdx.x) < frags_per_cta;
   const int frag = blockIdx.x * frags_per_cta + threadIdx.x;
