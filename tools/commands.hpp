@@ -8,6 +8,7 @@ namespace tpdecode::cli {
 void register_info(CLI::App& app);
 void register_bench_gemm(CLI::App& app);
 void register_bench_comm(CLI::App& app);
+void register_drafter(CLI::App& app);
 
 // The `bench` group (created by whichever benchmark registers first).
 inline CLI::App* bench_group(CLI::App& app) {

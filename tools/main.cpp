@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   tpdecode::cli::register_info(app);
   tpdecode::cli::register_bench_gemm(app);
   tpdecode::cli::register_bench_comm(app);
+  tpdecode::cli::register_drafter(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

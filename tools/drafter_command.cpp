@@ -1,0 +1,188 @@
+// tpdecode drafter: the main job. Builds the synthetic K3-DSpark-shaped drafter
+// (DESIGN.md section 1) on the visible GPUs and runs its decode step on the stock
+// path (cuBLAS + stock collectives + separate norms) and the specialised path
+// (DecodeGemm + DrafterComm + PDL): per-step time, breakdown, token agreement,
+// bitwise repeatability. Several GPUs: an NCCL team at that TP (one thread per
+// GPU). One GPU: a real TP 1 run and a local-team TP 8 run (8 ranks' work on one
+// GPU: it measures the protocol, not NVLink). No GPU: the CPU reference step of a
+// reduced configuration, with its math checked.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "drafter_run.hpp"
+#include "tpdecode/device_info.hpp"
+#include "tpdecode/drafter/cpu_checks.hpp"
+#include "tpdecode/error.hpp"
+#include "tpdecode/local_team.hpp"
+#include "tpdecode/nccl_team.hpp"
+
+namespace tpdecode::cli {
+namespace {
+
+struct Options {
+  std::vector<int> rows;  // default 1 7 14 28 56
+  int requests = 0;
+  int k = 7;
+  int layers = 5;
+  int replays = 30;
+  std::vector<int> local_tp;  // one GPU: team sizes to run (default 1 and 8)
+  std::string json;
+};
+
+struct TeamRun {
+  std::string team;  // e.g. "local TP 8 on one GPU"
+  int tp = 0;
+  std::string comm;  // which collectives the specialised path has
+  std::vector<DrafterRow> rows;
+  bool ranks_identical = true;  // NCCL team: every rank's logits hash equal, per row
+};
+
+int run_cpu(const Options& o) {
+  drafter::DrafterConfig c = drafter::DrafterConfig::reduced_cpu();
+  const int rows = o.requests > 0 ? o.requests * o.k : o.k;
+  fmt::print("tpdecode drafter: CPU reference step of a reduced configuration ({}), {} rows\n", c.describe(), rows);
+  bool all = true;
+  for (const drafter::CheckResult& r : drafter::check_cpu_reference(c, rows)) {
+    fmt::print("  {:<16} {}  {}\n", r.name, r.pass ? "ok  " : "FAIL", r.detail);
+    all &= r.pass;
+  }
+  fmt::print("{}\n", all ? "all checks hold" : "SOME CHECKS FAILED");
+  return all ? 0 : 1;
+}
+
+std::string ratio(double stock, double ours) { return ours > 0 ? fmt::format("{:.2f}x", stock / ours) : "-"; }
+
+void print_run(const TeamRun& t) {
+  fmt::print("\n{} (specialised collectives: {})\n", t.team, t.comm);
+  fmt::print("{:>4} {:>10} {:>10} {:>6} | {:>23} | {:>23} | {:>9} {:>9} {:>8} {:>6}\n", "M", "stock us", "spec us",
+             "ratio", "stock gemm/coll/other", "spec gemm/coll/other", "tokens", "near-tie", "max|dL|", "bitwise");
+  for (const DrafterRow& r : t.rows) {
+    const auto parts = [](const PathTimes& p) {
+      return fmt::format("{:.0f}/{:.0f}/{:.0f}", p.gemm_us, p.collective_us, p.other_us);
+    };
+    fmt::print("{:>4} {:>10.1f} {:>10.1f} {:>6} | {:>23} | {:>23} | {:>4}/{:<4} {:>9} {:>8.4f} {:>6}\n", r.m,
+               r.stock.step_us, r.specialised.step_us, ratio(r.stock.step_us, r.specialised.step_us), parts(r.stock),
+               parts(r.specialised), r.m - r.token_disagreements, r.m,
+               fmt::format("{}/{}", r.disagreements_near_tie, r.token_disagreements), r.max_logit_diff,
+               r.repeat_bitwise && r.ranks_identical ? "yes" : "NO");
+  }
+}
+
+nlohmann::json to_json(const PathTimes& p) {
+  return {{"step_us", p.step_us}, {"gemm_us", p.gemm_us}, {"collective_us", p.collective_us}, {"other_us", p.other_us}};
+}
+
+void write_json(const std::string& path, const std::vector<TeamRun>& runs, const drafter::DrafterConfig& c,
+                const std::string& device) {
+  nlohmann::json j;
+  j["device"] = device;
+  j["config"] = c.describe();
+  j["near_tie_ulps"] = kNearTieUlps;
+  for (const TeamRun& t : runs) {
+    nlohmann::json jt{{"team", t.team}, {"tp", t.tp}, {"collectives", t.comm}, {"rows", nlohmann::json::array()}};
+    for (const DrafterRow& r : t.rows)
+      jt["rows"].push_back({{"m", r.m},
+                            {"stock", to_json(r.stock)},
+                            {"specialised", to_json(r.specialised)},
+                            {"ratio", r.stock.step_us / r.specialised.step_us},
+                            {"token_disagreements", r.token_disagreements},
+                            {"disagreements_near_tie", r.disagreements_near_tie},
+                            {"max_logit_diff", r.max_logit_diff},
+                            {"repeat_bitwise", r.repeat_bitwise},
+                            {"ranks_identical", r.ranks_identical}});
+    j["runs"].push_back(jt);
+  }
+  std::ofstream(path) << j.dump(2) << "\n";
+}
+
+void run(const Options& o) {
+  std::string why;
+  const int gpus = visible_gpu_count(&why);
+  if (gpus == 0) {
+    fmt::print("tpdecode drafter: no GPU visible ({}); running the CPU reference step instead.\n", why);
+    const int rc = run_cpu(o);
+    if (rc != 0) throw Error("drafter: CPU reference checks failed");
+    return;
+  }
+  drafter::DrafterConfig config = drafter::DrafterConfig::reference();
+  config.layers = o.layers;
+  DrafterRunOptions ro;
+  ro.rows = o.rows.empty() ? std::vector<int>{1, 7, 14, 28, 56} : o.rows;
+  if (o.requests > 0) ro.rows.push_back(o.requests * o.k);
+  ro.replays = o.replays;
+  cudaDeviceProp prop{};
+  TPD_CUDA(cudaGetDeviceProperties(&prop, 0));
+  fmt::print("tpdecode drafter: {} ({}), {} GPU(s): {}\n", config.describe(), "synthetic K3-DSpark shapes", gpus,
+             prop.name);
+  std::vector<TeamRun> runs;
+  if (gpus >= 2) {
+    std::string nccl_why;
+    if (!nccl_team_available(&nccl_why)) throw Unavailable("drafter: several GPUs but no NCCL team: " + nccl_why);
+    int tp = 1;
+    while (tp * 2 <= std::min(gpus, 8)) tp *= 2;
+    std::vector<int> devices;
+    for (int d = 0; d < tp; ++d) devices.push_back(d);
+    TeamRun t{fmt::format("NCCL team, TP {} on {} GPUs", tp, tp), tp, "", {}, true};
+    std::mutex mu;
+    std::vector<std::vector<uint64_t>> hashes(static_cast<std::size_t>(tp));
+    NcclTeam::run_threads(devices, [&](NcclTeam& team) {
+      DrafterRunOptions mine = ro;
+      mine.verbose = team.rank() == 0;
+      std::string comm;
+      std::vector<DrafterRow> rows = measure_drafter(team, config, mine, &comm);
+      std::lock_guard<std::mutex> lock(mu);
+      for (const DrafterRow& r : rows) hashes[static_cast<std::size_t>(team.rank())].push_back(r.logits_hash);
+      if (team.rank() == 0) t.rows = rows, t.comm = comm;
+    });
+    for (std::size_t i = 0; i < t.rows.size(); ++i) {
+      bool same = true;
+      for (const auto& h : hashes) same &= h.at(i) == hashes[0].at(i);
+      t.rows[i].ranks_identical = same;
+    }
+    runs.push_back(t);
+  } else {
+    for (int tp : o.local_tp.empty() ? std::vector<int>{1, 8} : o.local_tp) {
+      LocalTeam team(tp);
+      TeamRun t{tp == 1 ? std::string("TP 1 on one GPU")
+                        : fmt::format("local team TP {} on one GPU (protocol cost, not NVLink)", tp),
+                tp, "", {}, true};
+      t.rows = measure_drafter(team, config, ro, &t.comm);
+      runs.push_back(t);
+    }
+  }
+  fmt::print("\nper-step medians of CUDA-graph replays ({} replays of 2 steps); breakdown: graphs of only the GEMMs,\n"
+             "only the collectives, only the other kernels, each timed alone; tokens: rows whose draft tokens agree;\n"
+             "near-tie: disagreements whose stock top-2 logits are within {} BF16 ulps; bitwise: specialised logits\n"
+             "identical run to run and on every rank\n",
+             ro.replays, kNearTieUlps);
+  for (const TeamRun& t : runs) print_run(t);
+  if (!o.json.empty()) write_json(o.json, runs, config, prop.name);
+}
+
+}  // namespace
+
+void register_drafter(CLI::App& app) {
+  auto o = std::make_shared<Options>();
+  const auto add = [&](CLI::App* cmd) {
+    cmd->add_option("--rows", o->rows, "rows per step M (repeatable; default 1 7 14 28 56)");
+    cmd->add_option("--requests", o->requests, "also run M = requests · k");
+    cmd->add_option("--k", o->k, "draft tokens per request")->capture_default_str();
+    cmd->add_option("--layers", o->layers, "draft layers")->capture_default_str()->check(CLI::Range(1, 64));
+    cmd->add_option("--replays", o->replays, "timed graph replays per measurement")->capture_default_str();
+    cmd->add_option("--local-tp", o->local_tp, "one GPU: local team sizes to run (repeatable; default 1 8)");
+    cmd->add_option("--json", o->json, "also write the results as JSON to this file");
+    cmd->callback([o] { run(*o); });
+  };
+  add(app.add_subcommand("drafter", "the main job: the drafter step, stock vs specialised (CPU reference without a GPU)"));
+  add(bench_group(app)->add_subcommand("drafter", "the drafter step (same as `tpdecode drafter`)"));
+}
+
+}  // namespace tpdecode::cli

@@ -1,0 +1,46 @@
+// One measurement of the drafter step on a team: per row count, both paths' step
+// times and breakdowns (graph replays), and the comparison of their outputs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tpdecode/drafter/config.hpp"
+#include "tpdecode/team.hpp"
+
+namespace tpdecode::cli {
+
+// Per-step medians of graph replays (two steps per graph, alternating parities).
+// gemm / collective / other: graphs holding only that kind of op, timed alone
+// (they overlap in the full step, so they need not add up to it).
+struct PathTimes {
+  double step_us = 0, gemm_us = 0, collective_us = 0, other_us = 0;
+};
+
+struct DrafterRow {
+  int m = 0;
+  PathTimes stock, specialised;
+  int token_disagreements = 0;  // rows whose draft tokens differ between the paths
+  int disagreements_near_tie = 0;  // of those, stock's top-2 gap within kNearTieUlps ulps
+  double max_logit_diff = 0;       // largest |stock - specialised| logit
+  bool repeat_bitwise = false;     // specialised logits: eager run == graph replay, bit for bit
+  bool ranks_identical = false;    // every driven rank's specialised logits identical
+  uint64_t logits_hash = 0;        // FNV-1a of the specialised logits (ranks of an NCCL team compare it)
+};
+
+// A disagreement counts as a near tie when the stock logits of the two tokens are
+// within this many BF16 ulps of the larger one.
+inline constexpr int kNearTieUlps = 4;
+
+struct DrafterRunOptions {
+  std::vector<int> rows;
+  int replays = 30;
+  bool verbose = true;  // progress on stderr
+};
+
+// Builds the drafter on `team` (collective) and measures every row count.
+std::vector<DrafterRow> measure_drafter(Team& team, const drafter::DrafterConfig& config,
+                                        const DrafterRunOptions& options, std::string* comm_note);
+
+}  // namespace tpdecode::cli
