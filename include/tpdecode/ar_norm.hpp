@@ -7,6 +7,9 @@
 // (the all-reduce contract), adds the residual in FP32 and rounds once (the new
 // residual), then normalises it: out = BF16(v · rstd · w), rstd = 1/sqrt(ss/H + eps).
 // The reader re-arms its slots; call sites alternate the mailbox's two parities.
+// Programmatic dependent launch: the weight loads before griddepcontrol.wait, no
+// mailbox store precedes it; dependents are triggered at once with one rank per GPU,
+// after the polls when ranks share a GPU (why: src/comm/ar_norm.cuh).
 //
 // Summation order of the row's sum of squares ss (the CPU reference,
 // reference/ar_norm.hpp, follows it exactly):
