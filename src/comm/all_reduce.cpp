@@ -37,6 +37,7 @@ void all_reduce(const RankContext& ctx, const Mailbox::View& box, const TensorVi
   p.row_bytes = static_cast<long>(box.row_bytes);
   p.timeout_ns = ctx.timeout_ns;
   p.error = ctx.error_device;
+  p.trigger_early = ctx.ranks_on_device == 1;
   launch_all_reduce(ctx, p, static_cast<int>(x.rows));
 }
 

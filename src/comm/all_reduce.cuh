@@ -16,7 +16,7 @@ __global__ void __launch_bounds__(kAllReduceThreads) all_reduce_kernel(AllReduce
   using namespace lamport;
   const int frag = blockIdx.x * kAllReduceThreads + threadIdx.x;
   const int row = blockIdx.y;
-  launch_dependents();
+  if (p.trigger_early) launch_dependents();
   wait_prerequisites();  // no mailbox store before the previous kernel completed
   if (frag >= p.frags) return;
   DeviceMemory mem(p.timeout_ns);
@@ -32,6 +32,9 @@ __global__ void __launch_bounds__(kAllReduceThreads) all_reduce_kernel(AllReduce
     record_timeout(p.error, p.rank, CommOp::kAllReduce, p.parity, missing, row, frag * 8);
     return;
   }
+  // Why late with several ranks on one GPU: see ar_norm.cuh (a dependent grid
+  // launched early could hold SM slots a peer's grid of this call still needs).
+  if (!p.trigger_early) launch_dependents();
   rearm<kRanks>(mem, slot_of);
   store_fragment(static_cast<Fragment*>(p.out) + static_cast<long>(row) * p.frags + frag, sum_rank_order<kRanks>(raw));
 }

@@ -17,6 +17,7 @@ struct AllReduceParams {
   long row_bytes;
   uint64_t timeout_ns;
   MailboxError* error;
+  bool trigger_early;  // launch dependents before the polls (one rank per GPU)
 };
 
 // CTAs of the kernel for a team of ctx.size that one device holds at once.
