@@ -19,6 +19,11 @@ namespace tpdecode {
 enum class GemmPath : uint8_t { kWarpSplitK, kCublas };
 const char* gemm_path_name(GemmPath p);  // "warp" / "cublas"
 
+enum class GemmDispatch : uint8_t {
+  kRule,    // the engine where the tactic rule expects it to beat cuBLAS (default)
+  kEngine,  // the engine wherever it can run (tests, benchmarks)
+};
+
 class DecodeGemm {
  public:
   // `weight`: [N, K] bf16 on the current device; it must outlive this object.
@@ -44,6 +49,7 @@ class DecodeGemm {
   void set_split(int m, int split);
 
   // The path run() takes now for m rows with contiguous 16-byte-aligned operands.
+  // An M the rule leaves to cuBLAS is still prepared (tactic() answers for it).
   GemmPath path(int m) const;
   // The path run() takes now for these operands (after the checks of run()).
   GemmPath path(const TensorView& x, const TensorView& out) const;
@@ -57,15 +63,18 @@ class DecodeGemm {
   // Programmatic dependent launch for the engine (default on): its weight prefetch
   // overlaps the previous kernel's tail.
   void set_pdl(bool on) { pdl_ = on; }
+  void set_dispatch(GemmDispatch d) { dispatch_ = d; }
 
  private:
   void check(const TensorView& x, const TensorView& out) const;
   bool engine_takes(const TensorView& x) const;
+  bool engine_for(int64_t m) const;  // prepared, and the dispatch picks the engine
 
   TensorView weight_;
   std::shared_ptr<CublasContext> cublas_;
   bool eligible_ = false;
   bool pdl_ = true;
+  GemmDispatch dispatch_ = GemmDispatch::kRule;
   int sms_ = 0;
   std::array<bool, kWarpMaxRows + 1> ready_{};
   std::array<GemmTactic, kWarpMaxRows + 1> tactics_{};

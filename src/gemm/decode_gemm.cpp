@@ -60,11 +60,16 @@ const GemmTactic& DecodeGemm::tactic(int m) const {
   return tactics_[m];
 }
 
-GemmPath DecodeGemm::path(int m) const { return prepared(m) ? GemmPath::kWarpSplitK : GemmPath::kCublas; }
+bool DecodeGemm::engine_for(int64_t m) const {
+  return m >= 1 && m <= kWarpMaxRows && ready_[m] &&
+         (dispatch_ == GemmDispatch::kEngine || tactics_[m].engine_preferred);
+}
+
+GemmPath DecodeGemm::path(int m) const { return engine_for(m) ? GemmPath::kWarpSplitK : GemmPath::kCublas; }
 
 GemmPath DecodeGemm::path(const TensorView& x, const TensorView& out) const {
   check(x, out);
-  return engine_takes(x) && prepared(static_cast<int>(x.rows)) ? GemmPath::kWarpSplitK : GemmPath::kCublas;
+  return engine_takes(x) && engine_for(x.rows) ? GemmPath::kWarpSplitK : GemmPath::kCublas;
 }
 
 void DecodeGemm::check(const TensorView& x, const TensorView& out) const {
@@ -79,13 +84,14 @@ GemmPath DecodeGemm::run(const TensorView& x, const TensorView& out, cudaStream_
   check(x, out);
   const int64_t m = x.rows;
   if (engine_takes(x) && !ready_[m] && !capturing(stream)) prepare(static_cast<int>(m), stream);
-  if (engine_takes(x) && ready_[m]) {
+  if (engine_takes(x) && engine_for(m)) {
     WarpSplitKParams p{};
     p.w = weight_.data;
     p.x = x.data;
     p.out = out.data;
     p.m = static_cast<int>(m);
     p.chunks = static_cast<int>(k() / kWarpChunkK);
+    p.n = n();
     p.k = k();
     p.out_stride = out.row_stride;
     launch_warp_splitk(p, tactics_[m], pdl_, stream);

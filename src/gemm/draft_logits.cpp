@@ -21,7 +21,10 @@ void draft_logits(DecodeGemm& head, const TensorView& hidden, const TensorView& 
   require(epilogue.vocab >= 1 && epilogue.vocab <= gathered.cols,
           fmt::format("draft_logits: vocab {} outside 1..{}", epilogue.vocab, gathered.cols));
   require(epilogue.soft_cap >= 0.0f, "draft_logits: negative soft cap");
-  require_rows(out, DType::kBF16, epilogue.vocab, "draft_logits out");
+  // Why: the epilogue writes single elements, so out's rows need no 16-byte alignment.
+  require(out.data != nullptr && out.dtype == DType::kBF16 && out.cols == epilogue.vocab &&
+              out.row_stride >= out.cols && reinterpret_cast<std::uintptr_t>(out.data) % 2 == 0,
+          fmt::format("draft_logits: out must be bf16 [{}, {}] ({})", m, epilogue.vocab, out.describe()));
   require(out.rows == m, fmt::format("draft_logits: out has {} rows, hidden has {}", out.rows, m));
 
   head.run(hidden, shard, stream);

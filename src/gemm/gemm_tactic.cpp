@@ -3,43 +3,44 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "tpdecode/error.hpp"
 
 namespace tpdecode {
 namespace {
 
-constexpr double kHbmBytesPerUs = 4.3e6;   // read ceiling measured on H200 (DESIGN.md section 2)
-constexpr double kLoadedLatencyUs = 2.0;   // one copy's round trip under a saturated HBM
-constexpr double kReduceUsPerDoubling = 0.25;
+// The model's constants, fitted to `tpdecode bench gemm --split 1|2|4|8` on an H200
+// (docs/performance.md): they rank the splits of the measured shapes within a few %.
+constexpr double kHbmBytesPerUs = 4.0e6;  // what the engine streams at best
+constexpr double kLoadedLatencyUs = 2.0;  // a copy's round trip under load (Little's law)
+constexpr double kLaunchUs = 2.0;         // launch, ring fill and drain
 constexpr int kSmemPerSm = 228 * 1024;
 constexpr int kSmemReservedPerCta = 1024;
+// Where the engine was measured ahead of cuBLAS: M <= 8, long K (K >= 4096) split
+// over a cluster (few 64-row blocks: cuBLAS leaves SMs idle there).
+constexpr int64_t kPreferMinK = 4096;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Why: a cluster rank whose warps have no chunk would only add a reduction step;
-// without a split, idle warps (K < 512) simply contribute zeros.
-bool split_legal(int64_t k, int split) {
-  return split == 1 || k / kWarpChunkK >= static_cast<int64_t>(split) * kWarpWarps;
-}
+// Why: a cluster rank with fewer than two chunks would add a reduction step for
+// almost no stream.
+bool split_legal(int64_t k, int split) { return split == 1 || k / kWarpChunkK >= 2 * static_cast<int64_t>(split); }
 
 GemmTactic model(int64_t n, int64_t k, int m, int sms, int split) {
   GemmTactic t;
   t.token_tiles = warp_token_tiles(m);
   t.split = split;
-  t.tiles = n / 16;
-  t.ctas = t.tiles * split;
-  const int64_t chunks_per_warp = std::max<int64_t>(1, k / kWarpChunkK / (int64_t{split} * kWarpWarps));
-  const int64_t depth = std::min<int64_t>(kWarpStages - 1, chunks_per_warp);
-  const int64_t per_sm = ceil_div(t.ctas, sms);
-  const int64_t resident = std::min<int64_t>(warp_ctas_per_sm(t.token_tiles), per_sm);
-  const double cta_bytes = 16.0 * static_cast<double>(k / split) * 2.0;
-  const double in_flight = static_cast<double>(resident * kWarpWarps * depth * kWarpStageBytes);
-  const double sm_us = static_cast<double>(per_sm) * cta_bytes / (in_flight / kLoadedLatencyUs);
-  const double hbm_us = static_cast<double>(n) * static_cast<double>(k) * 2.0 / kHbmBytesPerUs;
-  int doublings = 0;
-  for (int s = split; s > 1; s /= 2) ++doublings;
-  t.predicted_us = std::max(hbm_us, sm_us) + kReduceUsPerDoubling * doublings;
+  t.blocks = ceil_div(n, kWarpCtaRows);
+  t.ctas = t.blocks * split;
+  const int64_t depth = std::min<int64_t>(kWarpStages - 1, k / kWarpChunkK / split);
+  const int64_t slots = int64_t{sms} * warp_ctas_per_sm(t.token_tiles);
+  const double in_flight = static_cast<double>(std::min(t.ctas, slots) * depth * kWarpWarps * kWarpStageBytes);
+  const double rate = std::min(kHbmBytesPerUs, in_flight / kLoadedLatencyUs);  // bytes per us
+  const double rounds = static_cast<double>(t.ctas) / static_cast<double>(slots);
+  const double quantization = rounds > 1 ? std::ceil(rounds) / rounds : 1.0;  // a partial last round
+  t.predicted_us = kLaunchUs + 2.0 * static_cast<double>(n) * static_cast<double>(k) / rate * quantization;
+  t.engine_preferred = m <= 8 && k >= kPreferMinK && split > 1;
   return t;
 }
 
@@ -52,7 +53,7 @@ bool warp_eligible(int64_t n, int64_t k) {
 
 bool warp_weight_ok(const TensorView& weight) {
   return weight.data != nullptr && weight.dtype == DType::kBF16 && weight.contiguous() && weight.aligned(16) &&
-         warp_eligible(weight.rows, weight.cols) && weight.rows / 16 <= 65535;
+         warp_eligible(weight.rows, weight.cols) && (weight.rows + kWarpCtaRows - 1) / kWarpCtaRows <= 65535;
 }
 
 // Why: the engine reads x in 16-byte pieces of contiguous rows; it writes out one
@@ -68,9 +69,10 @@ int warp_token_tiles(int m) {
 }
 
 int warp_smem_bytes(int token_tiles) {
-  const int ring = kWarpWarps * kWarpStages * kWarpStageBytes;       // [warps, stages, 8 pieces, 32 lanes] x 16 B
-  const int partials = kWarpWarps * 16 * 8 * token_tiles * 4;        // [warps, 16, 8 * tiles] f32
-  return ring + partials;
+  const int ring_w = kWarpStages * kWarpWarps * kWarpStageBytes;    // [stages, warps, 8 pieces, 32 lanes] x 16 B
+  const int ring_x = kWarpStages * 8 * token_tiles * kWarpChunkK * 2;  // [stages, 4, tokens, 4] x 16 B
+  const int partials = 8 * token_tiles * kWarpCtaRows * 4;          // [tokens, 64] f32
+  return ring_w + ring_x + partials;
 }
 
 int warp_ctas_per_sm(int token_tiles) { return kSmemPerSm / (warp_smem_bytes(token_tiles) + kSmemReservedPerCta); }
@@ -93,7 +95,8 @@ GemmTactic choose_tactic(int64_t n, int64_t k, int m, int sms) {
 }
 
 std::string GemmTactic::describe() const {
-  return fmt::format("tiles {} x split {}, {} token tile{}", tiles, split, token_tiles, token_tiles > 1 ? "s" : "");
+  return fmt::format("{} blocks x split {}, {} token tile{}{}", blocks, split, token_tiles, token_tiles > 1 ? "s" : "",
+                     engine_preferred ? "" : " (rule: cuBLAS)");
 }
 
 }  // namespace tpdecode

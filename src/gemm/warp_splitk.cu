@@ -25,7 +25,7 @@ void prepare_warp_splitk(int token_tiles) {
 
 void launch_warp_splitk(const WarpSplitKParams& p, const GemmTactic& t, bool pdl, cudaStream_t stream) {
   LaunchShape s;
-  s.grid = dim3(static_cast<unsigned>(t.split), static_cast<unsigned>(t.tiles));
+  s.grid = dim3(static_cast<unsigned>(t.split), static_cast<unsigned>(t.blocks));
   s.block = dim3(warp_splitk::kThreads);
   s.smem = static_cast<std::size_t>(warp_smem_bytes(t.token_tiles));
   s.cluster = t.split;

@@ -1,20 +1,23 @@
 // The warp split-K engine: out[M, N] = x[M, K] * W[N, K]^T for M <= 32.
 //
-// Grid (split, N / 16), clusters of `split` CTAs along x. A CTA owns one 16-row
-// tile of W and 1/split of K; its 4 warps each stream a contiguous K range of that
-// through a private 4-stage cp.async ring ([16, 128] bf16 per stage), and run
-// mma.sync m16n8k16 with W's rows on the 16-wide (A) side and the tokens on the
-// 8-wide (B) side. FP32 partials are summed in a fixed order: warps 0..3 in
-// shared memory, then cluster ranks 0..split-1 through distributed shared memory
-// by rank 0; one BF16 rounding. No atomics: bitwise identical from run to run.
+// Grid (split, ceil(N / 64)), clusters of `split` CTAs along x. A CTA owns 64
+// rows of W (one 16-row tile per warp) and 1/split of K, streamed in 128-column
+// chunks through a 4-stage cp.async ring: each warp copies its own [16, 128] W
+// slice, the CTA copies the [M, 128] activation slice once for its four warps
+// (so x is read from L2 once per 64 weight rows, not once per 16). mma.sync
+// m16n8k16 runs with W's rows on the 16-wide (A) side and the tokens on the
+// 8-wide (B) side. The split-K partials (FP32) are summed over cluster ranks
+// 0..split-1 in that order through distributed shared memory, each rank summing
+// 1/split of the outputs; one BF16 rounding. No atomics: bitwise identical from
+// run to run.
 //
 // K permutation. The MMA's dot product does not care in which order K is
-// visited, as long as A and B use the same order. Within a 128-column chunk,
-// thread (g = lane / 4, t = lane % 4) loads 16 bytes at columns 32 i + 8 t
-// (i = 0..3) of W rows g and g + 8 and of token g: exactly the A and B fragments
-// of two MMAs (i, h = 0, 1), with logical columns {2t, 2t+1, 2t+8, 2t+9} mapped
-// to physical 32 i + 8 t + 4 h + {0, 1, 2, 3}. So every thread reads back from
-// the ring only the bytes it copied itself: no ldmatrix, no barrier in the loop.
+// visited, as long as A and B use the same order. Within a chunk, thread
+// (g = lane / 4, t = lane % 4) takes the 16 bytes at columns 32 i + 8 t
+// (i = 0..3) of W rows g and g + 8 and of token g: the A and B fragments of two
+// MMAs (h = 0, 1), logical columns {2t, 2t+1, 2t+8, 2t+9} being physical
+// 32 i + 8 t + 4 h + {0, 1, 2, 3}. No ldmatrix, no shuffles: each thread reads
+// back from the ring the W bytes it copied itself.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -29,7 +32,8 @@ namespace tpdecode::warp_splitk {
 namespace cg = cooperative_groups;
 
 inline constexpr int kThreads = kWarpWarps * 32;
-inline constexpr int kPieces = 8;  // 16-byte copies per thread per stage: 2 rows x 4
+inline constexpr int kWPieces = 8;  // 16-byte W copies per thread per stage: 2 rows x 4
+inline constexpr int kMaxSplit = 8;  // cluster ranks (the portable cluster size)
 
 __device__ __forceinline__ uint64_t evict_first_policy() {
   uint64_t policy;
@@ -44,6 +48,11 @@ __device__ __forceinline__ void copy16_evict_first(void* smem, const void* globa
   asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2;" ::"r"(dst), "l"(global),
                "l"(policy)
                : "memory");
+}
+
+__device__ __forceinline__ void copy16(void* smem, const void* global) {
+  const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(global) : "memory");
 }
 
 __device__ __forceinline__ void commit_group() { asm volatile("cp.async.commit_group;" ::: "memory"); }
@@ -76,116 +85,137 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
 
 template <int kTiles>
 __global__ void __launch_bounds__(kThreads) warp_splitk_kernel(const WarpSplitKParams p) {
-  extern __shared__ __align__(16) uint8_t smem[];
-  uint4* ring = reinterpret_cast<uint4*>(smem);  // [warps, stages, pieces, 32 lanes] x 16 B
-  float* partials = reinterpret_cast<float*>(smem + kWarpWarps * kWarpStages * kWarpStageBytes);  // [warps, 8*tiles, 16] f32
   constexpr int kTokens = 8 * kTiles;
+  constexpr int kXPieces = kTokens * 16;  // 16-byte pieces of one [tokens, 128] x slice
+  extern __shared__ __align__(16) uint8_t smem[];
+  uint4* ring_w = reinterpret_cast<uint4*>(smem);               // [stages, warps, 8 pieces, 32 lanes] x 16 B
+  uint4* ring_x = ring_w + kWarpStages * kWarpWarps * kWPieces * 32;  // [stages, 4 i, tokens, 4 t] x 16 B
+  float* partials = reinterpret_cast<float*>(ring_x + kWarpStages * kXPieces);  // [tokens, 64 rows] f32
 
-  const int warp = static_cast<int>(threadIdx.x) / 32;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32;
+  const int lane = tid % 32;
   const int g = lane / 4;
   const int t = lane % 4;
   const int split = static_cast<int>(gridDim.x);
-  const int unit = static_cast<int>(blockIdx.x) * kWarpWarps + warp;  // this warp's K range among split * warps
-  const int units = split * kWarpWarps;
-  const int c_begin = static_cast<int>(static_cast<int64_t>(p.chunks) * unit / units);
-  const int count = static_cast<int>(static_cast<int64_t>(p.chunks) * (unit + 1) / units) - c_begin;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * 16;
+  const int rank = static_cast<int>(blockIdx.x);
+  const int c_begin = static_cast<int>(static_cast<int64_t>(p.chunks) * rank / split);
+  const int count = static_cast<int>(static_cast<int64_t>(p.chunks) * (rank + 1) / split) - c_begin;
+  const int64_t cta_row = static_cast<int64_t>(blockIdx.y) * kWarpCtaRows;
+  const int64_t tile_row = cta_row + 16 * warp;
+  const bool active = tile_row < p.n;  // the last CTA may hold fewer than 4 tiles
 
-  uint4* my_ring = ring + warp * kWarpStages * kPieces * 32 + lane;
   const auto* w = static_cast<const __nv_bfloat16*>(p.w);
-  const __nv_bfloat16* w_rows[2] = {w + (n0 + g) * p.k + 8 * t, w + (n0 + g + 8) * p.k + 8 * t};
+  const auto* x = static_cast<const __nv_bfloat16*>(p.x);
+  const __nv_bfloat16* w_rows[2] = {w + (tile_row + g) * p.k + 8 * t, w + (tile_row + g + 8) * p.k + 8 * t};
+  uint4* my_ring = ring_w + warp * kWPieces * 32 + lane;
   const uint64_t policy = evict_first_policy();
-  auto issue = [&](int c) {
+  auto slot_w = [&](int c) { return my_ring + (c % kWarpStages) * kWarpWarps * kWPieces * 32; };
+  auto slot_x = [&](int c) { return ring_x + (c % kWarpStages) * kXPieces; };
+  auto issue_w = [&](int c) {
+    if (!active) return;
     const int64_t kb = static_cast<int64_t>(c_begin + c) * kWarpChunkK;
-    uint4* slot = my_ring + (c % kWarpStages) * kPieces * 32;
+    uint4* s = slot_w(c);
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) copy16_evict_first(slot + (r * 4 + i) * 32, w_rows[r] + kb + 32 * i, policy);
+      for (int i = 0; i < 4; ++i) copy16_evict_first(s + (r * 4 + i) * 32, w_rows[r] + kb + 32 * i, policy);
+  };
+  auto issue_x = [&](int c) {  // rows >= m stay zero (set once below)
+    const int64_t kb = static_cast<int64_t>(c_begin + c) * kWarpChunkK;
+    uint4* s = slot_x(c);
+    for (int q = tid; q < p.m * 16; q += kThreads) {
+      const int token = q / 16;
+      const int col16 = q % 16;
+      copy16(s + ((col16 / 4) * kTokens + token) * 4 + col16 % 4, x + token * p.k + kb + 8 * col16);
+    }
   };
 
   // Why: the weights do not depend on the previous kernel, so their copies start
   // before the grid-dependency wait; the activations are read only after it.
 #pragma unroll
   for (int c = 0; c < kWarpStages - 1; ++c) {
-    if (c < count) issue(c);
+    if (c < count) issue_w(c);
     commit_group();
   }
+  for (int q = tid; q < kWarpStages * kXPieces; q += kThreads)
+    if ((q % kXPieces) / 4 % kTokens >= p.m) ring_x[q] = make_uint4(0, 0, 0, 0);
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  for (int c = 0; c < kWarpStages - 1 && c < count; ++c) issue_x(c);
+  commit_group();
 
-  const auto* x = static_cast<const __nv_bfloat16*>(p.x);
   float acc[kTiles][4] = {};
   for (int c = 0; c < count; ++c) {
-    const int64_t kb = static_cast<int64_t>(c_begin + c) * kWarpChunkK;
-    uint4 xs[kTiles][4];  // token 8 j + g, columns 32 i + 8 t
-#pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
-      const int token = 8 * j + g;
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        xs[j][i] = token < p.m ? __ldg(reinterpret_cast<const uint4*>(x + token * p.k + kb + 32 * i + 8 * t))
-                               : make_uint4(0, 0, 0, 0);
-    }
-    wait_group<kWarpStages - 2>();
-    const uint4* slot = my_ring + (c % kWarpStages) * kPieces * 32;
-    uint4 ws[2][4];  // rows g, g + 8
+    // Chunk c's copies: the prologue's (all awaited at c = 0) or the refill made at
+    // c - stages + 1, with at most stages - 2 younger groups.
+    if (c == 0)
+      wait_group<0>();
+    else
+      wait_group<kWarpStages - 2>();
+    __syncthreads();  // x copied by other threads; the slot refilled below is free
+    const uint4* sw = slot_w(c);
+    const uint4* sx = slot_x(c);
+    uint4 ws[2][4];  // rows g, g + 8; columns 32 i + 8 t
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) ws[r][i] = load_shared16(slot + (r * 4 + i) * 32);
-    // Refill the slot consumed in the previous iteration.
-    if (c + kWarpStages - 1 < count) issue(c + kWarpStages - 1);
+      for (int i = 0; i < 4; ++i) ws[r][i] = load_shared16(sw + (r * 4 + i) * 32);
+    if (c + kWarpStages - 1 < count) {
+      issue_w(c + kWarpStages - 1);
+      issue_x(c + kWarpStages - 1);
+    }
     commit_group();
+    if (!active) continue;
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+      for (int j = 0; j < kTiles; ++j) {
+        const uint4 xs = load_shared16(sx + (i * kTokens + 8 * j + g) * 4 + t);  // token 8 j + g
 #pragma unroll
-        for (int j = 0; j < kTiles; ++j)
+        for (int h = 0; h < 2; ++h)
           mma_bf16(acc[j], word(ws[0][i], 2 * h), word(ws[1][i], 2 * h), word(ws[0][i], 2 * h + 1),
-                   word(ws[1][i], 2 * h + 1), word(xs[j][i], 2 * h), word(xs[j][i], 2 * h + 1));
+                   word(ws[1][i], 2 * h + 1), word(xs, 2 * h), word(xs, 2 * h + 1));
+      }
   }
   wait_group<0>();
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 
-  // acc[j]: rows g (0, 1) and g + 8 (2, 3), tokens 8 j + 2 t (+1).
-  float* mine = partials + warp * kTokens * 16;
+  // acc[j]: rows g (0, 1) and g + 8 (2, 3) of this warp's tile, tokens 8 j + 2 t (+1).
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
     const int tok = 8 * j + 2 * t;
-    mine[tok * 16 + g] = acc[j][0];
-    mine[(tok + 1) * 16 + g] = acc[j][1];
-    mine[tok * 16 + g + 8] = acc[j][2];
-    mine[(tok + 1) * 16 + g + 8] = acc[j][3];
+    const int row = 16 * warp + g;
+    partials[tok * kWarpCtaRows + row] = acc[j][0];
+    partials[(tok + 1) * kWarpCtaRows + row] = acc[j][1];
+    partials[tok * kWarpCtaRows + row + 8] = acc[j][2];
+    partials[(tok + 1) * kWarpCtaRows + row + 8] = acc[j][3];
   }
-  __syncthreads();
-  // Fixed order: warps 0, 1, 2, 3 (into warp 0's slot), then ranks 0..split-1.
-  for (int e = static_cast<int>(threadIdx.x); e < kTokens * 16; e += kThreads) {
-    float s = partials[e];
-#pragma unroll
-    for (int v = 1; v < kWarpWarps; ++v) s += partials[v * kTokens * 16 + e];
-    partials[e] = s;
-  }
-  auto store = [&](int e, float v) {
-    const int tok = e / 16;
-    if (tok < p.m) static_cast<__nv_bfloat16*>(p.out)[tok * p.out_stride + n0 + e % 16] = __float2bfloat16_rn(v);
+  auto store = [&](int e, float v) {  // e = token * 64 + row: consecutive threads, consecutive columns
+    const int tok = e / kWarpCtaRows;
+    const int64_t col = cta_row + e % kWarpCtaRows;
+    if (tok < p.m && col < p.n) static_cast<__nv_bfloat16*>(p.out)[tok * p.out_stride + col] = __float2bfloat16_rn(v);
   };
   if (split == 1) {
     __syncthreads();
-    for (int e = static_cast<int>(threadIdx.x); e < kTokens * 16; e += kThreads) store(e, partials[e]);
+    for (int e = tid; e < kTokens * kWarpCtaRows; e += kThreads) store(e, partials[e]);
     return;
   }
+  // Every rank sums its 1/split of the outputs over ranks 0, 1, ..., split-1 in that
+  // order (reading its peers' partials through distributed shared memory).
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();
-  if (cluster.block_rank() == 0) {
-    for (int e = static_cast<int>(threadIdx.x); e < kTokens * 16; e += kThreads) {
-      float s = partials[e];
-      for (int r = 1; r < split; ++r) s += cluster.map_shared_rank(partials, r)[e];
-      store(e, s);
-    }
+  const int per_rank = kTokens * kWarpCtaRows / split;  // 2^k, split <= 8 divides it
+  for (int e = rank * per_rank + tid; e < (rank + 1) * per_rank; e += kThreads) {
+    float v[kMaxSplit];
+#pragma unroll
+    for (int r = 0; r < kMaxSplit; ++r) v[r] = r < split ? cluster.map_shared_rank(partials, r)[e] : 0.0f;
+    float sum = v[0];
+#pragma unroll
+    for (int r = 1; r < kMaxSplit; ++r)
+      if (r < split) sum += v[r];
+    store(e, sum);
   }
-  // Why: a rank's shared memory must stay alive until rank 0 has read it.
+  // Why: a rank's shared memory must stay alive until every peer has read it.
   cluster.sync();
 }
 

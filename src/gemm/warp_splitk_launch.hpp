@@ -16,6 +16,7 @@ struct WarpSplitKParams {
   void* out;           // [M, out_stride] bf16
   int m;
   int chunks;          // K / kWarpChunkK
+  int64_t n;
   int64_t k;
   int64_t out_stride;  // elements
 };

@@ -51,15 +51,24 @@ TEST(GemmRules, SeveralCtasFitOnAnSm) {
 }
 
 TEST(GemmRules, TacticOnReferenceShapes) {
-  // One tile per SM leaves too few bytes in flight: the rule splits K.
+  // 33 blocks of 64 rows on 132 SMs leave most SMs idle: the rule splits K.
   EXPECT_GT(choose_tactic(2112, 7168, 1, kH200Sms).split, 1);
-  // Many tiles per SM: no split needed.
+  // Several blocks per SM: no split needed.
   EXPECT_EQ(choose_tactic(20480, 7168, 8, kH200Sms).split, 1);
-  EXPECT_EQ(choose_tactic(36864, 7168, 16, kH200Sms).split, 1);
+  // 576 blocks are 1.45 rounds of 396 resident CTAs; split 2 makes 2.9 (measured best).
+  EXPECT_EQ(choose_tactic(36864, 7168, 1, kH200Sms).split, 2);
   const GemmTactic t = choose_tactic(4608, 7168, 32, kH200Sms);
   EXPECT_EQ(t.token_tiles, 4);
-  EXPECT_EQ(t.tiles, 288);
-  EXPECT_EQ(t.ctas, t.tiles * t.split);
+  EXPECT_EQ(t.blocks, 72);
+  EXPECT_EQ(t.ctas, t.blocks * t.split);
+}
+
+TEST(GemmRules, EnginePreferredOnlyWhereMeasuredAhead) {
+  EXPECT_TRUE(choose_tactic(2112, 7168, 1, kH200Sms).engine_preferred);    // fused_qkv_a, M 1
+  EXPECT_TRUE(choose_tactic(2112, 7168, 8, kH200Sms).engine_preferred);
+  EXPECT_FALSE(choose_tactic(2112, 7168, 9, kH200Sms).engine_preferred);   // two token tiles
+  EXPECT_FALSE(choose_tactic(7168, 1536, 1, kH200Sms).engine_preferred);   // short K
+  EXPECT_FALSE(choose_tactic(20480, 7168, 1, kH200Sms).engine_preferred);  // no split: cuBLAS fills the GPU too
 }
 
 TEST(GemmRules, TacticIsLegalAndNoWorseThanNoSplit) {
@@ -72,15 +81,15 @@ TEST(GemmRules, TacticIsLegalAndNoWorseThanNoSplit) {
     if (!warp_eligible(n, k)) continue;
     const GemmTactic t = choose_tactic(n, k, m, sms);
     EXPECT_TRUE(t.split == 1 || t.split == 2 || t.split == 4 || t.split == 8);
-    if (t.split > 1) EXPECT_GE(k / kWarpChunkK, int64_t{t.split} * kWarpWarps) << n << "x" << k;  // every warp has a chunk
-    EXPECT_EQ(t.ctas, n / 16 * t.split);
+    if (t.split > 1) EXPECT_GE(k / kWarpChunkK, 2 * int64_t{t.split}) << n << "x" << k;  // >= 2 chunks per rank
+    EXPECT_EQ(t.ctas, (n + kWarpCtaRows - 1) / kWarpCtaRows * t.split);
     EXPECT_LE(t.predicted_us, tactic_with_split(n, k, m, sms, 1).predicted_us) << n << "x" << k;
   }
 }
 
 TEST(GemmRules, ForcedSplitMustBeLegal) {
-  EXPECT_NO_THROW(tactic_with_split(7168, 1536, 4, kH200Sms, 2));        // 12 chunks over 8 warps
-  EXPECT_THROW(tactic_with_split(7168, 1536, 4, kH200Sms, 4), InvalidArgument);  // 16 warps, 12 chunks
+  EXPECT_NO_THROW(tactic_with_split(7168, 1536, 4, kH200Sms, 4));                // 12 chunks, 3 per rank
+  EXPECT_THROW(tactic_with_split(7168, 1536, 4, kH200Sms, 8), InvalidArgument);  // 1.5 chunks per rank
   EXPECT_THROW(tactic_with_split(7168, 7168, 4, kH200Sms, 3), InvalidArgument);
   EXPECT_THROW(tactic_with_split(7160, 7168, 4, kH200Sms, 1), InvalidArgument);  // not eligible
 }

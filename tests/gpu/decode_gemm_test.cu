@@ -126,6 +126,7 @@ std::vector<int> row_counts() {
 void check_shape(int64_t n, int64_t k, std::mt19937_64& rng, CublasContext& cublas, int repeats) {
   Problem p(n, k, rng);
   DecodeGemm gemm(p.weight());
+  gemm.set_dispatch(GemmDispatch::kEngine);
   for (int m : row_counts()) check_rows(p, gemm, cublas, m, m == 1 || m == 8 || m == 32 ? repeats : 1);
 }
 
@@ -172,6 +173,7 @@ TEST(DecodeGemm, EveryForcedSplitAgrees) {
   Problem p(2112, 7168, rng);
   CublasContext cublas;
   DecodeGemm gemm(p.weight());
+  gemm.set_dispatch(GemmDispatch::kEngine);
   for (int split : {1, 2, 4, 8})
     for (int m : {1, 13, 32}) {
       gemm.set_split(m, split);
@@ -185,6 +187,7 @@ TEST(DecodeGemm, GraphCaptureAndReplay) {
   std::mt19937_64 rng(test::fresh_seed());
   Problem p(4608, 7168, rng);
   DecodeGemm gemm(p.weight());
+  gemm.set_dispatch(GemmDispatch::kEngine);
   cudaStream_t stream;
   TPD_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const int m = 8;
@@ -290,10 +293,28 @@ TEST(DecodeGemm, BadInputIsRefused) {
   EXPECT_THROW(gemm.run(xv, TensorView::bf16(out.get(), 3, 512), nullptr), InvalidArgument);
   EXPECT_THROW(gemm.run(xv, TensorView::bf16(out.get(), 4, 500), nullptr), InvalidArgument);
   EXPECT_THROW(DecodeGemm(TensorView::bf16(nullptr, 16, 128)), InvalidArgument);
+  gemm.set_dispatch(GemmDispatch::kEngine);
   EXPECT_EQ(gemm.path(4), GemmPath::kCublas);
   gemm.prepare(4);
   EXPECT_EQ(gemm.path(4), GemmPath::kWarpSplitK);
   EXPECT_EQ(gemm.path(33), GemmPath::kCublas);
+}
+
+// The default dispatch takes the engine only where the tactic rule prefers it.
+TEST(DecodeGemm, RuleDispatchFollowsTheTactic) {
+  TPD_REQUIRE_GPU();
+  std::mt19937_64 rng(test::fresh_seed());
+  Problem p(2112, 7168, rng);
+  DecodeGemm gemm(p.weight());
+  for (int m : {1, 8, 16, 32}) {
+    DeviceBuffer out(static_cast<std::size_t>(m * p.n) * 2);
+    const GemmPath taken = gemm.run(p.rows(m), TensorView::bf16(out.get(), m, p.n), nullptr);
+    ASSERT_TRUE(gemm.prepared(m));
+    EXPECT_EQ(taken, gemm.tactic(m).engine_preferred ? GemmPath::kWarpSplitK : GemmPath::kCublas) << m;
+    EXPECT_EQ(taken, gemm.path(m)) << m;
+    TPD_CUDA(cudaDeviceSynchronize());
+    EXPECT_LT(p.error(out, m), 1e-2) << m;
+  }
 }
 
 }  // namespace
