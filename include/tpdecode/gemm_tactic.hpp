@@ -51,7 +51,7 @@ int warp_ctas_per_sm(int token_tiles);
 
 // The rule. For each split s in {1, 2, 4, 8} (s > 1 needs >= 2 chunks of 128
 // per cluster rank) it models
-//   in flight = min(CTAs, SMs * CTAs per SM) * (stages - 1) * 16 KB
+//   in flight = min(CTAs, SMs * CTAs per SM) * stages * 16 KB
 //   rate      = min(4.0 TB/s, in flight / 2 us)              (Little's law)
 //   time      = 2 us + N*K*2 / rate * ceil(rounds) / rounds,  rounds = CTAs / slots
 // and a larger split must win by 2 %. Few 64-row blocks (small N) leave SMs idle

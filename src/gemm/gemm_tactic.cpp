@@ -33,7 +33,7 @@ GemmTactic model(int64_t n, int64_t k, int m, int sms, int split) {
   t.split = split;
   t.blocks = ceil_div(n, kWarpCtaRows);
   t.ctas = t.blocks * split;
-  const int64_t depth = std::min<int64_t>(kWarpStages - 1, k / kWarpChunkK / split);
+  const int64_t depth = std::min<int64_t>(kWarpStages, k / kWarpChunkK / split);
   const int64_t slots = int64_t{sms} * warp_ctas_per_sm(t.token_tiles);
   const double in_flight = static_cast<double>(std::min(t.ctas, slots) * depth * kWarpWarps * kWarpStageBytes);
   const double rate = std::min(kHbmBytesPerUs, in_flight / kLoadedLatencyUs);  // bytes per us

@@ -2,9 +2,10 @@
 //
 // Grid (split, ceil(N / 64)), clusters of `split` CTAs along x. A CTA owns 64
 // rows of W (one 16-row tile per warp) and 1/split of K, streamed in 128-column
-// chunks through a 4-stage cp.async ring: each warp copies its own [16, 128] W
-// slice, the CTA copies the [M, 128] activation slice once for its four warps
-// (so x is read from L2 once per 64 weight rows, not once per 16). mma.sync
+// chunks through a 4-stage cp.async ring (all 4 in flight while a warp waits):
+// each warp copies its own [16, 128] W slice, the CTA copies the [M, 128]
+// activation slice once for its four warps (so x is read from L2 once per 64
+// weight rows, not once per 16). mma.sync
 // m16n8k16 runs with W's rows on the 16-wide (A) side and the tokens on the
 // 8-wide (B) side. The split-K partials (FP32) are summed over cluster ranks
 // 0..split-1 in that order through distributed shared memory, each rank summing
@@ -145,14 +146,26 @@ __global__ void __launch_bounds__(kThreads) warp_splitk_kernel(const WarpSplitKP
   commit_group();
 
   float acc[kTiles][4] = {};
+  static_assert(kWarpStages == 4, "the waits below count groups for a 4-stage ring");
   for (int c = 0; c < count; ++c) {
-    // Chunk c's copies: the prologue's (all awaited at c = 0) or the refill made at
-    // c - stages + 1, with at most stages - 2 younger groups.
+    // Why: the refill goes out before the wait, so all 4 stages are in flight while
+    // this warp waits for chunk c. Its slot, (c - 1) % 4, was read in iteration c - 1.
+    __syncthreads();
+    if (c + kWarpStages - 1 < count) {
+      issue_w(c + kWarpStages - 1);
+      issue_x(c + kWarpStages - 1);
+    }
+    commit_group();
+    // Groups so far: W 0, W 1, W 2, X 0-2 (prologue), then one per iteration. Chunk c
+    // is in the prologue (c <= 2: the X group is the 4th) or in iteration c - 3's
+    // group, with 3 younger ones.
     if (c == 0)
-      wait_group<0>();
+      wait_group<1>();
+    else if (c == 1)
+      wait_group<2>();
     else
-      wait_group<kWarpStages - 2>();
-    __syncthreads();  // x copied by other threads; the slot refilled below is free
+      wait_group<3>();
+    __syncthreads();  // chunk c's x, copied by other threads, is visible
     const uint4* sw = slot_w(c);
     const uint4* sx = slot_x(c);
     uint4 ws[2][4];  // rows g, g + 8; columns 32 i + 8 t
@@ -160,11 +173,6 @@ __global__ void __launch_bounds__(kThreads) warp_splitk_kernel(const WarpSplitKP
     for (int r = 0; r < 2; ++r)
 #pragma unroll
       for (int i = 0; i < 4; ++i) ws[r][i] = load_shared16(sw + (r * 4 + i) * 32);
-    if (c + kWarpStages - 1 < count) {
-      issue_w(c + kWarpStages - 1);
-      issue_x(c + kWarpStages - 1);
-    }
-    commit_group();
     if (!active) continue;
 #pragma unroll
     for (int i = 0; i < 4; ++i)
