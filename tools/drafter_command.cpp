@@ -122,7 +122,13 @@ void run(const Options& o) {
   TPD_CUDA(cudaGetDeviceProperties(&prop, 0));
   fmt::print("tpdecode drafter: {} ({}), {} GPU(s): {}\n", config.describe(), "synthetic K3-DSpark shapes", gpus,
              prop.name);
+  fmt::print("per-step medians of CUDA-graph replays ({} replays of 2 steps); breakdown: graphs of only the GEMMs,\n"
+             "only the collectives, only the other kernels, each timed alone; tokens: rows whose draft tokens agree;\n"
+             "near-tie: disagreements whose stock top-2 logits are within {} BF16 ulps; bitwise: specialised logits\n"
+             "identical run to run and on every rank\n",
+             ro.replays, kNearTieUlps);
   std::vector<TeamRun> runs;
+  bool failed = false;
   if (gpus >= 2) {
     std::string nccl_why;
     if (!nccl_team_available(&nccl_why)) throw Unavailable("drafter: several GPUs but no NCCL team: " + nccl_why);
@@ -137,7 +143,8 @@ void run(const Options& o) {
       DrafterRunOptions mine = ro;
       mine.verbose = team.rank() == 0;
       std::string comm;
-      std::vector<DrafterRow> rows = measure_drafter(team, config, mine, &comm);
+      std::vector<DrafterRow> rows;
+      measure_drafter(team, config, mine, rows, &comm);
       std::lock_guard<std::mutex> lock(mu);
       for (const DrafterRow& r : rows) hashes[static_cast<std::size_t>(team.rank())].push_back(r.logits_hash);
       if (team.rank() == 0) t.rows = rows, t.comm = comm;
@@ -147,24 +154,29 @@ void run(const Options& o) {
       for (const auto& h : hashes) same &= h.at(i) == hashes[0].at(i);
       t.rows[i].ranks_identical = same;
     }
+    print_run(t);
     runs.push_back(t);
   } else {
     for (int tp : o.local_tp.empty() ? std::vector<int>{1, 8} : o.local_tp) {
-      LocalTeam team(tp);
+      TeamOptions options;
+      options.pdl = tp == 1;  // ranks sharing a GPU: no PDL (gpu_step_ops.cpp says why)
       TeamRun t{tp == 1 ? std::string("TP 1 on one GPU")
                         : fmt::format("local team TP {} on one GPU (protocol cost, not NVLink)", tp),
                 tp, "", {}, true};
-      t.rows = measure_drafter(team, config, ro, &t.comm);
+      try {
+        LocalTeam team(tp, 0, options);
+        measure_drafter(team, config, ro, t.rows, &t.comm);
+      } catch (const Error& e) {
+        // Why go on: the other team size's results are still worth printing.
+        fmt::print("{}: FAILED: {}\n", t.team, e.what());
+        failed = true;
+      }
+      print_run(t);
       runs.push_back(t);
     }
   }
-  fmt::print("\nper-step medians of CUDA-graph replays ({} replays of 2 steps); breakdown: graphs of only the GEMMs,\n"
-             "only the collectives, only the other kernels, each timed alone; tokens: rows whose draft tokens agree;\n"
-             "near-tie: disagreements whose stock top-2 logits are within {} BF16 ulps; bitwise: specialised logits\n"
-             "identical run to run and on every rank\n",
-             ro.replays, kNearTieUlps);
-  for (const TeamRun& t : runs) print_run(t);
   if (!o.json.empty()) write_json(o.json, runs, config, prop.name);
+  if (failed) throw Error("drafter: a team run failed (see above)");
 }
 
 }  // namespace

@@ -53,17 +53,16 @@ std::vector<uint16_t> eager_logits(GpuDrafter& d, DrafterPath path, int m) {
 
 }  // namespace
 
-std::vector<DrafterRow> measure_drafter(Team& team, const drafter::DrafterConfig& config,
-                                        const DrafterRunOptions& o, std::string* comm_note) {
+void measure_drafter(Team& team, const drafter::DrafterConfig& config, const DrafterRunOptions& o,
+                     std::vector<DrafterRow>& rows, std::string* comm_note) {
   const auto say = [&](const std::string& s) {
     if (o.verbose) fmt::print(stderr, "drafter: {}\n", s);
   };
   say(fmt::format("building weights for TP {} ({}) ...", team.size(), team.describe()));
   GpuDrafter d(team, config, 64, say);
   if (comm_note) *comm_note = d.comm_refusal().empty() ? "DrafterComm" : "stock collectives: " + d.comm_refusal();
-  std::vector<DrafterRow> rows;
   for (int m : o.rows) {
-    say(fmt::format("M = {}: checking and timing both paths", m));
+    say(fmt::format("M = {}: eager steps of both paths, compared", m));
     d.prepare(m);
     DrafterRow r;
     r.m = m;
@@ -85,12 +84,12 @@ std::vector<DrafterRow> measure_drafter(Team& team, const drafter::DrafterConfig
       const float other = bf16::to_float(stock[row * vocab + static_cast<std::size_t>(spec_tokens[row])]);
       if (top - other <= kNearTieUlps * bf16_ulp(top)) ++r.disagreements_near_tie;
     }
+    say(fmt::format("M = {}: timing graphs of both paths", m));
     r.stock = time_path(d, DrafterPath::kStock, m, o.replays);
     r.specialised = time_path(d, DrafterPath::kSpecialised, m, o.replays);
     r.repeat_bitwise = d.logits(0, m) == spec;
     rows.push_back(r);
   }
-  return rows;
 }
 
 }  // namespace tpdecode::cli

@@ -39,8 +39,9 @@ struct DrafterRunOptions {
   bool verbose = true;  // progress on stderr
 };
 
-// Builds the drafter on `team` (collective) and measures every row count.
-std::vector<DrafterRow> measure_drafter(Team& team, const drafter::DrafterConfig& config,
-                                        const DrafterRunOptions& options, std::string* comm_note);
+// Builds the drafter on `team` (collective) and measures every row count, appending
+// each row to `rows` as it completes (a failure keeps the rows measured before it).
+void measure_drafter(Team& team, const drafter::DrafterConfig& config, const DrafterRunOptions& options,
+                     std::vector<DrafterRow>& rows, std::string* comm_note);
 
 }  // namespace tpdecode::cli

@@ -11,20 +11,35 @@ namespace tpdecode::drafter {
 GpuStepOps::GpuStepOps(const DrafterConfig& config, const RankShapes& shapes,
                        const std::vector<std::unique_ptr<GpuRank>>& ranks, DrafterComm* comm, StockComm* stock,
                        DrafterPath path, int m)
-    : config_(config), shapes_(shapes), ranks_(ranks), comm_(comm), stock_(stock), path_(path), m_(m) {}
+    : config_(config), shapes_(shapes), ranks_(ranks), comm_(comm), stock_(stock), path_(path), m_(m),
+      shared_gpu_(ranks.at(0)->ctx.ranks_on_device > 1) {}
+
+bool GpuStepOps::pdl() const {
+  // Why off when ranks share a GPU (the local team): with it, specialised steps timed
+  // out at local TP 4 and 8 (measured). Our reading: a kernel launched early holds
+  // SMs while it waits at griddepcontrol.wait, outside the collectives' co-residency
+  // accounting, so a peer rank's kernel can be starved while a collective spins on
+  // it. Where each rank has its own GPU (TP 1, the NCCL team) PDL stays on.
+  return specialised() && !shared_gpu_;
+}
 
 void GpuStepOps::embed(const Slice& out) {
+  const bool pdl = this->pdl();
   for (const auto& r : ranks_)
     launch_embed(r->ctx.stream, static_cast<const int32_t*>(r->tokens_in.get()), r->weight({Tensor::kEmbedding, 0}),
-                 r->vocab0, r->view(out, m_), specialised());
+                 r->vocab0, r->view(out, m_), pdl);
 }
 
 void GpuStepOps::gemm(WeightId weight, const Slice& x, const Slice& out) {
+  const bool pdl = this->pdl();
   for (const auto& r : ranks_) {
-    if (specialised())
-      r->gemms.at(weight.key())->run(r->view(x, m_), r->view(out, m_), r->ctx.stream);
-    else
+    if (specialised()) {
+      DecodeGemm& g = *r->gemms.at(weight.key());
+      g.set_pdl(pdl);
+      g.run(r->view(x, m_), r->view(out, m_), r->ctx.stream);
+    } else {
       r->cublas->gemm(r->view(x, m_), r->weight(weight), r->view(out, m_), r->ctx.stream);
+    }
   }
 }
 
@@ -55,11 +70,13 @@ void GpuStepOps::ar_norm(const Slice& partial, bool first, WeightId norm, const 
 }
 
 void GpuStepOps::rms_norm(const Slice& x, WeightId norm, const Slice& out) {
+  const bool pdl = this->pdl();
   for (const auto& r : ranks_)
-    launch_rms_norm(r->ctx.stream, r->view(x, m_), r->weight(norm).data, config_.eps, r->view(out, m_), specialised());
+    launch_rms_norm(r->ctx.stream, r->view(x, m_), r->weight(norm).data, config_.eps, r->view(out, m_), pdl);
 }
 
 void GpuStepOps::attention(const Slice& q, const Slice& kv, const Slice& k_rope, const Slice& out) {
+  const bool pdl = this->pdl();
   for (const auto& r : ranks_) {
     AttentionShape a;
     a.heads = static_cast<int>(shapes_.heads);
@@ -68,13 +85,13 @@ void GpuStepOps::attention(const Slice& q, const Slice& kv, const Slice& k_rope,
     a.rope = static_cast<int>(config_.rope);
     a.v_head = static_cast<int>(config_.v_head);
     a.kv_lora = static_cast<int>(config_.kv_lora);
-    launch_attention(r->ctx.stream, r->view(q, m_), r->view(kv, m_), r->view(k_rope, m_), r->view(out, m_), a,
-                     specialised());
+    launch_attention(r->ctx.stream, r->view(q, m_), r->view(kv, m_), r->view(k_rope, m_), r->view(out, m_), a, pdl);
   }
 }
 
 void GpuStepOps::silu_mul(const Slice& gate_up, const Slice& out) {
-  for (const auto& r : ranks_) launch_silu_mul(r->ctx.stream, r->view(gate_up, m_), r->view(out, m_), specialised());
+  const bool pdl = this->pdl();
+  for (const auto& r : ranks_) launch_silu_mul(r->ctx.stream, r->view(gate_up, m_), r->view(out, m_), pdl);
 }
 
 void GpuStepOps::gather(GatherKind kind, const Slice& shard, const Slice& out, int parity) {
@@ -98,13 +115,15 @@ void GpuStepOps::gather(GatherKind kind, const Slice& shard, const Slice& out, i
 }
 
 void GpuStepOps::add(const Slice& a, const Slice& b, const Slice& out) {
+  const bool pdl = this->pdl();
   for (const auto& r : ranks_)
-    launch_add(r->ctx.stream, r->view(a, m_), r->view(b, m_), r->view(out, m_), specialised());
+    launch_add(r->ctx.stream, r->view(a, m_), r->view(b, m_), r->view(out, m_), pdl);
 }
 
 void GpuStepOps::argmax(const Slice& logits) {
+  const bool pdl = this->pdl();
   for (const auto& r : ranks_)
-    launch_argmax(r->ctx.stream, r->view(logits, m_), static_cast<int32_t*>(r->tokens_out.get()), specialised());
+    launch_argmax(r->ctx.stream, r->view(logits, m_), static_cast<int32_t*>(r->tokens_out.get()), pdl);
 }
 
 }  // namespace tpdecode::drafter

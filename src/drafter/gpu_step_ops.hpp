@@ -30,6 +30,8 @@ class GpuStepOps final : public StepOps {
 
  private:
   bool specialised() const { return path_ == DrafterPath::kSpecialised; }
+  // Whether our kernels and DecodeGemm launch with programmatic dependent launch.
+  bool pdl() const;
 
   const DrafterConfig& config_;
   const RankShapes& shapes_;
@@ -38,6 +40,7 @@ class GpuStepOps final : public StepOps {
   StockComm* stock_;
   DrafterPath path_;
   int m_;
+  bool shared_gpu_;  // several ranks' kernels on one GPU (the local team)
 };
 
 }  // namespace tpdecode::drafter

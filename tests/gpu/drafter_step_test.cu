@@ -81,7 +81,9 @@ TEST_P(DrafterStepGpu, SpecialisedMatchesStockRepeatsAndReference) {
   const int tp = GetParam();
   const int m = rows_under_test();
   const DrafterConfig c = DrafterConfig::reduced_gpu();
-  LocalTeam team(tp);
+  TeamOptions options;
+  options.pdl = tp == 1;  // ranks sharing a GPU: no PDL (src/drafter/gpu_step_ops.cpp)
+  LocalTeam team(tp, 0, options);
   GpuDrafter d(team, c, 64);
   d.prepare(m);
   const auto vocab = static_cast<std::size_t>(c.vocab);

@@ -5,7 +5,8 @@
 //    their separate norm kernel; no programmatic dependent launch in our kernels.
 //  - specialised: DecodeGemm (warp split-K, cuBLAS where it does not take the
 //    shape), DrafterComm (ArNorm, Gather; StockComm where not served), programmatic
-//    dependent launch between kernels.
+//    dependent launch between kernels where each rank has its own GPU (off on the
+//    local team, whose ranks share one: src/drafter/gpu_step_ops.cpp says why).
 // At TP 1 both paths run the all-reduce as its RMSNorm alone (the separate
 // add-RMSNorm kernel) and have no gathers: they differ in the GEMMs and PDL.
 #pragma once
