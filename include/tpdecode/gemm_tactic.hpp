@@ -52,13 +52,13 @@ int warp_ctas_per_sm(int token_tiles);
 // The rule. For each split s in {1, 2, 4, 8} (s > 1 needs >= 2 chunks of 128
 // per cluster rank) it models
 //   in flight = min(CTAs, SMs * CTAs per SM) * stages * 16 KB
-//   rate      = min(4.0 TB/s, in flight / 2 us)              (Little's law)
-//   time      = 2 us + N*K*2 / rate * ceil(rounds) / rounds,  rounds = CTAs / slots
+//   rate      = min(4.0 TB/s, in flight / 2.5 us)            (Little's law)
+//   time      = 1 us + N*K*2 / rate * ceil(rounds) / rounds,  rounds = CTAs / slots
 // and a larger split must win by 2 %. Few 64-row blocks (small N) leave SMs idle
 // or short of copies in flight: a K split across a cluster fills them; too many
 // CTAs leave a partial last round. The constants are fitted to measurements.
-// engine_preferred: M <= 8, K >= 4096 and a split > 1 -- the measured cases where
-// the engine beats cuBLAS; elsewhere the dispatch keeps cuBLAS.
+// engine_preferred: M <= 8, fewer 64-row blocks than SMs and 4096 <= K <= 8192 --
+// where the engine was measured ahead of cuBLAS; elsewhere the dispatch keeps cuBLAS.
 GemmTactic choose_tactic(int64_t n, int64_t k, int m, int sms);
 // The rule's tactic with the split forced (benchmarks, tests); split must be legal.
 GemmTactic tactic_with_split(int64_t n, int64_t k, int m, int sms, int split);
