@@ -11,8 +11,8 @@ namespace tpdecode {
 namespace {
 
 // The model's constants, fitted to `tpdecode bench gemm --split 1|2|4|8` on an H200
-// (docs/performance.md): over the 20 measured (shape, M <= 8) cases the rule's
-// split is 1.3 % slower than the best split in total.
+// (docs/performance.md): the rule's split is the fastest in 19 of the 20 measured
+// (shape, M <= 8) cases and 1.3 % slower than the best in the other.
 constexpr double kHbmBytesPerUs = 4.0e6;  // what the engine streams at best
 constexpr double kLoadedLatencyUs = 2.5;  // a copy's round trip under load (Little's law)
 constexpr double kLaunchUs = 1.0;         // launch, ring fill and drain
