@@ -1,7 +1,9 @@
-// DecodeGemm: out[M, N] = x[M, K] * W[N, K]^T for one linear's weight, on the warp
-// split-K engine for 1 <= M <= 32 (eligible shapes, prepared M) and on cuBLAS for
-// everything else. BF16 operands, FP32 accumulation, one BF16 rounding; the
-// engine's result is bitwise identical from run to run.
+// DecodeGemm: out[M, N] = x[M, K] * W[N, K]^T for one linear's weight. The warp
+// split-K engine runs eligible shapes with 1 <= M <= 32 once M is prepared, where
+// the tactic rule expects it to beat cuBLAS (GemmTactic::engine_preferred; or
+// everywhere with GemmDispatch::kEngine); cuBLAS runs everything else. BF16
+// operands, FP32 accumulation, one BF16 rounding; the engine's result is bitwise
+// identical from run to run (cuBLAS's is not promised to be).
 #pragma once
 
 #include <cuda_runtime_api.h>

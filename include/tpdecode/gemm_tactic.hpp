@@ -32,7 +32,7 @@ struct GemmTactic {
   int64_t ctas = 0;     // blocks * split
   double predicted_us = 0;  // the rule's time model (see choose_tactic)
   bool engine_preferred = false;  // the rule expects the engine to beat cuBLAS here
-  std::string describe() const;  // e.g. "33 blocks x split 4, 1 token tile"
+  std::string describe() const;  // e.g. "33 blocks x split 8, 1 token tile"
 };
 
 // Engine constants the rule needs (fixed by the kernel).
