@@ -61,7 +61,7 @@ int run_cpu(const Options& o) {
 std::string ratio(double stock, double ours) { return ours > 0 ? fmt::format("{:.2f}x", stock / ours) : "-"; }
 
 void print_run(const TeamRun& t) {
-  fmt::print("\n{} (specialised collectives: {})\n", t.team, t.comm);
+  fmt::print("\n{} (specialised path's collectives: {})\n", t.team, t.comm);
   fmt::print("{:>4} {:>10} {:>10} {:>6} | {:>23} | {:>23} | {:>9} {:>9} {:>8} {:>6}\n", "M", "stock us", "spec us",
              "ratio", "stock gemm/coll/other", "spec gemm/coll/other", "tokens", "near-tie", "max|dL|", "bitwise");
   for (const DrafterRow& r : t.rows) {

@@ -60,7 +60,10 @@ void measure_drafter(Team& team, const drafter::DrafterConfig& config, const Dra
   };
   say(fmt::format("building weights for TP {} ({}) ...", team.size(), team.describe()));
   GpuDrafter d(team, config, 64, say);
-  if (comm_note) *comm_note = d.comm_refusal().empty() ? "DrafterComm" : "stock collectives: " + d.comm_refusal();
+  if (comm_note)
+    *comm_note = team.size() == 1            ? "none at TP 1"
+                 : d.comm_refusal().empty() ? "DrafterComm where it serves the rows, else stock"
+                                            : "stock (" + d.comm_refusal() + ")";
   for (int m : o.rows) {
     say(fmt::format("M = {}: eager steps of both paths, compared", m));
     d.prepare(m);
