@@ -46,6 +46,7 @@ std::string shard_refusal(const DrafterConfig& c, int tp) {
   if (tp < 1) return fmt::format("team size {} is not positive", tp);
   if (c.layers < 1 || c.hidden < 8 || c.heads < 1 || c.context_layers < 1)
     return "layers, hidden, heads and context layers must be positive";
+  if (c.layers > 254) return "at most 254 layers (the weight hash keys a layer in 8 bits)";
   if (c.v_head != c.nope) return fmt::format("the attention stand-in needs v_head == nope ({} vs {})", c.v_head, c.nope);
   const auto split = [&](int64_t n, const char* what) -> std::string {
     if (n % tp != 0) return fmt::format("{} {} does not split over {} ranks", what, n, tp);

@@ -84,6 +84,30 @@ std::vector<CheckResult> check_cpu_reference(const DrafterConfig& c, int rows) {
   out.push_back({"lm_head by hand", logit_mismatch == 0, fmt::format("{} logits recomputed, {} differ", checked,
                                                                       logit_mismatch)});
 
+  // The attention stand-in of the last layer, recomputed from its inputs (step.hpp).
+  const std::vector<uint16_t>& q = ref.buffer(Buf::kQ);
+  const std::vector<uint16_t>& kv = ref.buffer(Buf::kKv);
+  const std::vector<uint16_t>& qkv_a = ref.buffer(Buf::kQkvA);
+  const std::vector<uint16_t>& attn = ref.buffer(Buf::kAttn);
+  const auto fq = [&](const std::vector<uint16_t>& b, int64_t cols, int64_t m, int64_t c) {
+    return bf16::to_float(b[static_cast<std::size_t>(m * cols + c)]);
+  };
+  int attn_mismatch = 0;
+  for (int m = 0; m < rows; ++m)
+    for (int64_t h = 0; h < c.heads; ++h) {
+      const int64_t qh = h * c.qk_head();
+      float s = 0.0f;
+      for (int64_t r = 0; r < c.rope; ++r)
+        s = std::fma(fq(q, c.heads * c.qk_head(), m, qh + c.nope + r), fq(qkv_a, c.qkv_a(), m, c.q_lora + c.kv_lora + r), s);
+      for (int64_t d = 0; d < c.v_head; ++d) {
+        const float v = std::fma(fq(q, c.heads * c.qk_head(), m, qh + d),
+                                 fq(kv, c.kv_lora, m, (h * c.v_head + d) % c.kv_lora), s / 8.0f);
+        attn_mismatch += bf16::from_float(v) != attn[static_cast<std::size_t>(m * c.heads * c.v_head + h * c.v_head + d)];
+      }
+    }
+  out.push_back({"attention", attn_mismatch == 0,
+                 fmt::format("{} stand-in outputs recomputed, {} differ", rows * c.heads * c.v_head, attn_mismatch)});
+
   // The context projection was added to the final hidden: head_in = BF16(hidden + context).
   const std::vector<uint16_t>& ctx = ref.buffer(Buf::kContext);
   bool add_ok = true;
