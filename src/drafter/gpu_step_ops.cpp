@@ -16,10 +16,12 @@ GpuStepOps::GpuStepOps(const DrafterConfig& config, const RankShapes& shapes,
 
 bool GpuStepOps::pdl() const {
   // Why off when ranks share a GPU (the local team): with it, specialised steps timed
-  // out at local TP 4 and 8 (measured). Our reading: a kernel launched early holds
-  // SMs while it waits at griddepcontrol.wait, outside the collectives' co-residency
-  // accounting, so a peer rank's kernel can be starved while a collective spins on
-  // it. Where each rank has its own GPU (TP 1, the NCCL team) PDL stays on.
+  // out at local TP 8 with 1 row and in the local TP 4 test with 28; without it, 1 and
+  // 7 rows ran at TP 8 (measured). Our reading, not proven: a kernel launched early
+  // holds SMs while it waits at griddepcontrol.wait, outside the collectives'
+  // co-residency accounting, so a peer rank's kernel can be starved while a
+  // collective spins on it. Where each rank has its own GPU (TP 1, the NCCL team)
+  // PDL stays on.
   return specialised() && !shared_gpu_;
 }
 
