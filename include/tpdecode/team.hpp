@@ -136,8 +136,16 @@ class Team {
 // `cluster` CTAs per cluster) that one device can hold at once.
 int resident_ctas(const void* kernel, int block, std::size_t smem, int cluster, int device);
 
-// Throws CapacityError unless `ctx.ranks_on_device` grids of `grid_ctas` CTAs each
-// fit on the device at once (spin-waiting CTAs of all ranks must be co-resident).
+// CTAs of `kernel` one rank may launch at once: the device's capacity shared by
+// the ctx.ranks_on_device ranks on it. Why the margin: for clusters on a shared GPU
+// (the local team) only half of that, because the occupancy query counts an empty
+// GPU with ideal GPC packing, while the ranks' clusters arrive at different times
+// around other kernels (local TP 8 ArNorm timed out at 14 rows of a 15-row rule).
+int coresident_ctas_per_rank(const RankContext& ctx, const void* kernel, int block, std::size_t smem,
+                             int cluster = 1);
+
+// Throws CapacityError unless a grid of `grid_ctas` CTAs fits the rank's budget
+// (coresident_ctas_per_rank): spin-waiting CTAs of all ranks must be co-resident.
 void require_coresident(const RankContext& ctx, const char* op, const void* kernel, long grid_ctas,
                         int block, std::size_t smem, int cluster = 1);
 

@@ -11,7 +11,7 @@ MailboxShape all_reduce_mailbox_shape(int team_size, int rows_cap, int64_t hidde
 
 int all_reduce_max_rows(const RankContext& ctx, int64_t hidden) {
   const int per_row = all_reduce_ctas_per_row(static_cast<int>(hidden / 8));
-  return all_reduce_resident_ctas(ctx) / (per_row * ctx.ranks_on_device);
+  return all_reduce_ctas_per_rank(ctx) / per_row;
 }
 
 void all_reduce(const RankContext& ctx, const Mailbox::View& box, const TensorView& x, const TensorView& out) {

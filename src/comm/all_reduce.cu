@@ -6,10 +6,10 @@ static_assert(tpdecode::kAllReduceThreads == 128, "all_reduce_ctas_per_row assum
 
 namespace tpdecode {
 
-int all_reduce_resident_ctas(const RankContext& ctx) {
+int all_reduce_ctas_per_rank(const RankContext& ctx) {
   return with_rank_count(ctx.size, [&](auto ranks) {
-    return resident_ctas(reinterpret_cast<const void*>(&all_reduce_kernel<decltype(ranks)::value>), kAllReduceThreads,
-                         0, 1, ctx.device);
+    return coresident_ctas_per_rank(ctx, reinterpret_cast<const void*>(&all_reduce_kernel<decltype(ranks)::value>),
+                                    kAllReduceThreads, 0);
   });
 }
 

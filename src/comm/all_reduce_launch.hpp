@@ -20,8 +20,8 @@ struct AllReduceParams {
   bool trigger_early;  // launch dependents before the polls (one rank per GPU)
 };
 
-// CTAs of the kernel for a team of ctx.size that one device holds at once.
-int all_reduce_resident_ctas(const RankContext& ctx);
+// CTAs of the kernel this rank may launch at once (coresident_ctas_per_rank).
+int all_reduce_ctas_per_rank(const RankContext& ctx);
 
 // CTAs of one row.
 inline int all_reduce_ctas_per_row(int frags) { return (frags + 127) / 128; }

@@ -15,9 +15,9 @@ const void* ar_norm_symbol() {
 
 int ar_norm_resident_rows(const RankContext& ctx, int hidden) {
   return with_rank_count(ctx.size, [&](auto ranks) {
-    const int ctas = resident_ctas(ar_norm_symbol<decltype(ranks)::value>(), ar_norm_threads(hidden), 0,
-                                   kArNormCtas, ctx.device);
-    return ctas / (kArNormCtas * ctx.ranks_on_device);
+    const int ctas = coresident_ctas_per_rank(ctx, ar_norm_symbol<decltype(ranks)::value>(), ar_norm_threads(hidden),
+                                              0, kArNormCtas);
+    return ctas / kArNormCtas;
   });
 }
 

@@ -111,7 +111,7 @@ DrafterComm::DrafterComm(Team& team, const DrafterCommConfig& config)
   limits_.vocab_shard = vocab_shard;
   limits_.ar_norm_resident_rows = std::min(config.rows_cap, ar_norm_max_resident_rows(ctx, config.hidden));
   limits_.gather_resident_rows =
-      std::min(std::max(config.rows_cap, config.context_rows_cap), gather_resident_ctas(ctx) / ctx.ranks_on_device);
+      std::min(std::max(config.rows_cap, config.context_rows_cap), gather_ctas_per_rank(ctx));
 }
 
 bool DrafterComm::ar_norm(int driven, const ArNormIo& io, int parity) {

@@ -13,9 +13,9 @@ const void* gather_symbol() {
 
 }  // namespace
 
-int gather_resident_ctas(const RankContext& ctx) {
+int gather_ctas_per_rank(const RankContext& ctx) {
   return with_rank_count(ctx.size, [&](auto ranks) {
-    return resident_ctas(gather_symbol<decltype(ranks)::value>(), kGatherThreads, 0, 1, ctx.device);
+    return coresident_ctas_per_rank(ctx, gather_symbol<decltype(ranks)::value>(), kGatherThreads, 0);
   });
 }
 

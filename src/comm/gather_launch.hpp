@@ -24,7 +24,7 @@ struct GatherParams {
 // Refuses (CapacityError) a grid the ranks on this GPU could not all hold.
 void launch_gather(const RankContext& ctx, const GatherParams& p, int rows);
 
-// CTAs of the gather kernel one GPU holds at once.
-int gather_resident_ctas(const RankContext& ctx);
+// CTAs of the gather kernel this rank may launch at once (coresident_ctas_per_rank).
+int gather_ctas_per_rank(const RankContext& ctx);
 
 }  // namespace tpdecode

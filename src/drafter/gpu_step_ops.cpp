@@ -25,14 +25,7 @@ bool GpuStepOps::pdl() const {
   return specialised() && !shared_gpu_;
 }
 
-bool GpuStepOps::offer_to_comm(int resident_rows) const {
-  // Why half the capacity when ranks share a GPU: the capacity rule counts an empty
-  // GPU with ideal cluster packing; inside the step, local-team graphs timed out at
-  // TP 8 with 14 rows against a capacity of 15 (measured), and served calls of 1 and
-  // 7 rows ran. Our reading: other grids' CTAs and GPC fragmentation leave less room
-  // than the rule assumes. The margin is a guard, not a measured bound.
-  return comm_ && specialised() && (!shared_gpu_ || 2 * m_ <= resident_rows);
-}
+bool GpuStepOps::offer_to_comm() const { return comm_ && specialised(); }
 
 void GpuStepOps::embed(const Slice& out) {
   const bool pdl = this->pdl();
@@ -71,7 +64,7 @@ void GpuStepOps::ar_norm(const Slice& partial, bool first, WeightId norm, const 
     for (std::size_t i = 0; i < ranks_.size(); ++i) launch_add_rms_norm(ranks_[i]->ctx.stream, io[i].x.data, io[i]);
     return;
   }
-  if (offer_to_comm(comm_ ? comm_->limits().ar_norm_resident_rows : 0) && comm_->ar_norm(0, io[0], parity)) {
+  if (offer_to_comm() && comm_->ar_norm(0, io[0], parity)) {
     for (std::size_t i = 1; i < ranks_.size(); ++i)
       require(comm_->ar_norm(static_cast<int>(i), io[i], parity),
               fmt::format("drafter: ar_norm served on driven rank 0 but not on {}", i));
@@ -117,7 +110,7 @@ void GpuStepOps::gather(GatherKind kind, const Slice& shard, const Slice& out, i
                                         : comm_->gather_logits(i, shards[static_cast<std::size_t>(i)],
                                                                outs[static_cast<std::size_t>(i)], parity);
   };
-  if (offer_to_comm(comm_ ? comm_->limits().gather_resident_rows : 0) && served(0)) {
+  if (offer_to_comm() && served(0)) {
     for (int i = 1; i < static_cast<int>(ranks_.size()); ++i)
       require(served(i), fmt::format("drafter: gather served on driven rank 0 but not on {}", i));
     return;

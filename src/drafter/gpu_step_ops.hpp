@@ -32,9 +32,9 @@ class GpuStepOps final : public StepOps {
   bool specialised() const { return path_ == DrafterPath::kSpecialised; }
   // Whether our kernels and DecodeGemm launch with programmatic dependent launch.
   bool pdl() const;
-  // Whether the step offers a collective of m rows to DrafterComm, whose served
-  // rule allows up to `resident_rows` rows on this GPU.
-  bool offer_to_comm(int resident_rows) const;
+  // Whether the step offers its collectives to DrafterComm (which may still say
+  // "not served": the stock collective runs then).
+  bool offer_to_comm() const;
 
   const DrafterConfig& config_;
   const RankShapes& shapes_;
