@@ -8,6 +8,8 @@
 
 namespace tpdecode {
 
+// The streams must belong to the calling thread's current device; several host
+// threads may fork and join at once (each uses its own events).
 // Every stream in `others` waits for the work enqueued so far on `origin`.
 void fork_streams(cudaStream_t origin, const std::vector<cudaStream_t>& others);
 // `origin` waits for the work enqueued so far on every stream in `others`.

@@ -1,29 +1,36 @@
 #include "tpdecode/streams.hpp"
 
-#include <mutex>
+#include <map>
+#include <utility>
 
 #include "tpdecode/error.hpp"
 
 namespace tpdecode {
 namespace {
 
-// A pool of events, made once per process (events may be re-recorded, also
-// during capture). Guarded: several host threads may fork at once.
+// Events made once per (host thread, device) and re-recorded, also during capture.
+// Why per thread and device: an event belongs to the device it was made on, and two
+// threads (the NCCL team's ranks) capturing at once must never record or wait on
+// the same event, or one capture would reach into the other.
 cudaEvent_t pooled_event(std::size_t i) {
-  static std::mutex m;
-  static std::vector<cudaEvent_t> events;
-  std::lock_guard<std::mutex> lock(m);
-  while (events.size() <= i) {
-    cudaEvent_t e;
-    TPD_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    events.push_back(e);
-  }
-  return events[i];
+  thread_local std::map<std::pair<int, std::size_t>, cudaEvent_t> events;
+  int device = 0;
+  TPD_CUDA(cudaGetDevice(&device));
+  cudaEvent_t& e = events[{device, i}];
+  if (!e) TPD_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  return e;
+}
+
+bool only(cudaStream_t origin, const std::vector<cudaStream_t>& others) {
+  for (cudaStream_t s : others)
+    if (s != origin) return false;
+  return true;
 }
 
 }  // namespace
 
 void fork_streams(cudaStream_t origin, const std::vector<cudaStream_t>& others) {
+  if (only(origin, others)) return;
   cudaEvent_t e = pooled_event(0);
   TPD_CUDA(cudaEventRecord(e, origin));
   for (cudaStream_t s : others)
