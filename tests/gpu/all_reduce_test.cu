@@ -3,7 +3,6 @@
 // co-residency refusal, timeout and reset.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <random>
 #include <vector>
@@ -12,7 +11,6 @@
 #include "tpdecode/all_reduce.hpp"
 #include "tpdecode/local_team.hpp"
 #include "tpdecode/reference/all_reduce.hpp"
-#include "tpdecode/streams.hpp"
 
 namespace tpdecode {
 namespace {
@@ -147,17 +145,9 @@ TEST(AllReduce, GraphCaptureAndReplay) {
   Mailbox box(team, all_reduce_mailbox_shape(kRanks, 64, kHidden));
   std::mt19937_64 rng(test::fresh_seed());
   Rows r = make_rows(kRanks, kRows, kHidden, rng);
-  std::vector<cudaStream_t> streams;
-  for (int i = 0; i < kRanks; ++i) streams.push_back(team.rank_context(i).stream);
-  cudaStream_t origin = streams[0];
-  cudaGraph_t graph;
-  TPD_CUDA(cudaStreamBeginCapture(origin, cudaStreamCaptureModeThreadLocal));
-  fork_streams(origin, streams);
-  for (int c = 0; c < kCallsPerGraph; ++c) launch_all_ranks(team, box, r, c % 2);
-  join_streams(origin, streams);
-  TPD_CUDA(cudaStreamEndCapture(origin, &graph));
-  cudaGraphExec_t exec;
-  TPD_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  test::TeamGraph graph(team, [&] {
+    for (int c = 0; c < kCallsPerGraph; ++c) launch_all_ranks(team, box, r, c % 2);
+  });
   for (int replay = 0; replay < 20; ++replay) {
     // Fresh data each replay, written into the captured input buffers.
     for (int k = 0; k < kRanks; ++k) {
@@ -166,13 +156,10 @@ TEST(AllReduce, GraphCaptureAndReplay) {
       test::poison(r.out[k]);
     }
     TPD_CUDA(cudaDeviceSynchronize());
-    TPD_CUDA(cudaGraphLaunch(exec, origin));
-    TPD_CUDA(cudaStreamSynchronize(origin));
+    graph.replay();
     team.check_errors();
     expect_reference(r, "graph replay");
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
 }
 
 TEST(AllReduce, AbsentRankTimesOutThenResetRecovers) {
@@ -184,21 +171,13 @@ TEST(AllReduce, AbsentRankTimesOutThenResetRecovers) {
   Mailbox box(team, all_reduce_mailbox_shape(kRanks, 8, kHidden));
   std::mt19937_64 rng(test::fresh_seed());
   Rows r = make_rows(kRanks, kRows, kHidden, rng);
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < kRanks - 1; ++i)  // rank 3 never arrives
-    all_reduce(team.rank_context(i), box.view(i, 0), TensorView::bf16(r.x[i].get(), kRows, kHidden),
-               TensorView::bf16(r.out[i].get(), kRows, kHidden));
-  team.synchronize();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_LT(seconds, 3.0) << "the waiting ranks did not give up near their 200 ms deadline";
-  EXPECT_TRUE(team.has_error());
-  try {
-    team.check_errors();
-    FAIL() << "no timeout was reported";
-  } catch (const TimeoutError& e) {
-    EXPECT_NE(std::string(e.what()).find("slot 3"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("all_reduce"), std::string::npos) << e.what();
-  }
+  test::expect_absent_rank_times_out(
+      team, kRanks - 1,
+      [&](int i) {
+        all_reduce(team.rank_context(i), box.view(i, 0), TensorView::bf16(r.x[i].get(), kRows, kHidden),
+                   TensorView::bf16(r.out[i].get(), kRows, kHidden));
+      },
+      "all_reduce");
   // A further call is refused until reset().
   EXPECT_THROW(launch_all_ranks(team, box, r, 1), TimeoutError);
   team.reset();

@@ -3,14 +3,12 @@
 // every rank; co-residency refusal; graph replay; timeout and reset.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <string>
 
 #include "gpu/comm_test_util.hpp"
 #include "tpdecode/all_reduce.hpp"
 #include "tpdecode/ar_norm.hpp"
 #include "tpdecode/local_team.hpp"
-#include "tpdecode/streams.hpp"
 
 namespace tpdecode {
 namespace {
@@ -112,15 +110,9 @@ TEST(ArNorm, GraphCaptureAndReplay) {
   Mailbox box(team, all_reduce_mailbox_shape(kRanks, 64, kHidden));
   std::mt19937_64 rng(test::fresh_seed());
   ArNormCase c = test::make_ar_norm_case(kRanks, kRows, kHidden, true, rng);
-  const std::vector<cudaStream_t> streams = test::rank_streams(team);
-  cudaGraph_t graph;
-  TPD_CUDA(cudaStreamBeginCapture(streams[0], cudaStreamCaptureModeThreadLocal));
-  fork_streams(streams[0], streams);
-  for (int call = 0; call < kCallsPerGraph; ++call) launch_all_ranks(team, box, c, call % 2);
-  join_streams(streams[0], streams);
-  TPD_CUDA(cudaStreamEndCapture(streams[0], &graph));
-  cudaGraphExec_t exec;
-  TPD_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  test::TeamGraph graph(team, [&] {
+    for (int call = 0; call < kCallsPerGraph; ++call) launch_all_ranks(team, box, c, call % 2);
+  });
   long exact = 0, total = 0;
   for (int replay = 0; replay < 20; ++replay) {
     const ArNormCase fresh = test::make_ar_norm_case(kRanks, kRows, kHidden, true, rng);
@@ -133,13 +125,10 @@ TEST(ArNorm, GraphCaptureAndReplay) {
       test::poison(c.res_out[k]);
     }
     TPD_CUDA(cudaDeviceSynchronize());
-    TPD_CUDA(cudaGraphLaunch(exec, streams[0]));
-    TPD_CUDA(cudaStreamSynchronize(streams[0]));
+    graph.replay();
     team.check_errors();
     expect_matches_reference(c, exact, total);
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
 }
 
 TEST(ArNorm, AbsentRankTimesOutThenResetRecovers) {
@@ -151,18 +140,8 @@ TEST(ArNorm, AbsentRankTimesOutThenResetRecovers) {
   Mailbox box(team, all_reduce_mailbox_shape(kRanks, 8, kHidden));
   std::mt19937_64 rng(test::fresh_seed());
   const ArNormCase c = test::make_ar_norm_case(kRanks, kRows, kHidden, true, rng);
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < kRanks - 1; ++i) ar_norm(team.rank_context(i), box.view(i, 1), c.io(i));  // rank 3 never arrives
-  team.synchronize();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_LT(seconds, 3.0) << "the waiting ranks did not give up near their 200 ms deadline";
-  try {
-    team.check_errors();
-    FAIL() << "no timeout was reported";
-  } catch (const TimeoutError& e) {
-    EXPECT_NE(std::string(e.what()).find("ar_norm"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("slot 3"), std::string::npos) << e.what();
-  }
+  test::expect_absent_rank_times_out(
+      team, kRanks - 1, [&](int i) { ar_norm(team.rank_context(i), box.view(i, 1), c.io(i)); }, "ar_norm");
   EXPECT_THROW(launch_all_ranks(team, box, c, 0), TimeoutError);
   team.reset();
   long exact = 0, total = 0;

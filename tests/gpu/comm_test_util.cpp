@@ -88,10 +88,4 @@ std::vector<uint32_t> random_words(std::size_t n, std::mt19937_64& rng) {
   return v;
 }
 
-std::vector<cudaStream_t> rank_streams(const Team& team) {
-  std::vector<cudaStream_t> s;
-  for (int i = 0; i < team.driven(); ++i) s.push_back(team.rank_context(i).stream);
-  return s;
-}
-
 }  // namespace tpdecode::test

@@ -47,6 +47,4 @@ ArNormCheck check_ar_norm(const ArNormCase& c);
 // Random 32-bit words with planted sentinel words.
 std::vector<uint32_t> random_words(std::size_t n, std::mt19937_64& rng);
 
-std::vector<cudaStream_t> rank_streams(const Team& team);
-
 }  // namespace tpdecode::test

@@ -2,14 +2,12 @@
 // every rank identical; in-place mode and re-arm; graph replay; timeout and reset.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <string>
 
 #include "gpu/comm_test_util.hpp"
 #include "tpdecode/gather.hpp"
 #include "tpdecode/local_team.hpp"
 #include "tpdecode/reference/gather.hpp"
-#include "tpdecode/streams.hpp"
 
 namespace tpdecode {
 namespace {
@@ -104,15 +102,9 @@ TEST(Gather, GraphCaptureAndReplay) {
   Mailbox box(team, gather_mailbox_shape(kRanks, 64, kWords * 4));
   std::mt19937_64 rng(test::fresh_seed());
   GatherCase c = make_case(kRanks, kRows, kWords, rng);
-  const std::vector<cudaStream_t> streams = test::rank_streams(team);
-  cudaGraph_t graph;
-  TPD_CUDA(cudaStreamBeginCapture(streams[0], cudaStreamCaptureModeThreadLocal));
-  fork_streams(streams[0], streams);
-  for (int call = 0; call < 4; ++call) launch_all_ranks(team, box, c, call % 2, GatherMode::kCopy);
-  join_streams(streams[0], streams);
-  TPD_CUDA(cudaStreamEndCapture(streams[0], &graph));
-  cudaGraphExec_t exec;
-  TPD_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  test::TeamGraph graph(team, [&] {
+    for (int call = 0; call < 4; ++call) launch_all_ranks(team, box, c, call % 2, GatherMode::kCopy);
+  });
   for (int replay = 0; replay < 20; ++replay) {
     for (int k = 0; k < kRanks; ++k) {
       c.host[k] = test::random_words(c.host[k].size(), rng);
@@ -120,13 +112,10 @@ TEST(Gather, GraphCaptureAndReplay) {
       test::poison(c.out[k]);
     }
     TPD_CUDA(cudaDeviceSynchronize());
-    TPD_CUDA(cudaGraphLaunch(exec, streams[0]));
-    TPD_CUDA(cudaStreamSynchronize(streams[0]));
+    graph.replay();
     team.check_errors();
     EXPECT_EQ(mismatched_ranks(c), 0) << "replay " << replay;
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
 }
 
 TEST(Gather, AbsentRankTimesOutThenResetRecovers) {
@@ -138,17 +127,13 @@ TEST(Gather, AbsentRankTimesOutThenResetRecovers) {
   Mailbox box(team, gather_mailbox_shape(kRanks, 8, kWords * 4));
   std::mt19937_64 rng(test::fresh_seed());
   const GatherCase c = make_case(kRanks, kRows, kWords, rng);
-  for (int i = 1; i < kRanks; ++i)  // rank 0 never arrives
-    gather(team.rank_context(i), box.view(i, 0), words_view(c.shard[i], kRows, kWords),
-           words_view(c.out[i], kRows, kWords * kRanks), GatherMode::kCopy);
-  team.synchronize();
-  try {
-    team.check_errors();
-    FAIL() << "no timeout was reported";
-  } catch (const TimeoutError& e) {
-    EXPECT_NE(std::string(e.what()).find("gather"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("slot 0"), std::string::npos) << e.what();
-  }
+  test::expect_absent_rank_times_out(
+      team, 0,
+      [&](int i) {
+        gather(team.rank_context(i), box.view(i, 0), words_view(c.shard[i], kRows, kWords),
+               words_view(c.out[i], kRows, kWords * kRanks), GatherMode::kCopy);
+      },
+      "gather");
   team.reset();
   for (int parity : {0, 1, 0}) {
     const GatherCase fresh = make_case(kRanks, kRows, kWords, rng);

@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <vector>
 
 #include "tpdecode/error.hpp"
+#include "tpdecode/team.hpp"
 
 namespace tpdecode::test {
 
@@ -64,6 +66,28 @@ std::vector<T> to_host(const DeviceBuffer& d, std::size_t n) {
 // output element is then detectable.
 void poison(DeviceBuffer& d, cudaStream_t stream = nullptr);
 inline constexpr uint16_t kPoison16 = 0xFFFF;
+
+// Launches `launch_rank(i)` for every rank of `team` but `absent`, waits, and
+// expects the others to give up within `limit_s` seconds with a TimeoutError that
+// names `op` and the absent rank's slot.
+void expect_absent_rank_times_out(Team& team, int absent, const std::function<void(int)>& launch_rank, const char* op,
+                                  double limit_s = 3.0);
+
+// A CUDA graph of work on every rank's stream of a team: captured on the first
+// rank's stream, forked to the others and joined back; replay() runs it and waits.
+class TeamGraph {
+ public:
+  TeamGraph(const Team& team, const std::function<void()>& enqueue);
+  ~TeamGraph();
+  TeamGraph(const TeamGraph&) = delete;
+  TeamGraph& operator=(const TeamGraph&) = delete;
+  void replay();
+
+ private:
+  cudaStream_t origin_ = nullptr;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
 
 // A seed that differs between runs (fresh random data) and is printed on failure.
 uint64_t fresh_seed();
