@@ -99,6 +99,14 @@ void NcclTeam::init(int device) {
 NcclTeam::~NcclTeam() {
   cudaSetDevice(device());
   cudaStreamSynchronize(rank_context(0).stream);
+  // Why: window deregistration and ncclCommDestroy wait for every rank; a rank that
+  // leaves by an exception (its peers may never get there) aborts its own
+  // communicator instead, so the failure is reported rather than hanging here.
+  if (owns_comm_ && std::uncaught_exceptions() > 0) {
+    ncclCommAbort(comm_);
+    owns_comm_ = false;
+    windows_.clear();  // the abort released the windows; the memory stays until exit
+  }
   release_all();
   cudaFree(barrier_word_);
   cudaStreamDestroy(rank_context(0).stream);
@@ -126,6 +134,7 @@ void NcclTeam::allocate_symmetric(std::size_t bytes, std::vector<void*>& local, 
 }
 
 void NcclTeam::free_symmetric(const std::vector<void*>& local) {
+  // A buffer not in windows_ belonged to an aborted communicator: left to the process.
   for (auto it = windows_.begin(); it != windows_.end(); ++it) {
     if (it->first != local[0]) continue;
     ncclCommWindowDeregister(comm_, static_cast<ncclWindow_t>(it->second));
