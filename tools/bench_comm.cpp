@@ -203,9 +203,13 @@ void measure(Team& team, const Options& o, bool record, std::vector<Row>& out) {
         if (r.refused.empty()) {
           enqueue_call(op, true, team, *comm, stock, w, rows, 0);  // eager warm-up outside the capture
           enqueue_call(op, true, team, *comm, stock, w, rows, 1);
+          // Why: the graph is captured on rank 0's stream only; every rank's warm-up
+          // (re-arms included) must be done before the first replay pushes again.
+          team.synchronize();
           r.ours_us = time_op(op, true, team, *comm, stock, w, rows, o).median_us;
         }
         enqueue_call(op, false, team, *comm, stock, w, rows, 0);
+        team.synchronize();
         r.stock_us = time_op(op, false, team, *comm, stock, w, rows, o).median_us;
         if (record) out.push_back(r);
       }

@@ -34,4 +34,9 @@ struct MailboxError {
 
 std::string describe(const MailboxError& e);
 
+// The record at `record` (host-mapped, written by a kernel), once complete: false
+// when no error was recorded. A record being written (flag 2) is waited for, at
+// most a few milliseconds, so its fields are never read half-written.
+bool read_error(const volatile MailboxError* record, MailboxError* out);
+
 }  // namespace tpdecode

@@ -3,7 +3,6 @@
 
 #include <fmt/format.h>
 
-#include <cstring>
 
 #include "tpdecode/error.hpp"
 #include "tpdecode/mailbox.hpp"
@@ -13,9 +12,7 @@ namespace tpdecode {
 
 // The rank is usable (no timeout pending) and the mailbox matches the team.
 inline void require_comm_ready(const RankContext& ctx, const Mailbox::View& box, const char* op) {
-  if (ctx.error_host && ctx.error_host->flag != 0) {
-    MailboxError e;
-    std::memcpy(&e, const_cast<const MailboxError*>(ctx.error_host), sizeof e);
+  if (MailboxError e; read_error(ctx.error_host, &e)) {
     throw TimeoutError(fmt::format("{}: an earlier collective timed out ({}); call reset() first", op, describe(e)));
   }
   require(ctx.rank >= 0 && ctx.rank < ctx.size, fmt::format("{}: rank {} outside team of {}", op, ctx.rank, ctx.size));

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+#include <thread>
+
 namespace tpdecode {
 
 const char* comm_op_name(CommOp op) {
@@ -15,6 +18,21 @@ const char* comm_op_name(CommOp op) {
     case CommOp::kProtocolTest: return "protocol_test";
   }
   return "unknown";
+}
+
+bool read_error(const volatile MailboxError* record, MailboxError* out) {
+  if (record == nullptr || record->flag == 0) return false;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+  while (record->flag != 1 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  out->flag = record->flag;
+  out->rank = record->rank;
+  out->op = record->op;
+  out->parity = record->parity;
+  out->slot = record->slot;
+  out->row = record->row;
+  out->column = record->column;
+  out->pad = 0;
+  return true;
 }
 
 std::string describe(const MailboxError& e) {

@@ -39,6 +39,8 @@ int64_t round16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
 GpuDrafter::GpuDrafter(Team& team, const DrafterConfig& config, int rows_cap, const Progress& progress)
     : team_(team), config_(config), shapes_(rank_shapes(config, team.size())), rows_cap_(rows_cap) {
   require(rows_cap >= 1 && rows_cap <= 64, fmt::format("drafter: rows_cap {} (1 .. 64)", rows_cap));
+  require(ar_norm_hidden_supported(config.hidden),
+          fmt::format("drafter: hidden {} (the norm kernels take 4096, 5120, 7168 or 8192)", config.hidden));
   const std::vector<WeightId> ids = all_weights(config);
   const std::vector<int32_t> tokens = step_tokens(config, rows_cap);
   for (int i = 0; i < team.driven(); ++i) {

@@ -16,7 +16,8 @@ void draft_logits(DecodeGemm& head, const TensorView& hidden, const TensorView& 
   require(gathered.row_stride >= gathered.cols, "draft_logits: gathered row stride below its columns");
   require(gathered.cols % head.n() == 0,
           fmt::format("draft_logits: gathered has {} columns, not a multiple of the shard's {}", gathered.cols, head.n()));
-  require(gather || gathered.data == shard.data,
+  require(gather || (gathered.data == shard.data && gathered.cols == shard.cols &&
+                     gathered.row_stride == shard.row_stride),
           "draft_logits: without a gather, `gathered` must be the shard itself (TP 1)");
   require(epilogue.vocab >= 1 && epilogue.vocab <= gathered.cols,
           fmt::format("draft_logits: vocab {} outside 1..{}", epilogue.vocab, gathered.cols));

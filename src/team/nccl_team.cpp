@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -22,7 +23,12 @@ void check_nccl(ncclResult_t r, const char* expr) {
 
 // Why: NVLink multicast can take a shared host's GPUs down; the peer-store
 // transport is the one we run. Set before any communicator exists, never unset.
-void keep_multicast_off() { setenv("NCCL_NVLS_ENABLE", "0", 1); }
+// Written only when not already "0": rank threads then never write the environment
+// while another reads it (run_threads sets it before starting them).
+void keep_multicast_off() {
+  const char* v = std::getenv("NCCL_NVLS_ENABLE");
+  if (v == nullptr || std::strcmp(v, "0") != 0) setenv("NCCL_NVLS_ENABLE", "0", 1);
+}
 
 int comm_size(ncclComm* comm) {
   require(comm != nullptr, "NcclTeam: null communicator");
@@ -71,7 +77,12 @@ NcclTeam::NcclTeam(const NcclUniqueId& id, int rank, int size, int device, const
   std::memcpy(&nid, id.data(), sizeof nid);
   TPD_NCCL(ncclCommInitRank(&comm_, size, nid, rank));
   owns_comm_ = true;
-  init(device);
+  try {
+    init(device);
+  } catch (...) {
+    ncclCommAbort(comm_);  // the destructor does not run for a failed constructor
+    throw;
+  }
 }
 
 void NcclTeam::init(int device) {
@@ -98,15 +109,16 @@ void NcclTeam::init(int device) {
 
 NcclTeam::~NcclTeam() {
   cudaSetDevice(device());
-  cudaStreamSynchronize(rank_context(0).stream);
-  // Why: window deregistration and ncclCommDestroy wait for every rank; a rank that
-  // leaves by an exception (its peers may never get there) aborts its own
-  // communicator instead, so the failure is reported rather than hanging here.
+  // Why: window deregistration and ncclCommDestroy wait for every rank, and an NCCL
+  // kernel in flight may wait on a peer that is gone; a rank that leaves by an
+  // exception aborts its own communicator first (which also ends its NCCL kernels),
+  // so the failure is reported rather than hanging here.
   if (owns_comm_ && std::uncaught_exceptions() > 0) {
     ncclCommAbort(comm_);
     owns_comm_ = false;
     windows_.clear();  // the abort released the windows; the memory stays until exit
   }
+  cudaStreamSynchronize(rank_context(0).stream);
   release_all();
   cudaFree(barrier_word_);
   cudaStreamDestroy(rank_context(0).stream);

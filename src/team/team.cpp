@@ -81,12 +81,8 @@ bool Team::has_error() const {
 }
 
 void Team::check_errors() const {
-  for (const RankContext& c : contexts_) {
-    if (c.error_host->flag == 0) continue;
-    MailboxError e;
-    std::memcpy(&e, const_cast<const MailboxError*>(c.error_host), sizeof e);
-    throw TimeoutError(tpdecode::describe(e));
-  }
+  for (const RankContext& c : contexts_)
+    if (MailboxError e; read_error(c.error_host, &e)) throw TimeoutError(tpdecode::describe(e));
 }
 
 void Team::synchronize() const {

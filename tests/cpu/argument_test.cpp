@@ -97,6 +97,18 @@ TEST(Arguments, PendingTimeoutBlocksTheNextCall) {
   EXPECT_NE(m.find("slot 0"), std::string::npos) << m;
 }
 
+TEST(Arguments, ErrorRecordIsReadOnlyWhenPresent) {
+  MailboxError record{};
+  MailboxError e{};
+  EXPECT_FALSE(read_error(&record, &e));
+  EXPECT_FALSE(read_error(nullptr, &e));
+  record.flag = 2;  // a kernel is still writing it: waited for briefly, then reported
+  record.slot = 5;
+  EXPECT_TRUE(read_error(&record, &e));
+  EXPECT_EQ(e.slot, 5);
+  EXPECT_EQ(e.flag, 2u);
+}
+
 TEST(Arguments, UnsupportedTeamSizes) {
   for (int n : {0, 3, 5, 6, 7, 12, 17, 32}) {
     EXPECT_THROW(LocalTeam team(n), InvalidArgument) << n;

@@ -34,21 +34,23 @@ TEST(NcclTeam, WindowPeerAddressesStockAndMailboxAllReduce) {
   std::vector<std::vector<uint16_t>> partials;
   for (int r = 0; r < ranks; ++r) partials.push_back(test::random_bf16(kRows * kHidden, rng));
   const std::vector<uint16_t> ref = reference::all_reduce(partials);
+  // EXPECT, not ASSERT, inside the rank threads: a rank that returned early would
+  // skip the collective calls its peers wait in.
   NcclTeam::run_threads(devices, [&](NcclTeam& team) {
     const int rank = team.rank();
     // A symmetric buffer filled with the word; the peer table's own entry is an
     // alias of the local buffer (NCCL's flat mapping): a write through one is seen
     // through the other.
     SymmetricBuffer b = team.allocate(4096, 0x12345678u);
-    for (int p = 0; p < ranks; ++p) ASSERT_NE(b.peers(0).base[p], nullptr);
+    for (int p = 0; p < ranks; ++p) EXPECT_NE(b.peers(0).base[p], nullptr);
     std::vector<uint32_t> words(1024);
     TPD_CUDA(cudaMemcpy(words.data(), b.peers(0).base[rank], 4096, cudaMemcpyDeviceToHost));
-    for (uint32_t w : words) ASSERT_EQ(w, 0x12345678u);
+    for (uint32_t w : words) EXPECT_EQ(w, 0x12345678u);
     const uint32_t mark = 0xC0FFEE00u + static_cast<uint32_t>(rank);
     TPD_CUDA(cudaMemcpy(b.local(0), &mark, 4, cudaMemcpyHostToDevice));
     uint32_t seen = 0;
     TPD_CUDA(cudaMemcpy(&seen, b.peers(0).base[rank], 4, cudaMemcpyDeviceToHost));
-    ASSERT_EQ(seen, mark);
+    EXPECT_EQ(seen, mark);
     team.reset();  // refills the word
     // The stock all-reduce on the same communicator.
     test::DeviceBuffer x = test::to_device(partials[static_cast<std::size_t>(rank)]);
