@@ -63,7 +63,8 @@ struct Options {
   std::vector<std::string> shapes;
   std::vector<int> ms = {1, 2, 4, 8, 16, 32, 64};
   int replays = 50;
-  int split = 0;  // 0: the tactic rule
+  int split = 0;   // 0: the tactic rule
+  int stages = 0;  // with split: the ring depth (0: the deepest that fits)
   std::string json;
 };
 
@@ -74,6 +75,7 @@ struct Row {
   std::string tactic;
   double engine_us = 0;    // the engine, forced (0: it cannot run this row)
   double cublas_us = 0;
+  double read_us = 0;      // a plain streaming read of the same weight copies
   double ours_us() const { return path == GemmPath::kWarpSplitK ? engine_us : cublas_us; }
 };
 
@@ -118,6 +120,7 @@ void bench_shape(const GemmShape& s, const Options& o, const Device& dev, cudaSt
   TPD_CUDA(cudaMalloc(&out, static_cast<std::size_t>(max_m * s.n) * 2));
   std::unique_ptr<void, decltype(&cudaFree)> out_guard(out, &cudaFree);
   fill_uniform_bf16(x, max_m * s.k, 7, 1.0f, stream);
+  const double read_us = bench::time_streaming_read(pool, bytes, copies, calls, o.replays, stream);
   for (int m : o.ms) {
     const TensorView xv = TensorView::bf16(x, m, s.k);
     const TensorView ov = TensorView::bf16(out, m, s.n);
@@ -125,14 +128,15 @@ void bench_shape(const GemmShape& s, const Options& o, const Device& dev, cudaSt
     for (auto& g : gemms) {
       if (engine && o.split) {
         try {
-          g->set_split(m, o.split);
-        } catch (const InvalidArgument&) {  // that split does not fit this K: the rule's tactic
+          g->set_split(m, o.split, o.stages);
+        } catch (const InvalidArgument&) {  // that split does not fit this K and M: the rule's tactic
         }
       }
       g->prepare(m, stream);
     }
     Row r{s, m, GemmPath::kCublas, ""};
-    if (engine) {
+    r.read_us = read_us;
+    if (engine && gemms[0]->tactic(m).runnable()) {
       const GemmTactic& t = gemms[0]->tactic(m);
       r.path = t.engine_preferred ? GemmPath::kWarpSplitK : GemmPath::kCublas;
       r.tactic = t.describe();
@@ -154,21 +158,22 @@ double tbps(double bytes, double us) { return bytes / (us * 1e6); }
 std::string us_or_dash(double us) { return us > 0 ? fmt::format("{:.2f}", us) : "-"; }
 
 void print_table(const std::vector<Row>& rows, const bench::ReadCeiling& ceiling) {
-  fmt::print("\n{:<5} {:<12} {:>6} {:>5} {:>7} {:>3} {:<6} {:>8} {:>8} {:>8} {:>5} {:>5} {:>5} {:>6} {:>6}  {}\n",
+  fmt::print("\n{:<5} {:<12} {:>6} {:>5} {:>7} {:>3} {:<6} {:>8} {:>8} {:>8} {:>5} {:>5} {:>5} {:>6} {:>6} {:>7} {:>5}  {}\n",
              "set", "linear", "N", "K", "MB", "M", "path", "ours us", "engine", "cuBLAS", "ratio", "TB/s", "%ceil",
-             "engTB/s", "cuTB/s", "tactic");
+             "engTB/s", "cuTB/s", "read us", "%read", "tactic");
   for (const Row& r : rows) {
     const double b = weight_bytes(r.shape);
     fmt::print("{:<5} {:<12} {:>6} {:>5} {:>7.1f} {:>3} {:<6} {:>8.2f} {:>8} {:>8.2f} {:>5.2f} {:>5.2f} {:>4.0f}% {:>6} "
-               "{:>6.2f}  {}\n",
+               "{:>6.2f} {:>7.2f} {:>4.0f}%  {}\n",
                r.shape.set, r.shape.name, r.shape.n, r.shape.k, b / 1e6, r.m, gemm_path_name(r.path), r.ours_us(),
                us_or_dash(r.engine_us), r.cublas_us, r.cublas_us / r.ours_us(), tbps(b, r.ours_us()),
                100.0 * tbps(b, r.ours_us()) / ceiling.tb_per_s,
-               r.engine_us > 0 ? fmt::format("{:.2f}", tbps(b, r.engine_us)) : "-", tbps(b, r.cublas_us), r.tactic);
+               r.engine_us > 0 ? fmt::format("{:.2f}", tbps(b, r.engine_us)) : "-", tbps(b, r.cublas_us), r.read_us,
+               100.0 * r.read_us / r.ours_us(), r.tactic);
   }
   fmt::print("\nours = the default dispatch's path (engine where the tactic rule prefers it, else cuBLAS); engine = "
-             "the engine forced; ratio = cuBLAS / ours; TB/s counts weight bytes once per call; read ceiling "
-             "{:.2f} TB/s ({:.1f} GB streamed in {:.1f} us).\n",
+             "the engine forced; ratio = cuBLAS / ours; TB/s counts weight bytes once per call; read us = a plain "
+             "streaming read of the same weight copies, %read = read us / ours us; read ceiling {:.2f} TB/s ({:.1f} GB streamed in {:.1f} us).\n",
              ceiling.tb_per_s, ceiling.bytes / 1e9, ceiling.median_us);
 }
 
@@ -191,6 +196,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const ben
                          {"ours_us", r.ours_us()},
                          {"engine_us", r.engine_us},
                          {"cublas_us", r.cublas_us},
+                         {"read_us", r.read_us},
                          {"ratio", r.cublas_us / r.ours_us()},
                          {"ours_tb_per_s", tbps(b, r.ours_us())},
                          {"engine_tb_per_s", r.engine_us > 0 ? tbps(b, r.engine_us) : 0.0},
@@ -237,6 +243,7 @@ void register_bench_gemm(CLI::App& app) {
   cmd->add_option("--m", o->ms, "rows per call (repeatable; default 1 2 4 8 16 32 64)");
   cmd->add_option("--replays", o->replays, "timed graph replays per measurement")->capture_default_str();
   cmd->add_option("--split", o->split, "force the engine's K split (1, 2, 4, 8) instead of the rule");
+  cmd->add_option("--stages", o->stages, "with --split: force the ring depth (4, 6, 8)");
   cmd->add_option("--json", o->json, "also write the rows as JSON to this file");
   cmd->callback([o] { run(*o); });
 }

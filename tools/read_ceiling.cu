@@ -30,12 +30,38 @@ __global__ void __launch_bounds__(kThreads) streaming_sum_kernel(const uint4* p,
   atomicAdd(partial + blockIdx.x % 64, s);
 }
 
-}  // namespace
-
-ReadCeiling measure_read_ceiling(std::size_t bytes, int replays, cudaStream_t stream) {
+void enqueue_streaming_sum(const void* buf, int64_t words, unsigned* partial, cudaStream_t stream) {
   int device = 0, sms = 0;
   TPD_CUDA(cudaGetDevice(&device));
   TPD_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  streaming_sum_kernel<<<static_cast<unsigned>(sms * 4), kThreads, 0, stream>>>(static_cast<const uint4*>(buf), words,
+                                                                               partial);
+  TPD_CUDA(cudaGetLastError());
+}
+
+}  // namespace
+
+double time_streaming_read(const void* base, std::size_t bytes, int copies, int calls, int replays,
+                           cudaStream_t stream) {
+  unsigned* partial = nullptr;  // [64]
+  TPD_CUDA(cudaMalloc(&partial, 64 * sizeof(unsigned)));
+  try {
+    const Timing t = time_graph(
+        stream,
+        [&](cudaStream_t s, int c) {
+          enqueue_streaming_sum(static_cast<const char*>(base) + bytes * static_cast<std::size_t>(c % copies),
+                                static_cast<int64_t>(bytes / 16), partial, s);
+        },
+        calls, replays);
+    TPD_CUDA(cudaFree(partial));
+    return t.median_us;
+  } catch (...) {
+    cudaFree(partial);
+    throw;
+  }
+}
+
+ReadCeiling measure_read_ceiling(std::size_t bytes, int replays, cudaStream_t stream) {
   const int64_t words = static_cast<int64_t>(bytes / 16);
   void* buf = nullptr;  // [words] x 16 B
   unsigned* partial = nullptr;  // [64]
@@ -46,11 +72,7 @@ ReadCeiling measure_read_ceiling(std::size_t bytes, int replays, cudaStream_t st
     fill_uniform_bf16(buf, words * 8, 1, 1.0f, stream);
     const Timing t = time_graph(
         stream,
-        [&](cudaStream_t s, int) {
-          streaming_sum_kernel<<<static_cast<unsigned>(sms * 4), kThreads, 0, s>>>(static_cast<const uint4*>(buf), words,
-                                                                                  partial);
-          TPD_CUDA(cudaGetLastError());
-        },
+        [&](cudaStream_t s, int) { enqueue_streaming_sum(buf, words, partial, s); },
         1, replays);
     r.bytes = static_cast<std::size_t>(words) * 16;
     r.median_us = t.median_us;
