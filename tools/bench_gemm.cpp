@@ -63,8 +63,7 @@ struct Options {
   std::vector<std::string> shapes;
   std::vector<int> ms = {1, 2, 4, 8, 16, 32, 64};
   int replays = 50;
-  int split = 0;   // 0: the tactic rule
-  int stages = 0;  // with split: the ring depth (0: the deepest that fits)
+  int split = 0;  // 0: the tactic rule
   std::string json;
 };
 
@@ -128,15 +127,15 @@ void bench_shape(const GemmShape& s, const Options& o, const Device& dev, cudaSt
     for (auto& g : gemms) {
       if (engine && o.split) {
         try {
-          g->set_split(m, o.split, o.stages);
-        } catch (const InvalidArgument&) {  // that split does not fit this K and M: the rule's tactic
+          g->set_split(m, o.split);
+        } catch (const InvalidArgument&) {  // that split does not fit this K: the rule's tactic
         }
       }
       g->prepare(m, stream);
     }
     Row r{s, m, GemmPath::kCublas, ""};
     r.read_us = read_us;
-    if (engine && gemms[0]->tactic(m).runnable()) {
+    if (engine) {
       const GemmTactic& t = gemms[0]->tactic(m);
       r.path = t.engine_preferred ? GemmPath::kWarpSplitK : GemmPath::kCublas;
       r.tactic = t.describe();
@@ -243,7 +242,6 @@ void register_bench_gemm(CLI::App& app) {
   cmd->add_option("--m", o->ms, "rows per call (repeatable; default 1 2 4 8 16 32 64)");
   cmd->add_option("--replays", o->replays, "timed graph replays per measurement")->capture_default_str();
   cmd->add_option("--split", o->split, "force the engine's K split (1, 2, 4, 8) instead of the rule");
-  cmd->add_option("--stages", o->stages, "with --split: force the ring depth (4, 6, 8)");
   cmd->add_option("--json", o->json, "also write the rows as JSON to this file");
   cmd->callback([o] { run(*o); });
 }

@@ -40,17 +40,15 @@ class DecodeGemm {
   // The weight's shape, layout and alignment suit the engine.
   bool engine_eligible() const { return eligible_; }
 
-  // Prepares the engine for m rows (host work only: tactic, kernel attributes, an
-  // occupancy query).
+  // Prepares the engine for m rows (host work only: tactic, kernel attributes).
   // No-op where the engine does not take m. Throws InvalidArgument while `stream`
   // (if given) is capturing.
   void prepare(int m, cudaStream_t stream = nullptr);
   bool prepared(int m) const;
   // The tactic prepared for m (engine path only; InvalidArgument otherwise).
   const GemmTactic& tactic(int m) const;
-  // Prepares m with a forced K split, and ring stages unless 0 (benchmarks and
-  // tests of the tactic rule); InvalidArgument if that does not fit.
-  void set_split(int m, int split, int stages = 0);
+  // Prepares m with a forced K split (benchmarks and tests of the tactic rule).
+  void set_split(int m, int split);
 
   // The path run() takes now for m rows with contiguous 16-byte-aligned operands.
   // An M the rule leaves to cuBLAS is still prepared (tactic() answers for it).
@@ -79,6 +77,7 @@ class DecodeGemm {
   bool eligible_ = false;
   bool pdl_ = true;
   GemmDispatch dispatch_ = GemmDispatch::kRule;
+  int sms_ = 0;
   std::array<bool, kWarpMaxRows + 1> ready_{};
   std::array<GemmTactic, kWarpMaxRows + 1> tactics_{};
 };

@@ -33,18 +33,23 @@ DecodeGemm::DecodeGemm(const TensorView& weight, std::shared_ptr<CublasContext> 
   require(weight.cols >= 1, "decode_gemm: weight has no columns");
   if (!cublas_) cublas_ = std::make_shared<CublasContext>();
   eligible_ = warp_weight_ok(weight);
+  int device = 0;
+  TPD_CUDA(cudaGetDevice(&device));
+  TPD_CUDA(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device));
 }
 
 void DecodeGemm::prepare(int m, cudaStream_t stream) {
   require(!capturing(stream), "decode_gemm: prepare() under stream capture");
   if (!eligible_ || m < 1 || m > kWarpMaxRows || ready_[m]) return;
-  tactics_[m] = choose_tactic(n(), k(), m, warp_splitk_residency());
+  tactics_[m] = choose_tactic(n(), k(), m, sms_);
+  prepare_warp_splitk(tactics_[m].token_tiles);
   ready_[m] = true;
 }
 
-void DecodeGemm::set_split(int m, int split, int stages) {
+void DecodeGemm::set_split(int m, int split) {
   require(eligible_ && m >= 1 && m <= kWarpMaxRows, "decode_gemm: set_split on a shape or M the engine does not take");
-  tactics_[m] = tactic_with_split(n(), k(), m, warp_splitk_residency(), split, stages);
+  tactics_[m] = tactic_with_split(n(), k(), m, sms_, split);
+  prepare_warp_splitk(tactics_[m].token_tiles);
   ready_[m] = true;
 }
 
@@ -56,7 +61,7 @@ const GemmTactic& DecodeGemm::tactic(int m) const {
 }
 
 bool DecodeGemm::engine_for(int64_t m) const {
-  return m >= 1 && m <= kWarpMaxRows && ready_[m] && tactics_[m].runnable() &&
+  return m >= 1 && m <= kWarpMaxRows && ready_[m] &&
          (dispatch_ == GemmDispatch::kEngine || tactics_[m].engine_preferred);
 }
 

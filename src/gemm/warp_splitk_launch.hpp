@@ -21,10 +21,8 @@ struct WarpSplitKParams {
   int64_t out_stride;  // elements
 };
 
-// Clusters of the engine's kernel the current GPU holds at once (the CUDA
-// occupancy calculator; raises the kernel's shared-memory limit first). Host only,
-// never under stream capture.
-ClusterResidency warp_splitk_residency();
+// Raises the kernel's dynamic shared-memory limit (host only; before any capture).
+void prepare_warp_splitk(int token_tiles);
 
 void launch_warp_splitk(const WarpSplitKParams& p, const GemmTactic& t, bool pdl, cudaStream_t stream);
 

@@ -43,89 +43,59 @@ TEST(GemmRules, TokenTilesCoverRows) {
   EXPECT_THROW(warp_token_tiles(33), InvalidArgument);
 }
 
-TEST(GemmRules, SharedMemoryLayout) {
-  // Ring 8 x 4 warps x 4 KB, partials 2 x 8 tokens x 64 x 4 B, x slice 28 chunks x 8 tokens x 256 B.
-  EXPECT_EQ(warp_smem_bytes(1, 8, 28), 131072 + 4096 + 57344);
-  EXPECT_EQ(warp_smem_bytes(4, 4, 16), 65536 + 16384 + 131072);  // the largest eligible K at M = 32
-  const ClusterResidency h200 = uniform_residency(kH200Sms);
-  EXPECT_EQ(h200(1, 8, 1, 150 * 1024), 132);  // one CTA per SM
-  EXPECT_EQ(h200(1, 8, 8, 150 * 1024), 16);
-  EXPECT_EQ(h200(1, 4, 2, 100 * 1024), 132);  // two CTAs per SM, clusters of two
-}
-
-TEST(GemmRules, EveryEligibleShapeHasALaunchShape) {
-  std::mt19937_64 rng(7);
-  for (int trial = 0; trial < 2000; ++trial) {
-    const int64_t n = 16 * static_cast<int64_t>(1 + rng() % 4096);
-    const int64_t k = 128 * static_cast<int64_t>(1 + rng() % 128);
-    const int m = 1 + static_cast<int>(rng() % 32);
-    const int sms = 8 + static_cast<int>(rng() % 125);
-    if (!warp_eligible(n, k)) continue;
-    SCOPED_TRACE(testing::Message() << n << "x" << k << " M " << m << " SMs " << sms);
-    const GemmTactic t = choose_tactic(n, k, m, uniform_residency(sms));
-    ASSERT_TRUE(t.runnable());
-    EXPECT_TRUE(t.split == 1 || t.split == 2 || t.split == 4 || t.split == 8);
-    if (t.split > 1) EXPECT_GE(k / kWarpChunkK, 2 * int64_t{t.split});  // >= 2 chunks per rank
-    EXPECT_TRUE(t.stages == 4 || t.stages == 6 || t.stages == 8);
-    EXPECT_LE(t.smem_bytes, kWarpSmemLimit);
-    EXPECT_EQ(t.smem_bytes, warp_smem_bytes(t.token_tiles, t.stages, t.chunks_per_rank));
-    EXPECT_EQ(t.chunks_per_rank, (k / kWarpChunkK + t.split - 1) / t.split);
-    EXPECT_EQ(t.blocks, (n + kWarpCtaRows - 1) / kWarpCtaRows);
-    EXPECT_LE(t.clusters, t.blocks);
-    EXPECT_LE(t.clusters, uniform_residency(sms)(t.token_tiles, t.stages, t.split, t.smem_bytes));
-    EXPECT_EQ(t.rounds, (t.blocks + t.clusters - 1) / t.clusters);
-    EXPECT_GT(t.predicted_us, 0);
+TEST(GemmRules, SeveralCtasFitOnAnSm) {
+  for (int tiles : {1, 2, 4}) {
+    EXPECT_LE(warp_smem_bytes(tiles), 227 * 1024);
+    EXPECT_GE(warp_ctas_per_sm(tiles), 2) << tiles;
   }
 }
 
 TEST(GemmRules, TacticOnReferenceShapes) {
-  const ClusterResidency h200 = uniform_residency(kH200Sms);
-  // fused_qkv_a: 33 blocks; a K split of 4 fills the SMs in one round.
-  GemmTactic t = choose_tactic(2112, 7168, 1, h200);
-  EXPECT_EQ(t.split, 4);
-  EXPECT_EQ(t.clusters, 33);
-  EXPECT_EQ(t.rounds, 1);
-  EXPECT_EQ(t.stages, 8);
-  // TP1 lm_head: K 7168 does not fit unsplit (x slice 112 KB); split 2, 66 clusters.
-  t = choose_tactic(163840, 7168, 1, h200);
-  EXPECT_EQ(t.split, 2);
-  EXPECT_EQ(t.clusters, 66);
-  EXPECT_EQ(t.rounds, 39);
-  // M = 32: a 4-tile x slice of K 7168 needs split >= 8 at 8 stages, or a shallower ring.
-  t = choose_tactic(4608, 7168, 32, h200);
+  // The splits measured fastest on an H200 (docs/performance.md), M <= 8.
+  EXPECT_EQ(choose_tactic(2112, 7168, 1, kH200Sms).split, 8);   // 33 blocks: K split fills the SMs
+  EXPECT_EQ(choose_tactic(4608, 7168, 8, kH200Sms).split, 4);
+  EXPECT_EQ(choose_tactic(7168, 2304, 1, kH200Sms).split, 2);
+  EXPECT_EQ(choose_tactic(18432, 1536, 1, kH200Sms).split, 1);  // 288 blocks
+  // 576 blocks are 1.45 rounds of 396 resident CTAs; split 2 makes 2.9.
+  EXPECT_EQ(choose_tactic(36864, 7168, 1, kH200Sms).split, 2);
+  const GemmTactic t = choose_tactic(4608, 7168, 32, kH200Sms);
   EXPECT_EQ(t.token_tiles, 4);
   EXPECT_EQ(t.blocks, 72);
-  EXPECT_LE(t.smem_bytes, kWarpSmemLimit);
-  // The largest eligible K at M = 32 fits only split 8 with a 4-stage ring.
-  t = choose_tactic(32768, 16384, 32, h200);
-  EXPECT_EQ(t.split, 8);
-  EXPECT_EQ(t.stages, 4);
+  EXPECT_EQ(t.ctas, t.blocks * t.split);
 }
 
-TEST(GemmRules, FewerResidentClustersChangeTheSplit) {
-  // A GPU whose clusters of 4 pack only 30 at once: 33 blocks would take two rounds.
-  const ClusterResidency uneven = [](int tiles, int stages, int split, int smem) {
-    return split == 4 ? 30 : uniform_residency(kH200Sms)(tiles, stages, split, smem);
-  };
-  const GemmTactic t = choose_tactic(2112, 7168, 1, uneven);
-  EXPECT_NE(t.split, 4);
-  EXPECT_EQ(t.rounds, 1);
-  const ClusterResidency none = [](int, int, int, int) { return 0; };
-  const GemmTactic n = choose_tactic(2112, 7168, 1, none);
-  EXPECT_FALSE(n.runnable());
-  EXPECT_FALSE(n.engine_preferred);
+TEST(GemmRules, EnginePreferredOnlyWhereMeasuredAhead) {
+  EXPECT_TRUE(choose_tactic(2112, 7168, 1, kH200Sms).engine_preferred);     // fused_qkv_a
+  EXPECT_TRUE(choose_tactic(2112, 7168, 8, kH200Sms).engine_preferred);
+  EXPECT_TRUE(choose_tactic(4608, 7168, 4, kH200Sms).engine_preferred);     // TP8 gate_up
+  EXPECT_FALSE(choose_tactic(2112, 7168, 9, kH200Sms).engine_preferred);    // two token tiles
+  EXPECT_FALSE(choose_tactic(7168, 1536, 1, kH200Sms).engine_preferred);    // short K
+  EXPECT_FALSE(choose_tactic(7168, 12288, 1, kH200Sms).engine_preferred);   // K > 8192
+  EXPECT_FALSE(choose_tactic(20480, 7168, 1, kH200Sms).engine_preferred);   // 320 blocks
+  EXPECT_FALSE(choose_tactic(163840, 7168, 1, kH200Sms).engine_preferred);
 }
 
-TEST(GemmRules, ForcedSplitMustFit) {
-  const ClusterResidency h200 = uniform_residency(kH200Sms);
-  EXPECT_NO_THROW(tactic_with_split(7168, 1536, 4, h200, 4));                 // 12 chunks, 3 per rank
-  EXPECT_THROW(tactic_with_split(7168, 1536, 4, h200, 8), InvalidArgument);   // 1.5 chunks per rank
-  EXPECT_THROW(tactic_with_split(7168, 7168, 4, h200, 3), InvalidArgument);
-  EXPECT_THROW(tactic_with_split(7160, 7168, 4, h200, 1), InvalidArgument);   // not eligible
-  EXPECT_THROW(tactic_with_split(2112, 7168, 32, h200, 1), InvalidArgument);  // x slice 448 KB
-  EXPECT_EQ(tactic_with_split(2112, 7168, 1, h200, 4, 6).stages, 6);
-  EXPECT_THROW(tactic_with_split(2112, 7168, 1, h200, 4, 5), InvalidArgument);
-  EXPECT_THROW(tactic_with_split(32768, 16384, 32, h200, 8, 8), InvalidArgument);  // ring too deep to fit
+TEST(GemmRules, TacticIsLegalAndNoWorseThanNoSplit) {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 500; ++trial) {
+    const int64_t n = 16 * static_cast<int64_t>(1 + rng() % 2048);
+    const int64_t k = 128 * static_cast<int64_t>(1 + rng() % 128);
+    const int m = 1 + static_cast<int>(rng() % 32);
+    const int sms = 1 + static_cast<int>(rng() % 132);
+    if (!warp_eligible(n, k)) continue;
+    const GemmTactic t = choose_tactic(n, k, m, sms);
+    EXPECT_TRUE(t.split == 1 || t.split == 2 || t.split == 4 || t.split == 8);
+    if (t.split > 1) EXPECT_GE(k / kWarpChunkK, 2 * int64_t{t.split}) << n << "x" << k;  // >= 2 chunks per rank
+    EXPECT_EQ(t.ctas, (n + kWarpCtaRows - 1) / kWarpCtaRows * t.split);
+    EXPECT_LE(t.predicted_us, tactic_with_split(n, k, m, sms, 1).predicted_us) << n << "x" << k;
+  }
+}
+
+TEST(GemmRules, ForcedSplitMustBeLegal) {
+  EXPECT_NO_THROW(tactic_with_split(7168, 1536, 4, kH200Sms, 4));                // 12 chunks, 3 per rank
+  EXPECT_THROW(tactic_with_split(7168, 1536, 4, kH200Sms, 8), InvalidArgument);  // 1.5 chunks per rank
+  EXPECT_THROW(tactic_with_split(7168, 7168, 4, kH200Sms, 3), InvalidArgument);
+  EXPECT_THROW(tactic_with_split(7160, 7168, 4, kH200Sms, 1), InvalidArgument);  // not eligible
 }
 
 alignas(16) uint16_t host[64 * 1024];
