@@ -57,7 +57,7 @@ int warp_ctas_per_sm(int token_tiles);
 // and a larger split must win by 2 %. Few 64-row blocks (small N) leave SMs idle
 // or short of copies in flight: a K split across a cluster fills them; too many
 // CTAs leave a partial last round. The constants are fitted to measurements.
-// engine_preferred: M <= 8, fewer 64-row blocks than SMs and 4096 <= K <= 8192 --
+// engine_preferred: M <= 8, at most SMs / 2 blocks of 64 rows and 4096 <= K <= 8192 --
 // where the engine was measured ahead of cuBLAS; elsewhere the dispatch keeps cuBLAS.
 GemmTactic choose_tactic(int64_t n, int64_t k, int m, int sms);
 // The rule's tactic with the split forced (benchmarks, tests); split must be legal.

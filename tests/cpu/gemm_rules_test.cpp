@@ -67,7 +67,9 @@ TEST(GemmRules, TacticOnReferenceShapes) {
 TEST(GemmRules, EnginePreferredOnlyWhereMeasuredAhead) {
   EXPECT_TRUE(choose_tactic(2112, 7168, 1, kH200Sms).engine_preferred);     // fused_qkv_a
   EXPECT_TRUE(choose_tactic(2112, 7168, 8, kH200Sms).engine_preferred);
-  EXPECT_TRUE(choose_tactic(4608, 7168, 4, kH200Sms).engine_preferred);     // TP8 gate_up
+  EXPECT_TRUE(choose_tactic(2112, 7168, 4, 66).engine_preferred);           // 33 blocks, 66 SMs
+  EXPECT_FALSE(choose_tactic(2112, 7168, 4, 65).engine_preferred);
+  EXPECT_FALSE(choose_tactic(4608, 7168, 4, kH200Sms).engine_preferred);    // TP8 gate_up: a tie
   EXPECT_FALSE(choose_tactic(2112, 7168, 9, kH200Sms).engine_preferred);    // two token tiles
   EXPECT_FALSE(choose_tactic(7168, 1536, 1, kH200Sms).engine_preferred);    // short K
   EXPECT_FALSE(choose_tactic(7168, 12288, 1, kH200Sms).engine_preferred);   // K > 8192
