@@ -1,5 +1,7 @@
 #include <cuda_runtime.h>
 
+#include <memory>
+
 #include "bench_timing.hpp"
 #include "read_ceiling.hpp"
 #include "tpdecode/error.hpp"
@@ -43,47 +45,29 @@ void enqueue_streaming_sum(const void* buf, int64_t words, unsigned* partial, cu
 
 double time_streaming_read(const void* base, std::size_t bytes, int copies, int calls, int replays,
                            cudaStream_t stream) {
-  unsigned* partial = nullptr;  // [64]
+  void* partial = nullptr;  // [64] unsigned
   TPD_CUDA(cudaMalloc(&partial, 64 * sizeof(unsigned)));
-  try {
-    const Timing t = time_graph(
-        stream,
-        [&](cudaStream_t s, int c) {
-          enqueue_streaming_sum(static_cast<const char*>(base) + bytes * static_cast<std::size_t>(c % copies),
-                                static_cast<int64_t>(bytes / 16), partial, s);
-        },
-        calls, replays);
-    TPD_CUDA(cudaFree(partial));
-    return t.median_us;
-  } catch (...) {
-    cudaFree(partial);
-    throw;
-  }
+  const std::unique_ptr<void, decltype(&cudaFree)> partial_guard(partial, &cudaFree);
+  return time_graph(
+             stream,
+             [&](cudaStream_t s, int c) {
+               enqueue_streaming_sum(static_cast<const char*>(base) + bytes * static_cast<std::size_t>(c % copies),
+                                     static_cast<int64_t>(bytes / 16), static_cast<unsigned*>(partial), s);
+             },
+             calls, replays)
+      .median_us;
 }
 
 ReadCeiling measure_read_ceiling(std::size_t bytes, int replays, cudaStream_t stream) {
   const int64_t words = static_cast<int64_t>(bytes / 16);
   void* buf = nullptr;  // [words] x 16 B
-  unsigned* partial = nullptr;  // [64]
   TPD_CUDA(cudaMalloc(&buf, static_cast<std::size_t>(words) * 16));
-  TPD_CUDA(cudaMalloc(&partial, 64 * sizeof(unsigned)));
+  const std::unique_ptr<void, decltype(&cudaFree)> buf_guard(buf, &cudaFree);
+  fill_uniform_bf16(buf, words * 8, 1, 1.0f, stream);
   ReadCeiling r;
-  try {
-    fill_uniform_bf16(buf, words * 8, 1, 1.0f, stream);
-    const Timing t = time_graph(
-        stream,
-        [&](cudaStream_t s, int) { enqueue_streaming_sum(buf, words, partial, s); },
-        1, replays);
-    r.bytes = static_cast<std::size_t>(words) * 16;
-    r.median_us = t.median_us;
-    r.tb_per_s = static_cast<double>(r.bytes) / (t.median_us * 1e6);
-  } catch (...) {
-    cudaFree(buf);
-    cudaFree(partial);
-    throw;
-  }
-  TPD_CUDA(cudaFree(buf));
-  TPD_CUDA(cudaFree(partial));
+  r.bytes = static_cast<std::size_t>(words) * 16;
+  r.median_us = time_streaming_read(buf, r.bytes, 1, 1, replays, stream);
+  r.tb_per_s = static_cast<double>(r.bytes) / (r.median_us * 1e6);
   return r;
 }
 
