@@ -3,21 +3,16 @@
 #include <algorithm>
 
 #include "tpdecode/error.hpp"
+#include "tpdecode/hash.hpp"
 #include "tpdecode/random_fill.hpp"
 
 namespace tpdecode {
 namespace {
 
-// splitmix64 of the element index, keyed by the seed.
 __global__ void fill_uniform_bf16_kernel(__nv_bfloat16* p, int64_t count, uint64_t seed, float scale) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count; i += stride) {
-    uint64_t h = static_cast<uint64_t>(i) + seed * 0x9E3779B97F4A7C15ull;
-    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
-    h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
-    h ^= h >> 31;
-    const float u = static_cast<float>(h >> 40) * (1.0f / 8388608.0f) - 1.0f;  // 24 bits -> [-1, 1)
-    p[i] = __float2bfloat16_rn(scale * u);
+    p[i] = __float2bfloat16_rn(scale * hash::uniform24(hash::keyed(seed, static_cast<uint64_t>(i))));
   }
 }
 

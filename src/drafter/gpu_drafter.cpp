@@ -15,14 +15,6 @@
 
 namespace tpdecode::drafter {
 
-void CudaFree::operator()(void* p) const { cudaFree(p); }
-
-DeviceMemory device_alloc(std::size_t bytes) {
-  void* p = nullptr;
-  TPD_CUDA(cudaMalloc(&p, std::max<std::size_t>(bytes, 16)));
-  return DeviceMemory(p);
-}
-
 const char* path_name(DrafterPath p) { return p == DrafterPath::kStock ? "stock" : "specialised"; }
 
 namespace {
@@ -52,7 +44,7 @@ GpuDrafter::GpuDrafter(Team& team, const DrafterConfig& config, int rows_cap, co
     std::size_t bytes = 0;
     for (const WeightId& id : ids) {
       const FillSpec f = weight_fill(config, id, team.size(), r->ctx.rank);
-      DeviceMemory mem = device_alloc(static_cast<std::size_t>(f.map.rows * f.map.cols) * 2);
+      DeviceBuffer mem(static_cast<std::size_t>(f.map.rows * f.map.cols) * 2);
       launch_fill(s, mem.get(), f);
       r->weights[id.key()] = TensorView::bf16(mem.get(), f.map.rows, f.map.cols);
       if (id.tensor == Tensor::kEmbedding) r->vocab0 = f.map.row0;
@@ -62,16 +54,16 @@ GpuDrafter::GpuDrafter(Team& team, const DrafterConfig& config, int rows_cap, co
     for (int b = 0; b < static_cast<int>(Buf::kCount); ++b) {
       const int64_t cols = buffer_cols(config, shapes_, static_cast<Buf>(b));
       r->buffer_cols[static_cast<std::size_t>(b)] = cols;
-      r->buffers[static_cast<std::size_t>(b)] = device_alloc(static_cast<std::size_t>(rows_cap * cols) * 2);
+      r->buffers[static_cast<std::size_t>(b)] = DeviceBuffer(static_cast<std::size_t>(rows_cap * cols) * 2);
       TPD_CUDA(cudaMemsetAsync(r->buffers[static_cast<std::size_t>(b)].get(), 0,
                                static_cast<std::size_t>(rows_cap * cols) * 2, s));
     }
     const FillSpec context = context_fill(config, rows_cap);
     launch_fill(s, r->buffers[static_cast<std::size_t>(Buf::kContextIn)].get(), context);
-    r->tokens_in = device_alloc(tokens.size() * sizeof(int32_t));
+    r->tokens_in = DeviceBuffer(tokens.size() * sizeof(int32_t));
     TPD_CUDA(cudaMemcpyAsync(r->tokens_in.get(), tokens.data(), tokens.size() * sizeof(int32_t),
                              cudaMemcpyHostToDevice, s));
-    r->tokens_out = device_alloc(tokens.size() * sizeof(int32_t));
+    r->tokens_out = DeviceBuffer(tokens.size() * sizeof(int32_t));
     r->cublas = std::make_shared<CublasContext>();
     for (const WeightId& id : ids)
       if (is_linear(id.tensor)) r->gemms[id.key()] = std::make_unique<DecodeGemm>(r->weight(id), r->cublas);

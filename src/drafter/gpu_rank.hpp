@@ -8,26 +8,21 @@
 
 #include "tpdecode/cublas_context.hpp"
 #include "tpdecode/decode_gemm.hpp"
+#include "tpdecode/device_buffer.hpp"
 #include "tpdecode/drafter/step.hpp"
 #include "tpdecode/team.hpp"
 
 namespace tpdecode::drafter {
 
-struct CudaFree {
-  void operator()(void* p) const;
-};
-using DeviceMemory = std::unique_ptr<void, CudaFree>;
-DeviceMemory device_alloc(std::size_t bytes);
-
 struct GpuRank {
   int driven = 0;
   RankContext ctx;
-  std::unordered_map<uint32_t, DeviceMemory> weight_memory;  // WeightId::key() -> shard
+  std::unordered_map<uint32_t, DeviceBuffer> weight_memory;  // WeightId::key() -> shard
   std::unordered_map<uint32_t, TensorView> weights;          // [shard rows, shard cols] bf16
-  std::array<DeviceMemory, static_cast<std::size_t>(Buf::kCount)> buffers;  // [rows_cap, buffer_cols] bf16
+  std::array<DeviceBuffer, static_cast<std::size_t>(Buf::kCount)> buffers;  // [rows_cap, buffer_cols] bf16
   std::array<int64_t, static_cast<std::size_t>(Buf::kCount)> buffer_cols{};
-  DeviceMemory tokens_in;   // [rows_cap] int32
-  DeviceMemory tokens_out;  // [rows_cap] int32
+  DeviceBuffer tokens_in;   // [rows_cap] int32
+  DeviceBuffer tokens_out;  // [rows_cap] int32
   int64_t vocab0 = 0;       // first token of this rank's embedding rows
   std::shared_ptr<CublasContext> cublas;                     // one per rank stream
   std::unordered_map<uint32_t, std::unique_ptr<DecodeGemm>> gemms;  // linear weights

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 
+#include "core/device.cuh"
 #include "gemm/warp_splitk_launch.hpp"
 
 namespace tpdecode::warp_splitk {
@@ -36,36 +37,9 @@ inline constexpr int kThreads = kWarpWarps * 32;
 inline constexpr int kWPieces = 8;  // 16-byte W copies per thread per stage: 2 rows x 4
 inline constexpr int kMaxSplit = 8;  // cluster ranks (the portable cluster size)
 
-__device__ __forceinline__ uint64_t evict_first_policy() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
-
-// Why: the weights are read once per call; evict-first keeps them from pushing the
-// activations (read by every CTA) out of L2.
-__device__ __forceinline__ void copy16_evict_first(void* smem, const void* global, uint64_t policy) {
-  const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2;" ::"r"(dst), "l"(global),
-               "l"(policy)
-               : "memory");
-}
-
-__device__ __forceinline__ void copy16(void* smem, const void* global) {
-  const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(global) : "memory");
-}
-
-__device__ __forceinline__ void commit_group() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-
-template <int kPending>
-__device__ __forceinline__ void wait_group() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
-}
-
 __device__ __forceinline__ uint4 load_shared16(const uint4* p) {
   uint4 v;
-  const auto a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  const uint32_t a = dev::shared_address(p);
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
   return v;
 }
@@ -110,7 +84,7 @@ __global__ void __launch_bounds__(kThreads) warp_splitk_kernel(const WarpSplitKP
   const auto* x = static_cast<const __nv_bfloat16*>(p.x);
   const __nv_bfloat16* w_rows[2] = {w + (tile_row + g) * p.k + 8 * t, w + (tile_row + g + 8) * p.k + 8 * t};
   uint4* my_ring = ring_w + warp * kWPieces * 32 + lane;
-  const uint64_t policy = evict_first_policy();
+  const uint64_t policy = dev::evict_first_policy();
   auto slot_w = [&](int c) { return my_ring + (c % kWarpStages) * kWarpWarps * kWPieces * 32; };
   auto slot_x = [&](int c) { return ring_x + (c % kWarpStages) * kXPieces; };
   auto issue_w = [&](int c) {
@@ -120,7 +94,7 @@ __global__ void __launch_bounds__(kThreads) warp_splitk_kernel(const WarpSplitKP
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) copy16_evict_first(s + (r * 4 + i) * 32, w_rows[r] + kb + 32 * i, policy);
+      for (int i = 0; i < 4; ++i) dev::copy16_async(s + (r * 4 + i) * 32, w_rows[r] + kb + 32 * i, policy);
   };
   auto issue_x = [&](int c) {  // rows >= m stay zero (set once below)
     const int64_t kb = static_cast<int64_t>(c_begin + c) * kWarpChunkK;
@@ -128,7 +102,7 @@ __global__ void __launch_bounds__(kThreads) warp_splitk_kernel(const WarpSplitKP
     for (int q = tid; q < p.m * 16; q += kThreads) {
       const int token = q / 16;
       const int col16 = q % 16;
-      copy16(s + ((col16 / 4) * kTokens + token) * 4 + col16 % 4, x + token * p.k + kb + 8 * col16);
+      dev::copy16_async(s + ((col16 / 4) * kTokens + token) * 4 + col16 % 4, x + token * p.k + kb + 8 * col16);
     }
   };
 
@@ -137,13 +111,13 @@ __global__ void __launch_bounds__(kThreads) warp_splitk_kernel(const WarpSplitKP
 #pragma unroll
   for (int c = 0; c < kWarpStages - 1; ++c) {
     if (c < count) issue_w(c);
-    commit_group();
+    dev::copy_commit();
   }
   for (int q = tid; q < kWarpStages * kXPieces; q += kThreads)
     if ((q % kXPieces) / 4 % kTokens >= p.m) ring_x[q] = make_uint4(0, 0, 0, 0);
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  dev::pdl_wait();
   for (int c = 0; c < kWarpStages - 1 && c < count; ++c) issue_x(c);
-  commit_group();
+  dev::copy_commit();
 
   float acc[kTiles][4] = {};
   static_assert(kWarpStages == 4, "the waits below count groups for a 4-stage ring");
@@ -155,16 +129,16 @@ __global__ void __launch_bounds__(kThreads) warp_splitk_kernel(const WarpSplitKP
       issue_w(c + kWarpStages - 1);
       issue_x(c + kWarpStages - 1);
     }
-    commit_group();
+    dev::copy_commit();
     // Groups so far: W 0, W 1, W 2, X 0-2 (prologue), then one per iteration. Chunk c
     // is in the prologue (c <= 2: the X group is the 4th) or in iteration c - 3's
     // group, with 3 younger ones.
     if (c == 0)
-      wait_group<1>();
+      dev::copy_wait<1>();
     else if (c == 1)
-      wait_group<2>();
+      dev::copy_wait<2>();
     else
-      wait_group<3>();
+      dev::copy_wait<3>();
     __syncthreads();  // chunk c's x, copied by other threads, is visible
     const uint4* sw = slot_w(c);
     const uint4* sx = slot_x(c);
@@ -185,8 +159,8 @@ __global__ void __launch_bounds__(kThreads) warp_splitk_kernel(const WarpSplitKP
                    word(ws[1][i], 2 * h + 1), word(xs, 2 * h), word(xs, 2 * h + 1));
       }
   }
-  wait_group<0>();
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  dev::copy_wait<0>();
+  dev::pdl_launch_dependents();
 
   // acc[j]: rows g (0, 1) and g + 8 (2, 3) of this warp's tile, tokens 8 j + 2 t (+1).
 #pragma unroll
