@@ -19,7 +19,7 @@
 #include "commands.hpp"
 #include "drafter_run.hpp"
 #include "tpdecode/device_info.hpp"
-#include "tpdecode/drafter/cpu_checks.hpp"
+#include "drafter/cpu_checks.hpp"
 #include "tpdecode/error.hpp"
 #include "tpdecode/local_team.hpp"
 #include "tpdecode/nccl_team.hpp"

@@ -6,7 +6,7 @@
 
 #include "bench_timing.hpp"
 #include "tpdecode/bf16.hpp"
-#include "tpdecode/drafter/gpu_drafter.hpp"
+#include "drafter/gpu_drafter.hpp"
 
 namespace tpdecode::cli {
 

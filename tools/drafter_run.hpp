@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "tpdecode/drafter/config.hpp"
+#include "drafter/config.hpp"
 #include "tpdecode/team.hpp"
 
 namespace tpdecode::cli {

@@ -20,16 +20,26 @@ class InvalidArgument : public Error {
   using Error::Error;
 };
 
-// A launch whose ranks' grids could not all be resident at once (they would spin
-// on each other forever), or a buffer too small for the request.
+// A request above a capacity fixed at build: rows above what a buffer holds, or
+// more mailboxes than a team's control block counts.
 class CapacityError : public Error {
  public:
   using Error::Error;
 };
 
-// A mailbox poll passed its deadline: a peer never arrived. The team must be
-// reset() before the next collective.
+// A rank's wait passed its deadline (a peer never arrived), or a call found the
+// team aborted by such a rank. The message names the rank, op, parity and slot.
+// Every rank must call Team::reset() before the next collective.
 class TimeoutError : public Error {
+ public:
+  using Error::Error;
+};
+
+// The team cannot go on: a rank did not arrive at a barrier in time, or the NCCL
+// communicator tpdecode made for the team was aborted to end a collective that
+// waited on a rank that is gone. Build a new team (a communicator you passed in is
+// not affected: tpdecode only ever uses its own split of it).
+class TeamBroken : public Error {
  public:
   using Error::Error;
 };

@@ -1,7 +1,12 @@
-// One rank of an NCCL communicator on its own GPU (one thread or process per
-// GPU). Symmetric buffers come from ncclMemAlloc + a symmetric window
+// One rank of an NCCL team on its own GPU (one thread or process per GPU).
+//
+// tpdecode runs on a communicator of its own, made non-blocking so every wait has a
+// deadline: from your communicator it splits one (yours is never used for anything
+// else, and stays healthy whatever happens to tpdecode's), or it makes one from a
+// unique id. Symmetric buffers come from ncclMemAlloc + a symmetric window
 // (NCCL_WIN_COLL_SYMMETRIC); each peer's address is read once through
-// ncclGetLsaPointer. The same communicator runs the stock collectives.
+// ncclGetLsaPointer. Ranks that do not all share one NVLink domain make a team
+// whose collectives all run through NCCL (Team::shares_memory() is false).
 // NVLink multicast is never used: NCCL_NVLS_ENABLE=0 is set before the
 // communicator is made, and the transport is peer stores.
 #pragma once
@@ -26,8 +31,9 @@ int nccl_runtime_version();
 
 class NcclTeam final : public Team {
  public:
-  // A rank of the caller's communicator (the caller keeps and destroys it).
-  NcclTeam(ncclComm* comm, int device, const TeamOptions& options = {});
+  // Collective over `parent`'s ranks: splits a communicator for tpdecode from
+  // yours (you keep and destroy yours; tpdecode never uses it again).
+  NcclTeam(ncclComm* parent, int device, const TeamOptions& options = {});
   // Makes rank `rank` of `size` from `id` (from make_unique_id on one rank).
   NcclTeam(const NcclUniqueId& id, int rank, int size, int device, const TeamOptions& options = {});
   ~NcclTeam() override;
@@ -40,23 +46,29 @@ class NcclTeam final : public Team {
 
   TeamKind kind() const override { return TeamKind::kNccl; }
   std::string describe() const override;
+  // tpdecode's communicator (null once aborted).
   ncclComm* comm() const { return comm_; }
-  int rank() const { return rank_context(0).rank; }
-  int device() const { return rank_context(0).device; }
+  // Whether the communicator was aborted (the team is then unusable).
+  bool broken() const { return comm_ == nullptr; }
 
-  // Stock collectives on this rank's stream (or `stream`).
+  // Stock collectives on `stream` (the enqueue is bounded by the team's timeout).
   void all_reduce_bf16(const void* in, void* out, std::size_t count, cudaStream_t stream) const;
   void all_gather_bytes(const void* in, void* out, std::size_t bytes_per_rank, cudaStream_t stream) const;
+  // Rank 0's `bytes` at `data` (device memory) on every rank, on `stream`.
+  void broadcast_bytes(void* data, std::size_t bytes, cudaStream_t stream) const;
 
  private:
-  void init(int device);
-  void allocate_symmetric(std::size_t bytes, std::vector<void*>& local,
-                          std::vector<PeerPointers>& peers) override;
+  void init(int rank, int device);
+  void allocate_symmetric(std::size_t bytes, std::vector<void*>& local, std::vector<PeerPointers>& peers) override;
   void free_symmetric(const std::vector<void*>& local) override;
-  void barrier() override;
+  void barrier(std::chrono::milliseconds limit) override;
+  void on_stuck(int driven, const std::string& what) override;
+  // Waits for the communicator's pending operation (non-blocking mode), at most the
+  // team's timeout; aborts the communicator and throws TeamBroken past it.
+  void settle(const char* what) const;
+  [[noreturn]] void abort_comm(const std::string& why) const;
 
-  ncclComm* comm_ = nullptr;
-  bool owns_comm_ = false;
+  mutable ncclComm* comm_ = nullptr;
   int* barrier_word_ = nullptr;
   std::vector<std::pair<void*, void*>> windows_;  // (buffer, ncclWindow_t)
 };

@@ -3,54 +3,40 @@
 //
 // A Team object is what one host thread drives. The local team drives every rank
 // (N emulated ranks on one GPU, one stream each); an NCCL team object drives one
-// rank of a communicator (one thread or process per GPU). Collectives are launched
-// per driven rank: `for (int i = 0; i < team.driven(); ++i) op(team.rank_context(i), ...)`.
+// rank of a communicator (one thread or process per GPU). The collectives
+// (comm.hpp) take one call for all the ranks an object drives.
+//
+// Failure model. Every wait of tpdecode's kernels is bounded (TeamOptions::
+// timeout_ms). A rank whose wait expires records the error and aborts the team:
+// from then on every rank's calls do nothing but poison their outputs (NaN) and
+// report, until reset() on every rank. check_errors() (cheap, local) and
+// synchronize() (bounded, also learns of a peer's failure) raise TimeoutError.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "tpdecode/mailbox_error.hpp"
-
 namespace tpdecode {
 
 inline constexpr int kMaxRanks = 16;
 
-// Team sizes the kernels are compiled for (a 1/2/4/8/16 switch).
+// Team sizes the kernels are compiled for.
 constexpr bool supported_team_size(int n) { return n == 1 || n == 2 || n == 4 || n == 8 || n == 16; }
 
-// Every rank's copy of one symmetric buffer, as a kernel parameter (passed by value:
-// no device table load on the critical path). base[r] is rank r's copy.
+struct RankContext;  // per driven rank: what kernel launchers need (src/team/rank_context.hpp)
+
+// Every rank's copy of one symmetric buffer. base[r] is rank r's copy.
 struct PeerPointers {
   void* base[kMaxRanks] = {};
 };
 
-// What a kernel launcher needs to know about the rank it launches for.
-struct RankContext {
-  int rank = 0;
-  int size = 1;
-  int device = 0;
-  cudaStream_t stream = nullptr;
-  // Ranks whose spin-waiting kernels share this GPU (the local team: all of them).
-  // Launchers refuse a grid that could not be resident ranks_on_device times over.
-  int ranks_on_device = 1;
-  // Poll deadline of every bounded wait, in nanoseconds.
-  uint64_t timeout_ns = 0;
-  // This rank's error record (host-mapped: the host reads it without a sync).
-  MailboxError* error_device = nullptr;
-  const volatile MailboxError* error_host = nullptr;
-  // Programmatic dependent launch for the collectives' kernels.
-  bool pdl = true;
-};
-
 enum class TeamKind { kLocal, kNccl };
-
-class Team;
 
 // One symmetric allocation, seen from every rank this object drives.
 class SymmetricBuffer {
@@ -73,8 +59,9 @@ class SymmetricBuffer {
 };
 
 struct TeamOptions {
-  // Poll deadline; 0 reads TPDECODE_TIMEOUT_MS or takes the default (5 s).
+  // Deadline of every wait; 0 reads TPDECODE_TIMEOUT_MS or takes the default (5 s).
   uint64_t timeout_ms = 0;
+  // Programmatic dependent launch for tpdecode's kernels.
   bool pdl = true;
 };
 
@@ -87,69 +74,83 @@ class Team {
   virtual TeamKind kind() const = 0;
   virtual std::string describe() const = 0;
   int size() const { return size_; }
-  // Ranks this object drives, and their contexts.
+  // Ranks this object drives.
   int driven() const { return static_cast<int>(contexts_.size()); }
-  const RankContext& rank_context(int i) const { return contexts_.at(static_cast<std::size_t>(i)); }
-  uint64_t timeout_ns() const { return timeout_ns_; }
+  int rank(int driven = 0) const;
+  int device(int driven = 0) const;
+  // A stream the team made for a driven rank (any stream of that device works).
+  cudaStream_t stream(int driven = 0) const;
+  uint64_t timeout_ms() const { return timeout_ns_ / 1000000ull; }
+  // Whether every rank reaches every other rank's memory by loads and stores (one
+  // GPU, or one NVLink domain): the mailbox collectives need it; without it every
+  // collective runs the stock path (NCCL).
+  bool shares_memory() const { return shares_memory_; }
 
-  // Collective: a buffer of `bytes` (rounded up to 16) on every rank, every 32-bit
-  // word set to `fill_word`. Call in the same order on every rank; never during
-  // stream capture. The team keeps it until destroyed and refills it on reset().
-  SymmetricBuffer allocate(std::size_t bytes, uint32_t fill_word);
-
-  // Throws TimeoutError (naming rank, op, parity, slot) if any driven rank's
-  // kernel recorded a missed deadline. Cheap: reads host-mapped memory, no sync.
+  // Throws TimeoutError if a call of a driven rank recorded a timeout or found the
+  // team aborted. Cheap: reads host-mapped memory, no synchronisation.
   void check_errors() const;
   bool has_error() const;
 
-  // Collective: waits for the driven ranks' streams, refills every symmetric
-  // buffer with its fill word (re-arms every mailbox), clears the error records
-  // and synchronises the ranks. After a timeout this makes the team usable again.
+  // Waits for every driven rank's stream, at most `limit` (default: the team's
+  // timeout plus one second), then raises TimeoutError if any rank of the team
+  // failed: also a peer's timeout that no call of this rank has seen yet. A stream
+  // that does not drain in time (an NCCL collective waiting on a rank that is gone)
+  // raises TimeoutError; on the NCCL team its communicator is aborted first, and the
+  // team is then unusable (TeamBroken): build a new one.
+  void synchronize(std::chrono::milliseconds limit = std::chrono::milliseconds(0));
+
+  // Collective (every rank calls it): waits for the streams (bounded), re-arms
+  // every mailbox, clears the abort word and the error records. After a timeout
+  // this makes the team usable again. Raises TeamBroken where a rank does not
+  // arrive in time.
   void reset();
 
-  // Waits for every driven rank's stream.
-  void synchronize() const;
+  // ---- For tpdecode's own objects (comm.hpp) ----
+  const RankContext& rank_context(int driven) const;
+  // Collective: a buffer of `bytes` (rounded up to 16) on every rank, every 32-bit
+  // word set to `fill_word`. Same order on every rank; never during capture. Kept
+  // until the team goes and refilled by reset(). Throws Unavailable where the ranks
+  // do not share memory.
+  SymmetricBuffer allocate(std::size_t bytes, uint32_t fill_word);
+  // An epoch counter in the control block, for one mailbox (same order on every rank).
+  int take_epoch_counter();
 
  protected:
   Team(int size, const TeamOptions& options);
-  // Backend: allocate `bytes` on every driven rank and fill peers (already zeroed).
-  virtual void allocate_symmetric(std::size_t bytes, std::vector<void*>& local,
-                                  std::vector<PeerPointers>& peers) = 0;
+  // Backend: allocate `bytes` on every driven rank and fill peers.
+  virtual void allocate_symmetric(std::size_t bytes, std::vector<void*>& local, std::vector<PeerPointers>& peers) = 0;
   virtual void free_symmetric(const std::vector<void*>& local) = 0;
-  // Backend: make every rank's fills visible before any rank goes on.
-  virtual void barrier() = 0;
+  // Backend: every rank reaches this point before any goes on, within `limit`;
+  // throws TeamBroken otherwise.
+  virtual void barrier(std::chrono::milliseconds limit) = 0;
+  // Backend: a driven rank's stream did not drain in time. The NCCL team aborts its
+  // communicator (ending its kernels) and throws TeamBroken.
+  virtual void on_stuck(int driven, const std::string& what) = 0;
   // Called by the backend's constructor once the driven ranks are known.
-  void init_contexts(std::vector<RankContext> contexts);
+  void init_contexts(const std::vector<RankContext>& contexts, bool shares_memory);
   // Called by the backend's destructor: frees what allocate() made.
   void release_all();
+  std::chrono::milliseconds default_limit() const;
 
  private:
+  // Waits for driven rank i's stream until `until`; false if it did not drain.
+  bool drain(int i, std::chrono::steady_clock::time_point until) const;
+  // Whether rank i's control block holds the abort word (read with a copy on a
+  // stream of its own, after the rank's stream drained).
+  uint32_t read_abort_word(int i) const;
+
   int size_;
   uint64_t timeout_ns_;
   bool pdl_;
-  std::vector<RankContext> contexts_;
-  MailboxError* errors_host_ = nullptr;  // [driven] host-mapped
+  bool shares_memory_ = false;
+  std::vector<std::unique_ptr<RankContext>> contexts_;
+  void* errors_host_ = nullptr;  // [driven] ErrorRecord, host-mapped
+  SymmetricBuffer control_;      // [1] lamport::ControlBlock per rank
+  int epoch_counters_ = 0;
   std::vector<SymmetricBuffer> buffers_;
 };
 
-// Number of CTAs of `kernel` (with `block` threads, `smem` dynamic bytes and
-// `cluster` CTAs per cluster) that one device can hold at once.
-int resident_ctas(const void* kernel, int block, std::size_t smem, int cluster, int device);
-
-// CTAs of `kernel` one rank may launch at once: the device's capacity shared by
-// the ctx.ranks_on_device ranks on it. Why the margin: for clusters on a shared GPU
-// (the local team) only half of that, because the occupancy query counts an empty
-// GPU with ideal GPC packing, while the ranks' clusters arrive at different times
-// around other kernels (local TP 8 ArNorm timed out at 14 rows of a 15-row rule).
-int coresident_ctas_per_rank(const RankContext& ctx, const void* kernel, int block, std::size_t smem,
-                             int cluster = 1);
-
-// Throws CapacityError unless a grid of `grid_ctas` CTAs fits the rank's budget
-// (coresident_ctas_per_rank): spin-waiting CTAs of all ranks must be co-resident.
-void require_coresident(const RankContext& ctx, const char* op, const void* kernel, long grid_ctas,
-                        int block, std::size_t smem, int cluster = 1);
-
-// Default poll deadline (TPDECODE_TIMEOUT_MS, else 5000 ms).
+// Default wait deadline (TPDECODE_TIMEOUT_MS, else 5000 ms).
 uint64_t default_timeout_ms();
 
 }  // namespace tpdecode

@@ -1,28 +1,64 @@
-#include "comm/all_reduce.cuh"
-
-static_assert(tpdecode::kAllReduceThreads == 128, "all_reduce_ctas_per_row assumes 128 threads");
-#include "core/launch.cuh"
+// The one-shot all-reduce kernel: one thread per 16-byte fragment (8 BF16
+// columns), grid (fragment CTAs, rows). Every rank pushes its partial into slot
+// [rank] of every rank's mailbox, polls its own TP slots, sums them in FP32 in rank
+// order and rounds once (collectives.hpp), then re-arms its slots.
+#include "comm/collectives.hpp"
+#include "comm/kernels.hpp"
+#include "tpdecode/device.cuh"
+#include "tpdecode/launch.cuh"
 #include "core/rank_switch.hpp"
 
 namespace tpdecode {
+namespace {
 
-int all_reduce_ctas_per_rank(const RankContext& ctx) {
-  return with_rank_count(ctx.size, [&](auto ranks) {
-    return coresident_ctas_per_rank(ctx, reinterpret_cast<const void*>(&all_reduce_kernel<decltype(ranks)::value>),
-                                    kAllReduceThreads, 0);
-  });
+constexpr int kThreads = 128;
+
+template <int kRanks>
+__global__ void __launch_bounds__(kThreads) one_shot_kernel(const OneShotParams p) {
+  using namespace lamport;
+  __shared__ uint32_t entry;
+  const int frag = blockIdx.x * kThreads + threadIdx.x;
+  const int row = blockIdx.y;
+  if (p.trigger_early) dev::pdl_launch_dependents();
+  dev::pdl_wait();  // no mailbox store, and no read of x, before the previous kernel completed
+  Memory mem(p.team.timeout_ns);
+  if (threadIdx.x == 0) entry = enter(mem, p.team, p.box, Op::kAllReduce, gridDim.x * gridDim.y);
+  __syncthreads();
+  if (frag >= p.frags) return;
+  const long at = static_cast<long>(row) * p.frags + frag;
+  Fragment* out = static_cast<Fragment*>(p.out) + at;
+  if (entry == kAbortedEntry) {
+    *out = poisoned();
+    return;
+  }
+  const Call call{Op::kAllReduce, static_cast<int>(entry)};
+  one_shot_push<kRanks>(mem, p.team, p.box, call, row, frag, static_cast<const Fragment*>(p.x)[at]);
+  Fragment sum;
+  const bool ok = one_shot_collect<kRanks>(mem, p.team, p.box, call, row, frag, &sum);
+  // Why late with several ranks on one GPU: a dependent grid launched early could
+  // hold SM slots that a peer's grid of this call still needs; once this thread has
+  // seen every peer's push, every peer's grid of this call is resident.
+  if (!p.trigger_early) dev::pdl_launch_dependents();
+  *out = ok ? sum : poisoned();
 }
 
-void launch_all_reduce(const RankContext& ctx, const AllReduceParams& p, int rows) {
+int ctas_per_row(int frags) { return (frags + kThreads - 1) / kThreads; }
+
+}  // namespace
+
+void launch_one_shot(const RankContext& ctx, cudaStream_t stream, const OneShotParams& p, int rows) {
   LaunchShape s;
-  s.grid = dim3(static_cast<unsigned>(all_reduce_ctas_per_row(p.frags)), static_cast<unsigned>(rows));
-  s.block = dim3(kAllReduceThreads);
+  s.grid = dim3(static_cast<unsigned>(ctas_per_row(p.frags)), static_cast<unsigned>(rows));
+  s.block = dim3(kThreads);
   s.pdl = ctx.pdl;
-  with_rank_count(ctx.size, [&](auto ranks) {
-    constexpr int kRanks = decltype(ranks)::value;
-    require_coresident(ctx, "all_reduce", reinterpret_cast<const void*>(&all_reduce_kernel<kRanks>),
-                       static_cast<long>(s.grid.x) * s.grid.y, kAllReduceThreads, 0);
-    launch_kernel(all_reduce_kernel<kRanks>, s, ctx.stream, p);
+  with_rank_count(ctx.size, [&](auto ranks) { launch_kernel(one_shot_kernel<decltype(ranks)::value>, s, stream, p); });
+}
+
+int one_shot_resident_rows(const RankContext& ctx, int64_t width) {
+  return with_rank_count(ctx.size, [&](auto ranks) {
+    const int ctas = coresident_ctas_per_rank(
+        ctx, reinterpret_cast<const void*>(&one_shot_kernel<decltype(ranks)::value>), kThreads, 0);
+    return ctas / ctas_per_row(static_cast<int>(width / 8));
   });
 }
 

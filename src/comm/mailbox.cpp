@@ -1,32 +1,27 @@
-#include "tpdecode/mailbox.hpp"
+#include "comm/mailbox.hpp"
 
-#include <fmt/format.h>
-
-#include "tpdecode/error.hpp"
+#include "core/check.hpp"
 
 namespace tpdecode {
 
-Mailbox::Mailbox(Team& team, const MailboxShape& shape) : shape_(shape), team_size_(team.size()) {
-  require(shape.parities >= 1 && shape.slots >= 1 && shape.rows_cap >= 1,
-          fmt::format("mailbox shape [{}, {}, {}, ...] must be positive", shape.parities, shape.slots, shape.rows_cap));
-  require(shape.row_bytes > 0 && shape.row_bytes % 16 == 0,
-          fmt::format("mailbox rows of {} bytes: must be a positive multiple of 16", shape.row_bytes));
-  const auto bytes = static_cast<std::size_t>(shape.parities) * shape.slots * shape.rows_cap * shape.row_bytes;
-  buffer_ = team.allocate(bytes, kMailboxSentinel);
-}
-
-Mailbox::View Mailbox::view(int driven, int parity) const {
-  require(parity >= 0 && parity < shape_.parities,
-          fmt::format("mailbox parity {} outside [0, {})", parity, shape_.parities));
-  View v;
-  const PeerPointers& all = buffer_.peers(driven);
-  const int64_t parity_bytes = static_cast<int64_t>(shape_.slots) * shape_.rows_cap * shape_.row_bytes;
-  for (int r = 0; r < team_size_; ++r) v.peers.base[r] = static_cast<char*>(all.base[r]) + parity * parity_bytes;
-  v.slots = shape_.slots;
-  v.rows_cap = shape_.rows_cap;
-  v.row_bytes = shape_.row_bytes;
-  v.parity = parity;
-  return v;
+Mailbox::Mailbox(Team& team, int parities, int slots, int rows_cap, int64_t row_bytes)
+    : rows_cap_(rows_cap), row_bytes_(row_bytes) {
+  check(parities >= 2 && parities <= 3, "mailbox: {} parities (2 or 3)", parities);
+  check(slots >= 1 && rows_cap >= 1, "mailbox shape [{}, {}, {}, ...] must be positive", parities, slots, rows_cap);
+  check(row_bytes > 0 && row_bytes % 16 == 0, "mailbox rows of {} bytes: must be a positive multiple of 16", row_bytes);
+  const long parity_bytes = static_cast<long>(slots) * rows_cap * row_bytes;
+  const SymmetricBuffer buffer = team.allocate(static_cast<std::size_t>(parity_bytes) * parities, lamport::kSentinel);
+  const int index = team.take_epoch_counter();
+  for (int i = 0; i < team.driven(); ++i) {
+    lamport::MailboxRef r{};
+    for (int peer = 0; peer < team.size(); ++peer) r.base[peer] = static_cast<char*>(buffer.peers(i).base[peer]);
+    r.parity_bytes = parity_bytes;
+    r.row_bytes = static_cast<long>(row_bytes);
+    r.rows_cap = rows_cap;
+    r.parities = parities;
+    r.index = index;
+    refs_.push_back(r);
+  }
 }
 
 }  // namespace tpdecode

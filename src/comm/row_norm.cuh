@@ -1,11 +1,19 @@
-// The residual add + RMSNorm of one row, shared by ArNorm (ar_norm.cuh) and the
-// stock add-RMSNorm kernel (stock_comm.cu) so both produce the same bits. The
-// summation order is documented in include/tpdecode/ar_norm.hpp; the CPU reference
-// (src/reference/ar_norm.cpp) follows it.
+// The residual add + RMSNorm of one row, shared by ArNorm (ar_norm.cu) and the
+// stock path's add-RMSNorm kernel (stock.cu) so both produce the same bits. The
+// CPU reference (tests/support/reference.cpp) follows the same order.
 //
 // Launch shape: a cluster of kArNormCtas CTAs per row (grid (kArNormCtas, rows)),
 // ar_norm_threads(hidden) threads per CTA, thread t of CTA c owning fragment
-// c · ar_norm_frags_per_cta(hidden) + t of the row (threads past it hold nothing).
+// c · hidden/64 + t of the row (threads past it hold nothing).
+//
+// Summation order of the row's sum of squares ss:
+//   1. thread: s = 0; for its 8 values v in column order: s = fma(v, v, s)
+//      (threads without a fragment contribute s = 0);
+//   2. warp: butterfly, for offset 16, 8, 4, 2, 1: s = s + s[lane ^ offset];
+//   3. CTA: w0 + w1, then + w2, + w3 ... in warp order;
+//   4. cluster: the 8 CTA sums exchanged through distributed shared memory and
+//      added in CTA order, (((c0 + c1) + c2) + ...) + c7, by every CTA alike.
+// rstd = 1 / sqrt(ss / hidden + eps) is rounded correctly (__frsqrt_rn).
 // Why explicit __fadd_rn / __fmul_rn / __fmaf_rn: nvcc must not contract or
 // reassociate differently from the reference.
 #pragma once
@@ -13,14 +21,14 @@
 #include <cooperative_groups.h>
 #include <cuda/ptx>
 
-#include "comm/lamport_device.cuh"
-#include "tpdecode/ar_norm.hpp"
+#include "comm/kernels.hpp"
+#include "comm/memory.hpp"
 
 namespace tpdecode::rownorm {
 
 using lamport::Fragment;
 
-inline constexpr int kMaxWarps = 4;  // ar_norm_threads(8192) / 32
+inline constexpr int kMaxWarps = kArNormMaxThreads / 32;
 
 // Shared memory of the row sum: the CTA's warp sums and the cluster's CTA sums.
 struct RowSumShared {
@@ -30,23 +38,21 @@ struct RowSumShared {
 
 // BF16(reduced + residual) per element, one rounding.
 __device__ __forceinline__ Fragment add_residual(const Fragment& reduced, const Fragment& residual) {
-  using namespace lamport;
   Fragment out;
 #pragma unroll
   for (int j = 0; j < 4; ++j)
-    out.w[j] = pack_bf16(__fadd_rn(low_of(reduced.w[j]), low_of(residual.w[j])),
-                         __fadd_rn(high_of(reduced.w[j]), high_of(residual.w[j])));
+    out.w[j] = bf16::pack_rounded(__fadd_rn(bf16::low_of(reduced.w[j]), bf16::low_of(residual.w[j])),
+                                  __fadd_rn(bf16::high_of(reduced.w[j]), bf16::high_of(residual.w[j])));
   return out;
 }
 
 // Step 1: s = fma(v, v, s) over the fragment's 8 values in column order.
 __device__ __forceinline__ float thread_squares(const Fragment& f) {
-  using namespace lamport;
   float s = 0.0f;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    s = __fmaf_rn(low_of(f.w[j]), low_of(f.w[j]), s);
-    s = __fmaf_rn(high_of(f.w[j]), high_of(f.w[j]), s);
+    s = __fmaf_rn(bf16::low_of(f.w[j]), bf16::low_of(f.w[j]), s);
+    s = __fmaf_rn(bf16::high_of(f.w[j]), bf16::high_of(f.w[j]), s);
   }
   return s;
 }
@@ -54,7 +60,7 @@ __device__ __forceinline__ float thread_squares(const Fragment& f) {
 // Why: a CTA may store into a peer CTA's shared memory only once that peer has
 // started (distributed shared memory rule). Every thread arrives on the cluster
 // barrier at kernel start (relaxed: it orders nothing) and cluster_row_sum waits on
-// it before its DSMEM stores; the pushes and polls in between hide the wait.
+// it before its DSMEM stores; the work in between hides the wait.
 __device__ __forceinline__ void cluster_arrive_started() { cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_relaxed); }
 
 // Steps 2-4: the row's total over the cluster, the same value in every thread.
@@ -94,12 +100,11 @@ __device__ __forceinline__ float rstd(float total, int hidden, float eps) {
 
 // BF16(v · rstd · w), one rounding.
 __device__ __forceinline__ Fragment normed(const Fragment& v, const Fragment& weight, float r) {
-  using namespace lamport;
   Fragment out;
 #pragma unroll
   for (int j = 0; j < 4; ++j)
-    out.w[j] = pack_bf16(__fmul_rn(__fmul_rn(low_of(v.w[j]), r), low_of(weight.w[j])),
-                         __fmul_rn(__fmul_rn(high_of(v.w[j]), r), high_of(weight.w[j])));
+    out.w[j] = bf16::pack_rounded(__fmul_rn(__fmul_rn(bf16::low_of(v.w[j]), r), bf16::low_of(weight.w[j])),
+                                  __fmul_rn(__fmul_rn(bf16::high_of(v.w[j]), r), bf16::high_of(weight.w[j])));
   return out;
 }
 

@@ -1,4 +1,4 @@
-#include "core/launch.cuh"
+#include "tpdecode/launch.cuh"
 #include "gemm/logits_epilogue.cuh"
 
 namespace tpdecode {

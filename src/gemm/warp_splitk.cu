@@ -1,4 +1,4 @@
-#include "core/launch.cuh"
+#include "tpdecode/launch.cuh"
 #include "gemm/warp_splitk.cuh"
 
 namespace tpdecode {

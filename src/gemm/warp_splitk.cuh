@@ -26,7 +26,7 @@
 
 #include <cstdint>
 
-#include "core/device.cuh"
+#include "tpdecode/device.cuh"
 #include "gemm/warp_splitk_launch.hpp"
 
 namespace tpdecode::warp_splitk {

@@ -1,8 +1,7 @@
 #include "tpdecode/local_team.hpp"
 
-#include <fmt/format.h>
-
-#include "tpdecode/error.hpp"
+#include "core/check.hpp"
+#include "team/rank_context.hpp"
 
 namespace tpdecode {
 
@@ -12,7 +11,7 @@ LocalTeam::LocalTeam(int size, int device, const TeamOptions& options) : Team(si
     cudaGetLastError();
     throw Unavailable("the local team needs a CUDA GPU; none is visible");
   }
-  require(device >= 0 && device < count, fmt::format("device {} does not exist ({} visible)", device, count));
+  check(device >= 0 && device < count, "device {} does not exist ({} visible)", device, count);
   TPD_CUDA(cudaSetDevice(device));
   std::vector<RankContext> contexts(static_cast<std::size_t>(size));
   for (int r = 0; r < size; ++r) {
@@ -22,19 +21,17 @@ LocalTeam::LocalTeam(int size, int device, const TeamOptions& options) : Team(si
     c.ranks_on_device = size;
     TPD_CUDA(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
   }
-  init_contexts(std::move(contexts));
+  init_contexts(contexts, true);
 }
 
 LocalTeam::~LocalTeam() {
   cudaSetDevice(device_);
   cudaDeviceSynchronize();
   release_all();
-  for (int i = 0; i < driven(); ++i) cudaStreamDestroy(rank_context(i).stream);
+  for (int i = 0; i < driven(); ++i) cudaStreamDestroy(stream(i));
 }
 
-std::string LocalTeam::describe() const {
-  return fmt::format("local team: {} ranks emulated on GPU {}", size(), device_);
-}
+std::string LocalTeam::describe() const { return fmt::format("local team: {} ranks emulated on GPU {}", size(), device_); }
 
 void LocalTeam::allocate_symmetric(std::size_t bytes, std::vector<void*>& local, std::vector<PeerPointers>& peers) {
   TPD_CUDA(cudaSetDevice(device_));
@@ -50,6 +47,12 @@ void LocalTeam::free_symmetric(const std::vector<void*>& local) {
   for (void* p : local) cudaFree(p);
 }
 
-void LocalTeam::barrier() { TPD_CUDA(cudaDeviceSynchronize()); }
+// Why no wait: one host thread drives every rank, so every rank is here; the
+// device synchronisation makes each rank's fills visible to the others.
+void LocalTeam::barrier(std::chrono::milliseconds) { TPD_CUDA(cudaDeviceSynchronize()); }
+
+// Every wait of the local team's kernels is bounded, so a stream that does not
+// drain means a kernel outside tpdecode holds it: nothing tpdecode can end.
+void LocalTeam::on_stuck(int, const std::string& what) { throw TeamBroken(what); }
 
 }  // namespace tpdecode

@@ -3,6 +3,7 @@
 #include "team/lsa_pointers.hpp"
 #include "tpdecode/error.hpp"
 
+#include <functional>
 #include <string>
 
 namespace tpdecode {
@@ -14,13 +15,16 @@ __global__ void lsa_pointers_kernel(ncclWindow_t window, int size, PeerPointers*
 
 }  // namespace
 
-int lsa_team_size(ncclComm_t comm) {
+int lsa_team_size(ncclComm_t comm, const std::function<void(const char*)>& settle) {
   ncclDevCommRequirements reqs = {};  // lsaMultimem stays false: never multicast
   ncclDevComm dev = {};
-  ncclResult_t r = ncclDevCommCreate(comm, &reqs, &dev);
-  if (r != ncclSuccess) throw Error(std::string("ncclDevCommCreate failed: ") + ncclGetErrorString(r));
+  const ncclResult_t r = ncclDevCommCreate(comm, &reqs, &dev);
+  if (r != ncclSuccess && r != ncclInProgress)
+    throw Error(std::string("ncclDevCommCreate failed: ") + ncclGetErrorString(r));
+  settle("device communicator creation");
   const int size = dev.lsaSize;
   ncclDevCommDestroy(comm, &dev);
+  settle("device communicator destruction");
   return size;
 }
 

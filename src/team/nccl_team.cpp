@@ -1,8 +1,5 @@
 // NCCL team (NCCL >= 2.28.9 with the symmetric-window device API).
-#include "team/lsa_pointers.hpp"
 #include <nccl.h>
-
-#include <fmt/format.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -10,14 +7,22 @@
 #include <mutex>
 #include <thread>
 
-#include "tpdecode/error.hpp"
+#include "core/check.hpp"
+#include "team/lsa_pointers.hpp"
+#include "team/rank_context.hpp"
 #include "tpdecode/nccl_team.hpp"
 
 namespace tpdecode {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
+[[noreturn]] void throw_nccl(ncclResult_t r, const char* expr) {
+  throw Error(fmt::format("NCCL error {} ({}) in {}", static_cast<int>(r), ncclGetErrorString(r), expr));
+}
+// Non-blocking communicators answer ncclInProgress while an operation settles.
 void check_nccl(ncclResult_t r, const char* expr) {
-  if (r != ncclSuccess) throw Error(fmt::format("NCCL error {} ({}) in {}", static_cast<int>(r), ncclGetErrorString(r), expr));
+  if (r != ncclSuccess && r != ncclInProgress) throw_nccl(r, expr);
 }
 #define TPD_NCCL(expr) check_nccl((expr), #expr)
 
@@ -30,8 +35,20 @@ void keep_multicast_off() {
   if (v == nullptr || std::strcmp(v, "0") != 0) setenv("NCCL_NVLS_ENABLE", "0", 1);
 }
 
+ncclConfig_t nonblocking_config() {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  return config;
+}
+
+int comm_rank(ncclComm* comm) {
+  int r = 0;
+  TPD_NCCL(ncclCommUserRank(comm, &r));
+  return r;
+}
+
 int comm_size(ncclComm* comm) {
-  require(comm != nullptr, "NcclTeam: null communicator");
+  check(comm != nullptr, "NcclTeam: null communicator");
   int n = 0;
   TPD_NCCL(ncclCommCount(comm, &n));
   return n;
@@ -63,82 +80,112 @@ NcclUniqueId NcclTeam::make_unique_id() {
   return out;
 }
 
-NcclTeam::NcclTeam(ncclComm* comm, int device, const TeamOptions& options)
-    : Team(comm_size(comm), options), comm_(comm) {
-  init(device);
-}
-
-NcclTeam::NcclTeam(const NcclUniqueId& id, int rank, int size, int device, const TeamOptions& options)
-    : Team(size, options) {
-  require(rank >= 0 && rank < size, fmt::format("NcclTeam: rank {} outside [0, {})", rank, size));
-  keep_multicast_off();
-  TPD_CUDA(cudaSetDevice(device));
-  ncclUniqueId nid;
-  std::memcpy(&nid, id.data(), sizeof nid);
-  TPD_NCCL(ncclCommInitRank(&comm_, size, nid, rank));
-  owns_comm_ = true;
-  try {
-    init(device);
-  } catch (...) {
-    ncclCommAbort(comm_);  // the destructor does not run for a failed constructor
-    throw;
-  }
-}
-
-void NcclTeam::init(int device) {
+NcclTeam::NcclTeam(ncclComm* parent, int device, const TeamOptions& options) : Team(comm_size(parent), options) {
   keep_multicast_off();
   std::string why;
   if (!nccl_team_available(&why)) throw Unavailable(why);
   TPD_CUDA(cudaSetDevice(device));
-  int rank = 0;
-  TPD_NCCL(ncclCommUserRank(comm_, &rank));
-  // The mailboxes need every rank reachable by loads and stores (one NVLink domain).
-  const int lsa_size = lsa_team_size(comm_);
-  if (lsa_size != size())
-    throw Unavailable(fmt::format("NCCL team: only {} of {} ranks share load/store memory (one NVLink domain); "
-                                  "the mailbox collectives are not served, use the stock collectives",
-                                  lsa_size, size()));
-  RankContext c;
-  c.rank = rank;
-  c.device = device;
-  c.ranks_on_device = 1;
-  TPD_CUDA(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
-  init_contexts({c});
-  TPD_CUDA(cudaMalloc(&barrier_word_, sizeof(int)));
+  const int rank = comm_rank(parent);
+  ncclConfig_t config = nonblocking_config();
+  TPD_NCCL(ncclCommSplit(parent, 0, rank, &comm_, &config));
+  init(rank, device);
+}
+
+NcclTeam::NcclTeam(const NcclUniqueId& id, int rank, int size, int device, const TeamOptions& options)
+    : Team(size, options) {
+  check(rank >= 0 && rank < size, "NcclTeam: rank {} outside [0, {})", rank, size);
+  keep_multicast_off();
+  std::string why;
+  if (!nccl_team_available(&why)) throw Unavailable(why);
+  TPD_CUDA(cudaSetDevice(device));
+  ncclUniqueId nid;
+  std::memcpy(&nid, id.data(), sizeof nid);
+  ncclConfig_t config = nonblocking_config();
+  TPD_NCCL(ncclCommInitRankConfig(&comm_, size, nid, rank, &config));
+  init(rank, device);
+}
+
+void NcclTeam::init(int rank, int device) {
+  try {
+    settle("communicator creation");
+    // The mailboxes need every rank reachable by loads and stores (one NVLink domain).
+    const int lsa_size = lsa_team_size(comm_, [this](const char* what) { settle(what); });
+    RankContext c;
+    c.rank = rank;
+    c.device = device;
+    c.ranks_on_device = 1;
+    TPD_CUDA(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
+    TPD_CUDA(cudaMalloc(&barrier_word_, sizeof(int)));
+    init_contexts({c}, lsa_size == size());
+  } catch (...) {
+    if (comm_) ncclCommAbort(comm_);  // the destructor does not run for a failed constructor
+    comm_ = nullptr;
+    throw;
+  }
 }
 
 NcclTeam::~NcclTeam() {
   cudaSetDevice(device());
-  // Why: window deregistration and ncclCommDestroy wait for every rank, and an NCCL
-  // kernel in flight may wait on a peer that is gone; a rank that leaves by an
-  // exception aborts its own communicator first (which also ends its NCCL kernels),
-  // so the failure is reported rather than hanging here.
-  if (owns_comm_ && std::uncaught_exceptions() > 0) {
+  if (comm_ && std::uncaught_exceptions() > 0) {
+    // Why: window deregistration and ncclCommDestroy wait for every rank; a rank
+    // that leaves by an exception aborts instead, so it is reported, not hung.
     ncclCommAbort(comm_);
-    owns_comm_ = false;
-    windows_.clear();  // the abort released the windows; the memory stays until exit
+    comm_ = nullptr;
   }
-  cudaStreamSynchronize(rank_context(0).stream);
+  if (!comm_) windows_.clear();  // the abort released the windows; the memory stays until exit
+  cudaStreamSynchronize(stream());
   release_all();
   cudaFree(barrier_word_);
-  cudaStreamDestroy(rank_context(0).stream);
-  if (owns_comm_) ncclCommDestroy(comm_);
+  cudaStreamDestroy(stream());
+  if (comm_) {
+    ncclCommFinalize(comm_);
+    const auto until = Clock::now() + default_limit();
+    ncclResult_t state = ncclInProgress;
+    while (state == ncclInProgress && Clock::now() < until) ncclCommGetAsyncError(comm_, &state);
+    if (state == ncclSuccess)
+      ncclCommDestroy(comm_);
+    else
+      ncclCommAbort(comm_);
+  }
 }
 
 std::string NcclTeam::describe() const {
-  return fmt::format("NCCL team: rank {} of {} on GPU {}", rank(), size(), device());
+  return fmt::format("NCCL team: rank {} of {} on GPU {}{}", rank(), size(), device(),
+                     shares_memory() ? "" : " (ranks do not share memory: every collective runs through NCCL)");
+}
+
+void NcclTeam::abort_comm(const std::string& why) const {
+  if (comm_) ncclCommAbort(comm_);
+  comm_ = nullptr;
+  throw TeamBroken(fmt::format("{}; tpdecode's NCCL communicator was aborted and the team is unusable (build a new "
+                               "one; a communicator you passed in was never used and is unaffected)",
+                               why));
+}
+
+void NcclTeam::settle(const char* what) const {
+  if (!comm_) throw TeamBroken("the team's NCCL communicator was aborted earlier; build a new team");
+  const auto until = Clock::now() + default_limit();
+  while (true) {
+    ncclResult_t state = ncclSuccess;
+    TPD_NCCL(ncclCommGetAsyncError(comm_, &state));
+    if (state == ncclSuccess) return;
+    if (state != ncclInProgress) abort_comm(fmt::format("NCCL {}: {}", what, ncclGetErrorString(state)));
+    if (Clock::now() > until) abort_comm(fmt::format("NCCL {} did not complete within {} ms", what, default_limit().count()));
+    std::this_thread::yield();
+  }
 }
 
 void NcclTeam::allocate_symmetric(std::size_t bytes, std::vector<void*>& local, std::vector<PeerPointers>& peers) {
   TPD_CUDA(cudaSetDevice(device()));
   // Why: windows are registered in units of NCCL_WIN_REQUIRED_ALIGNMENT.
-  const std::size_t padded = (bytes + NCCL_WIN_REQUIRED_ALIGNMENT - 1) / NCCL_WIN_REQUIRED_ALIGNMENT *
-                             NCCL_WIN_REQUIRED_ALIGNMENT;
+  const std::size_t padded =
+      (bytes + NCCL_WIN_REQUIRED_ALIGNMENT - 1) / NCCL_WIN_REQUIRED_ALIGNMENT * NCCL_WIN_REQUIRED_ALIGNMENT;
   void* buffer = nullptr;
   TPD_NCCL(ncclMemAlloc(&buffer, padded));
   ncclWindow_t window = nullptr;
   TPD_NCCL(ncclCommWindowRegister(comm_, buffer, padded, &window, NCCL_WIN_COLL_SYMMETRIC));
-  peers[0] = read_lsa_pointers(window, size(), rank_context(0).stream);
+  settle("window registration");
+  peers[0] = read_lsa_pointers(window, size(), stream());
   // Why: NCCL maps every rank's copy into one flat range; the own entry there is
   // an alias of `buffer` (same memory, another address). Kernels use the table.
   local[0] = buffer;
@@ -149,32 +196,54 @@ void NcclTeam::free_symmetric(const std::vector<void*>& local) {
   // A buffer not in windows_ belonged to an aborted communicator: left to the process.
   for (auto it = windows_.begin(); it != windows_.end(); ++it) {
     if (it->first != local[0]) continue;
-    ncclCommWindowDeregister(comm_, static_cast<ncclWindow_t>(it->second));
+    if (comm_) {
+      ncclCommWindowDeregister(comm_, static_cast<ncclWindow_t>(it->second));
+      ncclResult_t state = ncclInProgress;
+      const auto until = Clock::now() + default_limit();
+      while (state == ncclInProgress && Clock::now() < until) ncclCommGetAsyncError(comm_, &state);
+    }
     ncclMemFree(it->first);
     windows_.erase(it);
     return;
   }
 }
 
-void NcclTeam::barrier() {
-  // A one-word all-reduce on this rank's stream: returns once every rank got here.
-  cudaStream_t s = rank_context(0).stream;
-  TPD_NCCL(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclSum, comm_, s));
-  TPD_CUDA(cudaStreamSynchronize(s));
+void NcclTeam::barrier(std::chrono::milliseconds limit) {
+  // A one-word all-reduce on this rank's stream, done once every rank got here.
+  const auto until = Clock::now() + limit;
+  TPD_NCCL(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclSum, comm_, stream()));
+  settle("barrier");
+  while (true) {
+    const cudaError_t e = cudaStreamQuery(stream());
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotReady) TPD_CUDA(e);
+    if (Clock::now() > until)
+      abort_comm(fmt::format("rank {}: a barrier waited more than {} ms for its peers", rank(), limit.count()));
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
 }
+
+void NcclTeam::on_stuck(int, const std::string& what) { abort_comm(what); }
 
 void NcclTeam::all_reduce_bf16(const void* in, void* out, std::size_t count, cudaStream_t stream) const {
   TPD_NCCL(ncclAllReduce(in, out, count, ncclBfloat16, ncclSum, comm_, stream));
+  settle("all-reduce");
 }
 
 void NcclTeam::all_gather_bytes(const void* in, void* out, std::size_t bytes_per_rank, cudaStream_t stream) const {
   TPD_NCCL(ncclAllGather(in, out, bytes_per_rank, ncclUint8, comm_, stream));
+  settle("all-gather");
+}
+
+void NcclTeam::broadcast_bytes(void* data, std::size_t bytes, cudaStream_t stream) const {
+  TPD_NCCL(ncclBroadcast(data, data, bytes, ncclUint8, 0, comm_, stream));
+  settle("broadcast");
 }
 
 void NcclTeam::run_threads(const std::vector<int>& devices, const std::function<void(NcclTeam&)>& fn,
                            const TeamOptions& options) {
   const int n = static_cast<int>(devices.size());
-  require(supported_team_size(n), fmt::format("team size {} is not supported", n));
+  check(supported_team_size(n), "team size {} is not supported", n);
   const NcclUniqueId id = make_unique_id();
   std::mutex m;
   std::exception_ptr first;

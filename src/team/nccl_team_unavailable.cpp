@@ -30,9 +30,13 @@ void NcclTeam::run_threads(const std::vector<int>&, const std::function<void(Ncc
 }
 void NcclTeam::all_reduce_bf16(const void*, void*, std::size_t, cudaStream_t) const {}
 void NcclTeam::all_gather_bytes(const void*, void*, std::size_t, cudaStream_t) const {}
-void NcclTeam::init(int) {}
+void NcclTeam::broadcast_bytes(void*, std::size_t, cudaStream_t) const {}
+void NcclTeam::init(int, int) {}
 void NcclTeam::allocate_symmetric(std::size_t, std::vector<void*>&, std::vector<PeerPointers>&) {}
 void NcclTeam::free_symmetric(const std::vector<void*>&) {}
-void NcclTeam::barrier() {}
+void NcclTeam::barrier(std::chrono::milliseconds) {}
+void NcclTeam::on_stuck(int, const std::string&) {}
+void NcclTeam::settle(const char*) const {}
+void NcclTeam::abort_comm(const std::string& why) const { throw TeamBroken(why); }
 
 }  // namespace tpdecode

@@ -1,9 +1,7 @@
-#include <fmt/format.h>
-
 #include <algorithm>
 
+#include "team/rank_context.hpp"
 #include "tpdecode/error.hpp"
-#include "tpdecode/team.hpp"
 
 namespace tpdecode {
 
@@ -35,17 +33,6 @@ int coresident_ctas_per_rank(const RankContext& ctx, const void* kernel, int blo
   const int per_rank = resident_ctas(kernel, block, smem, cluster, ctx.device) / std::max(1, ctx.ranks_on_device);
   if (cluster > 1 && ctx.ranks_on_device > 1) return per_rank / (2 * cluster) * cluster;
   return per_rank;
-}
-
-void require_coresident(const RankContext& ctx, const char* op, const void* kernel, long grid_ctas,
-                        int block, std::size_t smem, int cluster) {
-  const int budget = coresident_ctas_per_rank(ctx, kernel, block, smem, cluster);
-  if (grid_ctas <= budget) return;
-  throw CapacityError(fmt::format(
-      "{}: {} rank(s) on this GPU x {} CTAs cannot all be resident at once (each rank may hold {} of these "
-      "CTAs); spin-waiting CTAs would wait for CTAs that never start. Use fewer rows per call or a smaller "
-      "team on one GPU",
-      op, ctx.ranks_on_device, grid_ctas, budget));
 }
 
 }  // namespace tpdecode

@@ -1,14 +1,23 @@
 #include "tpdecode/team.hpp"
 
-#include <fmt/format.h>
-
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
-#include "tpdecode/error.hpp"
+#include "core/check.hpp"
+#include "team/error_record.hpp"
 #include "team/fill.hpp"
+#include "team/rank_context.hpp"
 
 namespace tpdecode {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+lamport::ErrorRecord* records(void* p) { return static_cast<lamport::ErrorRecord*>(p); }
+
+}  // namespace
 
 uint64_t default_timeout_ms() {
   if (const char* env = std::getenv("TPDECODE_TIMEOUT_MS")) {
@@ -23,25 +32,45 @@ Team::Team(int size, const TeamOptions& options)
     : size_(size),
       timeout_ns_((options.timeout_ms ? options.timeout_ms : default_timeout_ms()) * 1000000ull),
       pdl_(options.pdl) {
-  require(supported_team_size(size),
-          fmt::format("team size {} is not supported (1, 2, 4, 8 or 16)", size));
+  check(supported_team_size(size), "team size {} is not supported (1, 2, 4, 8 or 16)", size);
 }
 
 Team::~Team() = default;
 
-void Team::init_contexts(std::vector<RankContext> contexts) {
-  TPD_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&errors_host_), sizeof(MailboxError) * contexts.size(),
-                         cudaHostAllocMapped | cudaHostAllocPortable));
-  std::memset(errors_host_, 0, sizeof(MailboxError) * contexts.size());
-  for (std::size_t i = 0; i < contexts.size(); ++i) {
-    RankContext& c = contexts[i];
-    c.size = size_;
-    c.timeout_ns = timeout_ns_;
-    c.pdl = pdl_;
-    c.error_host = &errors_host_[i];
-    TPD_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&c.error_device), &errors_host_[i], 0));
+int Team::rank(int i) const { return rank_context(i).rank; }
+int Team::device(int i) const { return rank_context(i).device; }
+cudaStream_t Team::stream(int i) const { return rank_context(i).stream; }
+
+const RankContext& Team::rank_context(int i) const {
+  check(i >= 0 && i < driven(), "driven rank {} outside [0, {})", i, driven());
+  return *contexts_[static_cast<std::size_t>(i)];
+}
+
+std::chrono::milliseconds Team::default_limit() const {
+  return std::chrono::milliseconds(timeout_ns_ / 1000000ull + 1000);
+}
+
+void Team::init_contexts(const std::vector<RankContext>& contexts, bool shares_memory) {
+  shares_memory_ = shares_memory;
+  const std::size_t n = contexts.size();
+  TPD_CUDA(cudaHostAlloc(&errors_host_, sizeof(lamport::ErrorRecord) * n, cudaHostAllocMapped | cudaHostAllocPortable));
+  std::memset(errors_host_, 0, sizeof(lamport::ErrorRecord) * n);
+  for (std::size_t i = 0; i < n; ++i) {
+    auto c = std::make_unique<RankContext>(contexts[i]);
+    c->size = size_;
+    c->pdl = pdl_;
+    c->error_host = &records(errors_host_)[i];
+    TPD_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&c->team.error), &records(errors_host_)[i], 0));
+    c->team.rank = c->rank;
+    c->team.size = size_;
+    c->team.timeout_ns = timeout_ns_;
+    contexts_.push_back(std::move(c));
   }
-  contexts_ = std::move(contexts);
+  if (!shares_memory_) return;
+  control_ = allocate(sizeof(lamport::ControlBlock), 0u);
+  for (std::size_t i = 0; i < n; ++i)
+    for (int r = 0; r < size_; ++r)
+      contexts_[i]->team.control[r] = static_cast<lamport::ControlBlock*>(control_.peers(static_cast<int>(i)).base[r]);
 }
 
 void Team::release_all() {
@@ -52,11 +81,12 @@ void Team::release_all() {
 }
 
 SymmetricBuffer Team::allocate(std::size_t bytes, uint32_t fill_word) {
-  require(bytes > 0, "symmetric allocation of 0 bytes");
-  for (const RankContext& c : contexts_) {
+  if (!shares_memory_) throw Unavailable(describe() + ": the ranks do not share memory (no symmetric buffers)");
+  check(bytes > 0, "symmetric allocation of 0 bytes");
+  for (const auto& c : contexts_) {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    TPD_CUDA(cudaStreamIsCapturing(c.stream, &status));
-    require(status == cudaStreamCaptureStatusNone, "symmetric buffers cannot be allocated during capture");
+    TPD_CUDA(cudaStreamIsCapturing(c->stream, &status));
+    check(status == cudaStreamCaptureStatusNone, "symmetric buffers cannot be allocated during capture");
   }
   SymmetricBuffer b;
   b.bytes_ = (bytes + 15) / 16 * 16;
@@ -65,45 +95,90 @@ SymmetricBuffer Team::allocate(std::size_t bytes, uint32_t fill_word) {
   b.peers_.resize(contexts_.size());
   allocate_symmetric(b.bytes_, b.local_, b.peers_);
   for (std::size_t i = 0; i < contexts_.size(); ++i) {
-    TPD_CUDA(cudaSetDevice(contexts_[i].device));
-    fill_words(b.local_[i], b.bytes_ / 4, fill_word, contexts_[i].stream);
+    TPD_CUDA(cudaSetDevice(contexts_[i]->device));
+    fill_words(b.local_[i], b.bytes_ / 4, fill_word, contexts_[i]->stream);
+    TPD_CUDA(cudaStreamSynchronize(contexts_[i]->stream));
   }
-  synchronize();
-  barrier();
+  barrier(default_limit());
   buffers_.push_back(b);
   return b;
 }
 
+int Team::take_epoch_counter() {
+  check<CapacityError>(epoch_counters_ < lamport::kMaxMailboxes, "a team holds at most {} mailboxes",
+                       lamport::kMaxMailboxes);
+  return epoch_counters_++;
+}
+
 bool Team::has_error() const {
-  for (const RankContext& c : contexts_)
-    if (c.error_host->flag != 0) return true;
+  for (const auto& c : contexts_)
+    if (c->error_host->flag != 0) return true;
   return false;
 }
 
 void Team::check_errors() const {
-  for (const RankContext& c : contexts_)
-    if (MailboxError e; read_error(c.error_host, &e)) throw TimeoutError(tpdecode::describe(e));
+  for (const auto& c : contexts_)
+    if (lamport::ErrorRecord e; read_error_record(c->error_host, &e)) throw TimeoutError(describe_error(e));
 }
 
-void Team::synchronize() const {
-  for (const RankContext& c : contexts_) {
-    TPD_CUDA(cudaSetDevice(c.device));
-    TPD_CUDA(cudaStreamSynchronize(c.stream));
+bool Team::drain(int i, Clock::time_point until) const {
+  const RankContext& c = *contexts_[static_cast<std::size_t>(i)];
+  TPD_CUDA(cudaSetDevice(c.device));
+  while (true) {
+    const cudaError_t e = cudaStreamQuery(c.stream);
+    if (e == cudaSuccess) return true;
+    if (e != cudaErrorNotReady) TPD_CUDA(e);
+    if (Clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
+}
+
+uint32_t Team::read_abort_word(int i) const {
+  if (!shares_memory_) return 0;
+  const RankContext& c = *contexts_[static_cast<std::size_t>(i)];
+  uint32_t word = 0;
+  TPD_CUDA(cudaSetDevice(c.device));
+  // Why the rank's own stream: it has drained, and a copy there waits for nothing else.
+  TPD_CUDA(cudaMemcpyAsync(&word, &c.team.control[c.rank]->abort, sizeof word, cudaMemcpyDeviceToHost, c.stream));
+  TPD_CUDA(cudaStreamSynchronize(c.stream));
+  return word;
+}
+
+void Team::synchronize(std::chrono::milliseconds limit) {
+  if (limit.count() <= 0) limit = default_limit();
+  const auto until = Clock::now() + limit;
+  for (int i = 0; i < driven(); ++i) {
+    if (drain(i, until)) continue;
+    const std::string what = fmt::format(
+        "rank {}: its stream did not drain within {} ms (a collective waits on a rank that does not arrive)",
+        rank(i), limit.count());
+    check_errors();
+    on_stuck(i, what);
+    throw TimeoutError(what);
+  }
+  check_errors();
+  for (int i = 0; i < driven(); ++i)
+    if (const uint32_t abort = read_abort_word(i); abort != 0)
+      throw TimeoutError(fmt::format("rank {}: rank {} timed out and aborted the team; every rank must call reset()",
+                                     rank(i), abort - 1));
 }
 
 void Team::reset() {
-  synchronize();
-  barrier();  // no peer may still be pushing into a buffer we refill
-  for (const SymmetricBuffer& b : buffers_) {
+  const auto until = Clock::now() + default_limit();
+  for (int i = 0; i < driven(); ++i)
+    if (!drain(i, until)) on_stuck(i, fmt::format("reset: rank {}: its stream did not drain", rank(i)));
+  barrier(default_limit());  // no peer may still be pushing into a buffer we refill
+  for (const SymmetricBuffer& b : buffers_)
     for (std::size_t i = 0; i < contexts_.size(); ++i) {
-      TPD_CUDA(cudaSetDevice(contexts_[i].device));
-      fill_words(b.local_[i], b.bytes_ / 4, b.fill_word_, contexts_[i].stream);
+      TPD_CUDA(cudaSetDevice(contexts_[i]->device));
+      fill_words(b.local_[i], b.bytes_ / 4, b.fill_word_, contexts_[i]->stream);
     }
+  for (const auto& c : contexts_) {
+    TPD_CUDA(cudaSetDevice(c->device));
+    TPD_CUDA(cudaStreamSynchronize(c->stream));
   }
-  synchronize();
-  std::memset(errors_host_, 0, sizeof(MailboxError) * contexts_.size());
-  barrier();
+  std::memset(errors_host_, 0, sizeof(lamport::ErrorRecord) * contexts_.size());
+  barrier(default_limit());
 }
 
 }  // namespace tpdecode

@@ -9,9 +9,9 @@
 #include "tpdecode/ar_norm.hpp"
 #include "tpdecode/bf16.hpp"
 #include "tpdecode/error.hpp"
-#include "tpdecode/reference/all_reduce.hpp"
-#include "tpdecode/reference/ar_norm.hpp"
-#include "tpdecode/reference/gather.hpp"
+#include "reference/all_reduce.hpp"
+#include "reference/ar_norm.hpp"
+#include "reference/gather.hpp"
 
 namespace tpdecode {
 namespace {

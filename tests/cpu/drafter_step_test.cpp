@@ -6,11 +6,11 @@
 #include <limits>
 
 #include "tpdecode/bf16.hpp"
-#include "tpdecode/drafter/cpu_checks.hpp"
-#include "tpdecode/drafter/cpu_reference.hpp"
-#include "tpdecode/drafter/step.hpp"
-#include "tpdecode/drafter/weight_hash.hpp"
-#include "tpdecode/drafter/weights.hpp"
+#include "drafter/cpu_checks.hpp"
+#include "drafter/cpu_reference.hpp"
+#include "drafter/step.hpp"
+#include "drafter/weight_hash.hpp"
+#include "drafter/weights.hpp"
 #include "tpdecode/error.hpp"
 
 namespace tpdecode::drafter {

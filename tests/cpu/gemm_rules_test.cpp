@@ -8,7 +8,7 @@
 #include "tpdecode/bf16.hpp"
 #include "tpdecode/error.hpp"
 #include "tpdecode/gemm_tactic.hpp"
-#include "tpdecode/reference/gemm.hpp"
+#include "reference/gemm.hpp"
 
 namespace tpdecode {
 namespace {

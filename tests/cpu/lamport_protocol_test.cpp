@@ -9,7 +9,7 @@
 #include "comm/lamport_protocol.hpp"
 #include "cpu/host_memory.hpp"
 #include "tpdecode/bf16.hpp"
-#include "tpdecode/reference/all_reduce.hpp"
+#include "reference/all_reduce.hpp"
 
 namespace tpdecode {
 namespace {

@@ -4,7 +4,7 @@
 
 #include "comm/lamport_protocol.hpp"
 #include "tpdecode/bf16.hpp"
-#include "tpdecode/reference/all_reduce.hpp"
+#include "reference/all_reduce.hpp"
 
 namespace tpdecode {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "gpu/gpu_test_util.hpp"
 #include "tpdecode/ar_norm.hpp"
-#include "tpdecode/reference/ar_norm.hpp"
+#include "reference/ar_norm.hpp"
 #include "tpdecode/team.hpp"
 
 namespace tpdecode::test {

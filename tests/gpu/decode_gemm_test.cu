@@ -13,7 +13,7 @@
 #include "tpdecode/bf16.hpp"
 #include "tpdecode/decode_gemm.hpp"
 #include "tpdecode/random_fill.hpp"
-#include "tpdecode/reference/gemm.hpp"
+#include "reference/gemm.hpp"
 
 namespace tpdecode {
 namespace {

@@ -9,7 +9,7 @@
 #include "tpdecode/bf16.hpp"
 #include "tpdecode/drafter_comm.hpp"
 #include "tpdecode/local_team.hpp"
-#include "tpdecode/reference/gather.hpp"
+#include "reference/gather.hpp"
 #include "tpdecode/stock_comm.hpp"
 
 namespace tpdecode {

@@ -14,8 +14,8 @@
 #include "gpu/comm_test_util.hpp"
 #include "gpu/gpu_test_util.hpp"
 #include "tpdecode/bf16.hpp"
-#include "tpdecode/drafter/cpu_reference.hpp"
-#include "tpdecode/drafter/gpu_drafter.hpp"
+#include "drafter/cpu_reference.hpp"
+#include "drafter/gpu_drafter.hpp"
 #include "tpdecode/local_team.hpp"
 
 namespace tpdecode::drafter {

@@ -7,7 +7,7 @@
 #include "gpu/comm_test_util.hpp"
 #include "tpdecode/gather.hpp"
 #include "tpdecode/local_team.hpp"
-#include "tpdecode/reference/gather.hpp"
+#include "reference/gather.hpp"
 
 namespace tpdecode {
 namespace {

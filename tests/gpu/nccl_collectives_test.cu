@@ -15,8 +15,8 @@
 #include "tpdecode/bf16.hpp"
 #include "tpdecode/gather.hpp"
 #include "tpdecode/nccl_team.hpp"
-#include "tpdecode/reference/all_reduce.hpp"
-#include "tpdecode/reference/gather.hpp"
+#include "reference/all_reduce.hpp"
+#include "reference/gather.hpp"
 
 namespace tpdecode {
 namespace {

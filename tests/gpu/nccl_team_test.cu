@@ -8,7 +8,7 @@
 #include "gpu/gpu_test_util.hpp"
 #include "tpdecode/all_reduce.hpp"
 #include "tpdecode/nccl_team.hpp"
-#include "tpdecode/reference/all_reduce.hpp"
+#include "reference/all_reduce.hpp"
 
 namespace tpdecode {
 namespace {

@@ -1,0 +1,83 @@
+// The synthetic drafter on a TP team's GPUs: every driven rank's weight shards
+// (generated on the device from the seed), activation buffers and GEMM objects,
+// and the step (step.hpp) enqueued on the stock or the specialised path.
+//  - stock: cuBLAS (CublasContext::gemm), the stock collectives (TpComm with
+//    CommAlgorithm::kStock: NCCL or its local equivalent, a separate norm kernel);
+//    no programmatic dependent launch in the step's own kernels.
+//  - specialised: DecodeGemm (cuBLAS where it does not take the shape), TpComm's
+//    mailbox collectives where they serve the call (else its stock path),
+//    programmatic dependent launch between kernels where each rank has its own GPU
+//    (off on the local team, whose ranks share one: gpu_step_ops.cpp says why).
+// At TP 1 both paths run the all-reduce as its RMSNorm alone (the separate
+// add-RMSNorm kernel) and have no gathers: they differ in the GEMMs and PDL.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "drafter/config.hpp"
+#include "drafter/step.hpp"
+#include "tpdecode/comm.hpp"
+#include "tpdecode/team.hpp"
+
+namespace tpdecode::drafter {
+
+enum class DrafterPath { kStock, kSpecialised };
+const char* path_name(DrafterPath p);  // "stock" / "specialised"
+
+struct GpuRank;  // one driven rank's weights, buffers and GEMMs (src/drafter/gpu_rank.hpp)
+
+class GpuDrafter {
+ public:
+  using Progress = std::function<void(const std::string&)>;
+
+  // Collective over the team (under NCCL: every rank's thread); before any graph
+  // capture. Builds weights for steps of up to rows_cap rows; `progress` hears
+  // about the weight build.
+  GpuDrafter(Team& team, const DrafterConfig& config, int rows_cap = 64, const Progress& progress = {});
+  ~GpuDrafter();
+  GpuDrafter(const GpuDrafter&) = delete;
+  GpuDrafter& operator=(const GpuDrafter&) = delete;
+
+  const DrafterConfig& config() const { return config_; }
+  const RankShapes& shapes() const { return shapes_; }
+  Team& team() const { return team_; }
+  int rows_cap() const { return rows_cap_; }
+  // The paths the collectives of the last enqueued step took, e.g. "one-shot 11,
+  // stock 2 (why ...)".
+  const std::string& comm_paths() const { return comm_paths_; }
+  // Bytes of weights held by the driven ranks.
+  std::size_t weight_bytes() const { return weight_bytes_; }
+
+  // Host preparation for steps of m rows (DecodeGemm engines); before capture.
+  void prepare(int m);
+  // Enqueues one step of m rows on every driven rank: driven rank 0's stream forks
+  // to the others and joins back (graph-capturable after prepare(m); a graph of
+  // one step may be replayed back to back any number of times).
+  void enqueue_step(DrafterPath path, int m, const OpFilter& filter = {});
+  // Driven rank 0's stream: capture and time on it.
+  cudaStream_t stream() const;
+
+  // After the last step (waits for it): driven rank i's logits [m, vocab] (BF16
+  // bits) and draft tokens [m].
+  std::vector<uint16_t> logits(int driven, int m) const;
+  std::vector<int32_t> tokens(int driven, int m) const;
+
+ private:
+  Team& team_;
+  DrafterConfig config_;
+  RankShapes shapes_;
+  int rows_cap_;
+  std::size_t weight_bytes_ = 0;
+  std::vector<std::unique_ptr<GpuRank>> ranks_;
+  bool shared_gpu_;  // several ranks' kernels on one GPU (the local team)
+  std::unique_ptr<TpComm> comm_;
+  std::string comm_paths_;
+};
+
+}  // namespace tpdecode::drafter

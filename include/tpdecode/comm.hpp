@@ -1,0 +1,141 @@
+// TpComm: the collectives of one team behind one object, the surface an engine
+// calls. Every call takes the caller's CUDA streams, runs a mailbox kernel where it
+// serves the call and the stock path (NCCL, or its local equivalent) otherwise, and
+// returns which path ran and why. Mailbox epochs live on the device: no caller ever
+// passes a parity, and any number of calls per CUDA graph, replayed back to back
+// any number of times, is reuse-safe (src/comm/protocol.hpp has the argument).
+//
+// Contracts (every rank gets the same bits on the mailbox paths):
+//  - all_reduce: BF16 partials summed in FP32 in rank order 0..TP-1, rounded once.
+//  - ar_norm: that sum, plus the residual in FP32 rounded once (the new residual),
+//    then RMSNorm of the new residual: rstd = 1/sqrt(sum of squares / H + eps),
+//    out = BF16(v · rstd · w). The order of the sum of squares is documented in
+//    src/comm/ar_norm.cu; the stock path uses the same norm kernel, so on the
+//    local team both paths give the same bits (NCCL sums in its own order).
+//  - gather: bytes moved as they are, except that a 32-bit word equal to
+//    0x80000000 (a BF16 pair +0, -0; an F32 -0) arrives as 0. I32 data is not
+//    served by the mailbox (INT_MIN would change): it runs the stock path.
+//
+// Rules for callers:
+//  - Build at load, collectively (every rank, same order), never during capture.
+//  - The calls of one TpComm on one rank must be ordered (one stream, or streams
+//    joined by events): the device-side epoch counts them.
+//  - Calls must be made in the same order on every rank with the same shapes
+//    (every rank then takes the same path).
+//  - On the local team (one GPU plays N ranks) a call covers every driven rank:
+//    spans of team.driven() entries. The NCCL team drives one rank: one entry, or
+//    the single-rank overloads.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "tpdecode/team.hpp"
+#include "tpdecode/tensor.hpp"
+
+namespace tpdecode {
+
+// Hidden sizes ar_norm takes: the row norm runs 8 CTAs per row with 8 columns per
+// thread and at most 256 threads per CTA, so multiples of 64 up to 16384.
+inline constexpr int64_t kArNormMaxHidden = 16384;
+constexpr bool ar_norm_hidden_served(int64_t hidden) {
+  return hidden >= 64 && hidden % 64 == 0 && hidden <= kArNormMaxHidden;
+}
+
+// One rank's tensors of an all-reduce: bf16 [rows, width], contiguous, rows
+// 16-byte aligned. out may alias x.
+struct AllReduceIo {
+  TensorView x;
+  TensorView out;
+};
+
+// One rank's tensors of an all-reduce + residual add + RMSNorm (all bf16,
+// contiguous, rows 16-byte aligned).
+struct ArNormIo {
+  TensorView x;             // [rows, hidden]: this rank's partial
+  TensorView residual;      // [rows, hidden], or data == nullptr: none (new residual = the sum)
+  TensorView weight;        // [1, hidden]: the RMSNorm weight
+  float eps = 1e-6f;
+  TensorView out;           // [rows, hidden]: RMSNorm(new residual) · weight
+  TensorView residual_out;  // [rows, hidden]: the new residual (may alias residual)
+};
+
+// One rank's tensors of a gather: shard [rows, S] of any dtype, out [rows, TP·S] of
+// the same dtype (rank r's shard at columns r·S ...), contiguous, 16-byte aligned.
+struct GatherIo {
+  TensorView shard;
+  TensorView out;
+};
+
+enum class CommPath : uint8_t {
+  kOneShot,  // every rank pushes its partial to every rank (mailbox)
+  kTwoShot,  // reduce-scatter to column owners, owners broadcast (mailbox)
+  kStock,    // NCCL (NCCL team) or staging copies + a reduce kernel (local team)
+};
+const char* comm_path_name(CommPath path);
+
+struct CommResult {
+  CommPath path = CommPath::kStock;
+  std::string why;  // why no mailbox path served the call ("" when one did)
+};
+
+// Which path all_reduce / ar_norm may take.
+enum class CommAlgorithm : uint8_t {
+  kAuto,     // the measured crossover rule between one-shot and two-shot, stock where neither serves
+  kOneShot,  // one-shot where it serves, else stock
+  kTwoShot,  // two-shot where it serves, else stock
+  kStock,    // always the stock path
+};
+
+struct CommConfig {
+  int64_t hidden = 7168;         // widest all_reduce / ar_norm row served (elements)
+  int rows_cap = 64;             // rows per call on the mailbox paths
+  int64_t gather_row_bytes = 0;  // widest gathered row (TP · shard bytes); 0: hidden · 2
+  int parities = 2;              // 2, or 3 for callers that re-arm lazily (two-shot)
+  CommAlgorithm algorithm = CommAlgorithm::kAuto;
+};
+
+class TpComm {
+ public:
+  // Collective over the team (every rank, same order); before any capture. On a
+  // team whose ranks do not share memory, every call runs the stock path.
+  explicit TpComm(Team& team, const CommConfig& config = {});
+  ~TpComm();
+  TpComm(const TpComm&) = delete;
+  TpComm& operator=(const TpComm&) = delete;
+
+  Team& team() const { return team_; }
+  const CommConfig& config() const { return config_; }
+  void set_algorithm(CommAlgorithm a) { config_.algorithm = a; }
+
+  // One call for every driven rank: io[i] and streams[i] belong to driven rank i.
+  // Throws InvalidArgument (shapes, dtype, alignment: checked before anything is
+  // launched), CapacityError (rows above the stock path's buffers) and TimeoutError
+  // (the team is aborted: every rank must reset() it).
+  CommResult all_reduce(std::span<const AllReduceIo> io, std::span<const cudaStream_t> streams);
+  CommResult ar_norm(std::span<const ArNormIo> io, std::span<const cudaStream_t> streams);
+  CommResult gather(std::span<const GatherIo> io, std::span<const cudaStream_t> streams);
+
+  // The same for a team that drives one rank (the NCCL team).
+  CommResult all_reduce(const AllReduceIo& io, cudaStream_t stream) { return all_reduce({&io, 1}, {&stream, 1}); }
+  CommResult ar_norm(const ArNormIo& io, cudaStream_t stream) { return ar_norm({&io, 1}, {&stream, 1}); }
+  CommResult gather(const GatherIo& io, cudaStream_t stream) { return gather({&io, 1}, {&stream, 1}); }
+
+  // The path a call would take and why (nothing launched): for planning.
+  CommResult plan_all_reduce(const AllReduceIo& io) const;
+  CommResult plan_ar_norm(const ArNormIo& io) const;
+  CommResult plan_gather(const GatherIo& io) const;
+
+  class Impl;
+
+ private:
+  Team& team_;
+  CommConfig config_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tpdecode

@@ -1,0 +1,81 @@
+#include "reference/ar_norm.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <cmath>
+
+#include "comm/kernels.hpp"
+#include "tpdecode/bf16.hpp"
+#include "tpdecode/error.hpp"
+#include "reference/all_reduce.hpp"
+
+namespace tpdecode::reference {
+
+float ar_norm_square_sum(std::span<const uint16_t> row) {
+  const auto hidden = static_cast<int64_t>(row.size());
+  require(ar_norm_hidden_served(hidden), fmt::format("reference ar_norm: hidden {} not served", hidden));
+  const int frags_per_cta = static_cast<int>(hidden / (8 * kArNormCtas));
+  const int warps = ar_norm_threads(hidden) / 32;
+  float total = 0.0f;
+  for (int cta = 0; cta < kArNormCtas; ++cta) {
+    float cta_sum = 0.0f;
+    for (int warp = 0; warp < warps; ++warp) {
+      std::array<float, 32> lane{};  // step 1: each thread's fma chain over its 8 columns
+      for (int l = 0; l < 32; ++l) {
+        const int t = warp * 32 + l;
+        if (t >= frags_per_cta) continue;
+        const std::size_t first = static_cast<std::size_t>(cta * frags_per_cta + t) * 8;
+        float s = 0.0f;
+        for (std::size_t k = 0; k < 8; ++k) {
+          const float v = bf16::to_float(row[first + k]);
+          s = std::fma(v, v, s);
+        }
+        lane[static_cast<std::size_t>(l)] = s;
+      }
+      for (int offset = 16; offset >= 1; offset /= 2) {  // step 2: butterfly
+        std::array<float, 32> next{};
+        for (int l = 0; l < 32; ++l)
+          next[static_cast<std::size_t>(l)] = lane[static_cast<std::size_t>(l)] + lane[static_cast<std::size_t>(l ^ offset)];
+        lane = next;
+      }
+      cta_sum = warp == 0 ? lane[0] : cta_sum + lane[0];  // step 3: warp order
+    }
+    total = cta == 0 ? cta_sum : total + cta_sum;  // step 4: CTA order
+  }
+  return total;
+}
+
+float ar_norm_rstd(float total, int64_t hidden, float eps) {
+  const float mean = total / static_cast<float>(hidden) + eps;
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(mean)));
+}
+
+ArNormResult add_rms_norm(std::span<const uint16_t> reduced, std::span<const uint16_t> residual,
+                          std::span<const uint16_t> weight, float eps, int64_t hidden) {
+  require(hidden > 0 && reduced.size() % static_cast<std::size_t>(hidden) == 0 &&
+              weight.size() == static_cast<std::size_t>(hidden) && (residual.empty() || residual.size() == reduced.size()),
+          "reference add_rms_norm: sizes do not match");
+  ArNormResult r;
+  r.residual_out.assign(reduced.begin(), reduced.end());
+  if (!residual.empty())
+    for (std::size_t i = 0; i < reduced.size(); ++i)
+      r.residual_out[i] = bf16::from_float(bf16::to_float(reduced[i]) + bf16::to_float(residual[i]));
+  r.out.resize(reduced.size());
+  const auto h = static_cast<std::size_t>(hidden);
+  for (std::size_t row = 0; row < reduced.size() / h; ++row) {
+    const std::span<const uint16_t> v(r.residual_out.data() + row * h, h);
+    const float rstd = ar_norm_rstd(ar_norm_square_sum(v), hidden, eps);
+    for (std::size_t c = 0; c < h; ++c)
+      r.out[row * h + c] = bf16::from_float((bf16::to_float(v[c]) * rstd) * bf16::to_float(weight[c]));
+  }
+  return r;
+}
+
+ArNormResult ar_norm(std::span<const std::vector<uint16_t>> partials, std::span<const uint16_t> residual,
+                     std::span<const uint16_t> weight, float eps, int64_t hidden) {
+  const std::vector<uint16_t> reduced = all_reduce(partials);
+  return add_rms_norm(reduced, residual, weight, eps, hidden);
+}
+
+}  // namespace tpdecode::reference

@@ -1,0 +1,83 @@
+// The collectives' kernels as the host sees them: launch parameters, launchers and
+// co-residency budgets (the kernels live in all_reduce.cu, ar_norm.cu, gather.cu,
+// two_shot.cu and stock.cu). Arguments are checked by the caller (tp_comm.cpp);
+// launchers launch on the stream they are given.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "comm/protocol.hpp"
+#include "team/rank_context.hpp"
+#include "tpdecode/comm.hpp"
+
+namespace tpdecode {
+
+// ---- One-shot all-reduce (all_reduce.cu) ------------------------------------
+struct OneShotParams {
+  lamport::TeamRef team;
+  lamport::MailboxRef box;  // [parities, TP, rows_cap, row_bytes]
+  const void* x;            // [rows, width] bf16
+  void* out;                // [rows, width] bf16
+  int frags;                // width / 8
+  bool trigger_early;       // launch dependents before the polls (one rank per GPU)
+};
+void launch_one_shot(const RankContext& ctx, cudaStream_t stream, const OneShotParams& p, int rows);
+// Rows of `width` columns whose grids every rank on ctx's GPU can hold at once.
+int one_shot_resident_rows(const RankContext& ctx, int64_t width);
+
+// ---- ArNorm: one-shot all-reduce + residual add + RMSNorm (ar_norm.cu) -------
+inline constexpr int kArNormCtas = 8;         // CTAs per row (one cluster)
+inline constexpr int kArNormMaxThreads = 256;  // 8 columns per thread: hidden <= 16384
+
+static_assert(kArNormMaxHidden == 8 * kArNormCtas * kArNormMaxThreads, "comm.hpp's served sizes are this geometry's");
+constexpr int ar_norm_threads(int64_t hidden) { return static_cast<int>((hidden / 64 + 31) / 32 * 32); }
+
+struct ArNormParams {
+  lamport::TeamRef team;
+  lamport::MailboxRef box;  // [parities, TP, rows_cap, row_bytes]
+  const void* x;            // [rows, hidden] bf16
+  const void* residual;     // [rows, hidden] bf16, or nullptr: none
+  const void* weight;       // [hidden] bf16
+  void* out;                // [rows, hidden] bf16
+  void* residual_out;       // [rows, hidden] bf16
+  float eps;
+  int hidden;
+  bool trigger_early;
+};
+void launch_ar_norm(const RankContext& ctx, cudaStream_t stream, const ArNormParams& p, int rows);
+int ar_norm_resident_rows(const RankContext& ctx, int64_t hidden);
+
+// ---- Gather (gather.cu) -----------------------------------------------------
+struct GatherParams {
+  lamport::TeamRef team;
+  lamport::MailboxRef box;  // [parities, 1, rows_cap, row_bytes >= TP · shard bytes]
+  const void* shard;        // [rows, shard_frags · 16 bytes]
+  void* out;                // [rows, TP · shard_frags · 16 bytes]
+  int shard_frags;
+  bool trigger_early;
+};
+void launch_gather(const RankContext& ctx, cudaStream_t stream, const GatherParams& p, int rows);
+// Rows whose grid (at least one CTA per row) every rank on ctx's GPU can hold.
+int gather_resident_rows(const RankContext& ctx);
+
+// ---- The stock path's kernels (stock.cu) ----------------------------------
+// out[row] = rank-order sum of src.base[r] + row · src_row_bytes (bf16 [rows, width]).
+void launch_stock_reduce(cudaStream_t stream, int size, const PeerPointers& src, long src_row_bytes, void* out,
+                         int rows, int width);
+// ArNorm's residual add + RMSNorm on an already reduced [rows, hidden] (same math
+// and order as ar_norm, so the same bits).
+struct NormIo {
+  const void* reduced;
+  const void* residual;  // or nullptr
+  const void* weight;
+  void* out;
+  void* residual_out;
+  float eps;
+  int hidden;
+};
+void launch_add_rms_norm(cudaStream_t stream, const NormIo& io, int rows);
+// out[row] = [src.base[0] row, ..., src.base[size-1] row] (shard_bytes each).
+void launch_gather_copy(cudaStream_t stream, int size, const PeerPointers& src, long src_row_bytes, void* out, int rows,
+                        long shard_bytes);
+
+}  // namespace tpdecode

@@ -1,0 +1,30 @@
+// A Lamport mailbox: a symmetric buffer laid out [parities, slots, rows_cap,
+// row_bytes], armed with the sentinel, and an epoch counter in the team's control
+// block that picks the parity of each use (protocol.hpp). Slot s of a rank's copy
+// is written only by rank s and re-armed only by its owner.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "comm/protocol.hpp"
+#include "tpdecode/team.hpp"
+
+namespace tpdecode {
+
+class Mailbox {
+ public:
+  // Collective over the team; before any capture.
+  Mailbox(Team& team, int parities, int slots, int rows_cap, int64_t row_bytes);
+  // The mailbox as driven rank i's calls see it.
+  const lamport::MailboxRef& ref(int i) const { return refs_.at(static_cast<std::size_t>(i)); }
+  int rows_cap() const { return rows_cap_; }
+  int64_t row_bytes() const { return row_bytes_; }
+
+ private:
+  int rows_cap_;
+  int64_t row_bytes_;
+  std::vector<lamport::MailboxRef> refs_;
+};
+
+}  // namespace tpdecode

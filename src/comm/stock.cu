@@ -1,0 +1,91 @@
+// The stock path's kernels: a plain rank-order reduce of staged partials, the
+// separate add-RMSNorm (row_norm.cuh: ArNorm's math and order, so the same bits)
+// and the gather's [TP, rows, S] -> [rows, TP·S] copy.
+#include "comm/protocol.hpp"
+#include "comm/row_norm.cuh"
+#include "tpdecode/launch.cuh"
+#include "core/rank_switch.hpp"
+
+namespace tpdecode {
+namespace {
+
+using lamport::Fragment;
+
+constexpr int kThreads = 256;
+
+template <int kRanks>
+__global__ void __launch_bounds__(kThreads) stock_reduce_kernel(PeerPointers src, long src_row_bytes, Fragment* out,
+                                                                int frags) {
+  const int frag = blockIdx.x * kThreads + threadIdx.x;
+  const int row = blockIdx.y;
+  if (frag >= frags) return;
+  Fragment raw[kRanks];
+#pragma unroll
+  for (int r = 0; r < kRanks; ++r)
+    raw[r] = *reinterpret_cast<const Fragment*>(static_cast<const char*>(src.base[r]) + row * src_row_bytes + frag * 16L);
+  out[static_cast<long>(row) * frags + frag] = lamport::sum_rank_order<kRanks>(raw);
+}
+
+__global__ void __launch_bounds__(kArNormMaxThreads) add_rms_norm_kernel(const NormIo p) {
+  __shared__ rownorm::RowSumShared shared;
+  rownorm::cluster_arrive_started();
+  const int frags_per_cta = p.hidden / (8 * kArNormCtas);
+  const bool active = static_cast<int>(threadIdx.x) < frags_per_cta;
+  const int frag = blockIdx.x * frags_per_cta + threadIdx.x;
+  const long at = static_cast<long>(blockIdx.y) * (p.hidden / 8) + frag;
+  Fragment fresh{};
+  Fragment weight{};
+  if (active) {
+    weight = static_cast<const Fragment*>(p.weight)[frag];
+    fresh = static_cast<const Fragment*>(p.reduced)[at];
+    if (p.residual) fresh = rownorm::add_residual(fresh, static_cast<const Fragment*>(p.residual)[at]);
+    static_cast<Fragment*>(p.residual_out)[at] = fresh;
+  }
+  const float total = rownorm::cluster_row_sum(rownorm::thread_squares(fresh), shared);
+  if (active) static_cast<Fragment*>(p.out)[at] = rownorm::normed(fresh, weight, rownorm::rstd(total, p.hidden, p.eps));
+}
+
+__global__ void __launch_bounds__(kThreads) gather_copy_kernel(PeerPointers src, long src_row_bytes, uint32_t* out,
+                                                               int size, int shard_words) {
+  const int word = blockIdx.x * kThreads + threadIdx.x;
+  const int row = blockIdx.y;
+  if (word >= size * shard_words) return;
+  const int r = word / shard_words;
+  const auto* from = reinterpret_cast<const uint32_t*>(static_cast<const char*>(src.base[r]) + row * src_row_bytes);
+  out[static_cast<long>(row) * size * shard_words + word] = from[word - r * shard_words];
+}
+
+unsigned blocks_for(long n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+
+}  // namespace
+
+void launch_stock_reduce(cudaStream_t stream, int size, const PeerPointers& src, long src_row_bytes, void* out,
+                         int rows, int width) {
+  LaunchShape s;
+  const int frags = width / 8;
+  s.grid = dim3(blocks_for(frags), static_cast<unsigned>(rows));
+  s.block = dim3(kThreads);
+  with_rank_count(size, [&](auto ranks) {
+    launch_kernel(stock_reduce_kernel<decltype(ranks)::value>, s, stream, src, src_row_bytes,
+                  static_cast<Fragment*>(out), frags);
+  });
+}
+
+void launch_add_rms_norm(cudaStream_t stream, const NormIo& io, int rows) {
+  LaunchShape s;
+  s.grid = dim3(kArNormCtas, static_cast<unsigned>(rows));
+  s.block = dim3(static_cast<unsigned>(ar_norm_threads(io.hidden)));
+  s.cluster = kArNormCtas;
+  launch_kernel(add_rms_norm_kernel, s, stream, io);
+}
+
+void launch_gather_copy(cudaStream_t stream, int size, const PeerPointers& src, long src_row_bytes, void* out, int rows,
+                        long shard_bytes) {
+  LaunchShape s;
+  const int shard_words = static_cast<int>(shard_bytes / 4);
+  s.grid = dim3(blocks_for(static_cast<long>(size) * shard_words), static_cast<unsigned>(rows));
+  s.block = dim3(kThreads);
+  launch_kernel(gather_copy_kernel, s, stream, src, src_row_bytes, static_cast<uint32_t*>(out), size, shard_words);
+}
+
+}  // namespace tpdecode

@@ -1,0 +1,54 @@
+// The stock collectives: what runs where the mailboxes do not serve a call, and the
+// baseline of the benchmarks.
+//  - NCCL team: ncclAllReduce (into a scratch row, then the separate add-RMSNorm
+//    kernel for ar_norm); ncclAllGather into [TP, rows, S] + a copy to [rows, TP·S].
+//  - Local team (one GPU): the equivalent without NCCL: each rank copies its
+//    partial (or shard) into its staging buffer, every rank's stream waits for every
+//    copy (events), a plain kernel per rank reads all ranks' staging copies (reduce
+//    in rank order, or the gather copy), then the same norm kernel; finally every
+//    stream waits for every rank's reads so the next call may overwrite the staging.
+//  - TP 1: the all-reduce is the identity (a copy, or the norm kernel alone).
+// Arguments are validated by the caller (tp_comm.cpp).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <span>
+#include <vector>
+
+#include "tpdecode/comm.hpp"
+#include "tpdecode/device_buffer.hpp"
+
+namespace tpdecode {
+
+class StockPath {
+ public:
+  // Collective over the team; before any capture.
+  StockPath(Team& team, int rows_cap, int64_t max_row_bytes);
+  ~StockPath();
+  StockPath(const StockPath&) = delete;
+  StockPath& operator=(const StockPath&) = delete;
+
+  // Throw CapacityError for rows or row bytes above the buffers.
+  void all_reduce(std::span<const AllReduceIo> io, std::span<const cudaStream_t> streams);
+  void ar_norm(std::span<const ArNormIo> io, std::span<const cudaStream_t> streams);
+  void gather(std::span<const GatherIo> io, std::span<const cudaStream_t> streams);
+
+ private:
+  void require_fits(int64_t rows, int64_t row_bytes, const char* op) const;
+  // Local team: copies driven rank i's rows into its staging buffer and records
+  // staged_[i]; then every stream waits for every event of `events`.
+  void stage(int i, const void* rows_data, int rows, long row_bytes, cudaStream_t stream);
+  void wait_for_all(const std::vector<cudaEvent_t>& events, std::span<const cudaStream_t> streams);
+  // Reduces every driven rank's rows into `out[i]` (NCCL or staging + reduce).
+  void reduce(std::span<const TensorView> x, std::span<void* const> out, std::span<const cudaStream_t> streams);
+
+  Team& team_;
+  int rows_cap_;
+  int64_t max_row_bytes_;
+  SymmetricBuffer staging_;                 // local team: [rows_cap, max_row_bytes] per rank
+  std::vector<DeviceBuffer> scratch_;       // per driven rank: [TP or 1, rows_cap, max_row_bytes]
+  std::vector<cudaEvent_t> staged_, read_;  // per driven rank (local team)
+};
+
+}  // namespace tpdecode

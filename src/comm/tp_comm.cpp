@@ -1,0 +1,230 @@
+// TpComm: argument checks, the choice of path (rules.hpp) and the launches.
+#include <algorithm>
+#include <optional>
+
+#include "comm/kernels.hpp"
+#include "comm/mailbox.hpp"
+#include "comm/rules.hpp"
+#include "comm/stock.hpp"
+#include "core/check.hpp"
+#include "tpdecode/comm.hpp"
+
+namespace tpdecode {
+
+const char* comm_path_name(CommPath path) {
+  switch (path) {
+    case CommPath::kOneShot: return "one-shot";
+    case CommPath::kTwoShot: return "two-shot";
+    case CommPath::kStock: return "stock";
+  }
+  return "?";
+}
+
+namespace {
+
+// bf16, non-null, contiguous, rows 16-byte aligned, [rows, cols].
+void check_bf16_rows(const TensorView& t, int64_t rows, int64_t cols, const char* op, const char* what) {
+  check(t.data != nullptr, "{}: {} is null", op, what);
+  check(t.dtype == DType::kBF16, "{}: {} has dtype {}, bf16 is required", op, what, dtype_name(t.dtype));
+  check(t.rows == rows && t.cols == cols, "{}: {} is [{}, {}], [{}, {}] is required", op, what, t.rows, t.cols, rows,
+        cols);
+  check(t.contiguous(), "{}: {} must be contiguous ({})", op, what, t.describe());
+  check(t.aligned(16), "{}: {} must be 16-byte aligned", op, what);
+}
+
+void check_rows(int64_t rows, const char* op) { check(rows >= 1, "{}: {} rows (at least 1)", op, rows); }
+
+void check_all_reduce(const AllReduceIo& io) {
+  check_rows(io.x.rows, "all_reduce");
+  check(io.x.cols >= 8 && io.x.cols % 8 == 0, "all_reduce: {} columns, must be a positive multiple of 8", io.x.cols);
+  check_bf16_rows(io.x, io.x.rows, io.x.cols, "all_reduce", "input");
+  check_bf16_rows(io.out, io.x.rows, io.x.cols, "all_reduce", "output");
+}
+
+void check_ar_norm(const ArNormIo& io) {
+  const int64_t rows = io.x.rows;
+  const int64_t hidden = io.x.cols;
+  check_rows(rows, "ar_norm");
+  check(ar_norm_hidden_served(hidden), "ar_norm: hidden {}: the norm kernels take multiples of 64 up to {}", hidden,
+        kArNormMaxHidden);
+  check_bf16_rows(io.x, rows, hidden, "ar_norm", "input");
+  if (io.residual.data) check_bf16_rows(io.residual, rows, hidden, "ar_norm", "residual");
+  check_bf16_rows(io.weight, 1, hidden, "ar_norm", "weight");
+  check_bf16_rows(io.out, rows, hidden, "ar_norm", "output");
+  check_bf16_rows(io.residual_out, rows, hidden, "ar_norm", "residual output");
+}
+
+void check_gather(const GatherIo& io, int team_size) {
+  const TensorView& s = io.shard;
+  check_rows(s.rows, "gather");
+  check(s.data != nullptr && io.out.data != nullptr, "gather: null shard or output");
+  check(s.contiguous() && s.aligned(16), "gather: shard must be contiguous and 16-byte aligned ({})", s.describe());
+  const int64_t bytes = s.cols * static_cast<int64_t>(s.element_size());
+  check(bytes > 0 && bytes % 4 == 0, "gather: shard rows of {} bytes, must be a positive multiple of 4", bytes);
+  check(io.out.dtype == s.dtype && io.out.rows == s.rows && io.out.cols == s.cols * team_size,
+        "gather: output {} for shard {} of a team of {} (needs {}[{}, {}])", io.out.describe(), s.describe(),
+        team_size, dtype_name(s.dtype), s.rows, s.cols * team_size);
+  check(io.out.contiguous() && io.out.aligned(16), "gather: output must be contiguous and 16-byte aligned");
+}
+
+// Every driven rank's call has the same shape as driven rank 0's.
+template <class Io, class Shape>
+void check_same_shapes(std::span<const Io> io, Shape shape, const char* op) {
+  for (std::size_t i = 1; i < io.size(); ++i)
+    check(shape(io[i]) == shape(io[0]), "{}: driven rank {} has another shape than driven rank 0", op, i);
+}
+
+}  // namespace
+
+class TpComm::Impl {
+ public:
+  Impl(Team& team, const CommConfig& config) : team_(team) {
+    check(config.rows_cap >= 1, "comm: rows_cap {} (at least 1)", config.rows_cap);
+    check(config.hidden >= 8 && config.hidden % 8 == 0, "comm: hidden {} (a positive multiple of 8)", config.hidden);
+    check(config.parities == 2 || config.parities == 3, "comm: {} parities (2 or 3)", config.parities);
+    const int64_t gather_bytes = config.gather_row_bytes ? config.gather_row_bytes : config.hidden * 2;
+    check(gather_bytes % 16 == 0, "comm: gather rows of {} bytes (a multiple of 16)", gather_bytes);
+    limits_.team_size = team.size();
+    limits_.shares_memory = team.shares_memory();
+    limits_.hidden = config.hidden;
+    limits_.rows_cap = config.rows_cap;
+    limits_.gather_row_bytes = gather_bytes;
+    if (team.size() > 1 && team.shares_memory()) {
+      const RankContext& ctx = team.rank_context(0);
+      one_shot_.emplace(team, config.parities, team.size(), config.rows_cap, config.hidden * 2);
+      gather_box_.emplace(team, config.parities, 1, config.rows_cap, gather_bytes);
+      limits_.one_shot_rows = std::min(config.rows_cap, one_shot_resident_rows(ctx, config.hidden));
+      limits_.ar_norm_rows =
+          ar_norm_hidden_served(config.hidden) ? std::min(config.rows_cap, ar_norm_resident_rows(ctx, config.hidden)) : 0;
+      limits_.gather_rows = std::min(config.rows_cap, gather_resident_rows(ctx));
+    }
+    const int64_t stock_row_bytes = std::max(config.hidden * 2, gather_bytes / team.size());
+    stock_.emplace(team, config.rows_cap, (stock_row_bytes + 15) / 16 * 16);
+  }
+
+  const CommLimits& limits() const { return limits_; }
+
+  void begin(std::size_t ios, std::size_t streams, const char* op) const {
+    check(static_cast<int>(ios) == team_.driven() && static_cast<int>(streams) == team_.driven(),
+          "{}: {} argument sets and {} streams for {} driven ranks", op, ios, streams, team_.driven());
+    team_.check_errors();
+  }
+
+  void one_shot(std::span<const AllReduceIo> io, std::span<const cudaStream_t> streams) {
+    for (int i = 0; i < team_.driven(); ++i) {
+      const RankContext& ctx = team_.rank_context(i);
+      OneShotParams p{};
+      p.team = ctx.team;
+      p.box = one_shot_->ref(i);
+      p.x = io[i].x.data;
+      p.out = io[i].out.data;
+      p.frags = static_cast<int>(io[i].x.cols / 8);
+      p.trigger_early = ctx.ranks_on_device == 1;
+      launch_one_shot(ctx, streams[i], p, static_cast<int>(io[i].x.rows));
+    }
+  }
+
+  void ar_norm(std::span<const ArNormIo> io, std::span<const cudaStream_t> streams) {
+    for (int i = 0; i < team_.driven(); ++i) {
+      const RankContext& ctx = team_.rank_context(i);
+      const ArNormIo& a = io[i];
+      ArNormParams p{};
+      p.team = ctx.team;
+      p.box = one_shot_->ref(i);
+      p.x = a.x.data;
+      p.residual = a.residual.data;
+      p.weight = a.weight.data;
+      p.out = a.out.data;
+      p.residual_out = a.residual_out.data;
+      p.eps = a.eps;
+      p.hidden = static_cast<int>(a.x.cols);
+      p.trigger_early = ctx.ranks_on_device == 1;
+      launch_ar_norm(ctx, streams[i], p, static_cast<int>(a.x.rows));
+    }
+  }
+
+  void gather(std::span<const GatherIo> io, std::span<const cudaStream_t> streams) {
+    for (int i = 0; i < team_.driven(); ++i) {
+      const RankContext& ctx = team_.rank_context(i);
+      GatherParams p{};
+      p.team = ctx.team;
+      p.box = gather_box_->ref(i);
+      p.shard = io[i].shard.data;
+      p.out = io[i].out.data;
+      p.shard_frags = static_cast<int>(io[i].shard.cols * io[i].shard.element_size() / 16);
+      p.trigger_early = ctx.ranks_on_device == 1;
+      launch_gather(ctx, streams[i], p, static_cast<int>(io[i].shard.rows));
+    }
+  }
+
+  StockPath& stock() { return *stock_; }
+
+ private:
+  Team& team_;
+  CommLimits limits_;
+  std::optional<Mailbox> one_shot_;   // [parities, TP, rows_cap, hidden] bf16: all_reduce and ar_norm
+  std::optional<Mailbox> gather_box_;  // [parities, 1, rows_cap, gather_row_bytes]
+  std::optional<StockPath> stock_;
+};
+
+TpComm::TpComm(Team& team, const CommConfig& config)
+    : team_(team), config_(config), impl_(std::make_unique<Impl>(team, config)) {}
+
+TpComm::~TpComm() = default;
+
+CommResult TpComm::plan_all_reduce(const AllReduceIo& io) const {
+  check_all_reduce(io);
+  return choose_all_reduce(impl_->limits(), config_.algorithm, io.x.rows, io.x.cols, false);
+}
+
+CommResult TpComm::plan_ar_norm(const ArNormIo& io) const {
+  check_ar_norm(io);
+  return choose_all_reduce(impl_->limits(), config_.algorithm, io.x.rows, io.x.cols, true);
+}
+
+CommResult TpComm::plan_gather(const GatherIo& io) const {
+  check_gather(io, team_.size());
+  if (config_.algorithm == CommAlgorithm::kStock) return {CommPath::kStock, "the stock path was asked for"};
+  const int64_t bytes = io.shard.cols * static_cast<int64_t>(io.shard.element_size());
+  std::string why = gather_refusal(impl_->limits(), io.shard.rows, bytes, io.shard.dtype);
+  return {why.empty() ? CommPath::kOneShot : CommPath::kStock, std::move(why)};
+}
+
+CommResult TpComm::all_reduce(std::span<const AllReduceIo> io, std::span<const cudaStream_t> streams) {
+  impl_->begin(io.size(), streams.size(), "all_reduce");
+  for (const AllReduceIo& a : io) check_all_reduce(a);
+  check_same_shapes(io, [](const AllReduceIo& a) { return std::pair(a.x.rows, a.x.cols); }, "all_reduce");
+  CommResult r = choose_all_reduce(impl_->limits(), config_.algorithm, io[0].x.rows, io[0].x.cols, false);
+  if (r.path == CommPath::kOneShot)
+    impl_->one_shot(io, streams);
+  else
+    impl_->stock().all_reduce(io, streams);
+  return r;
+}
+
+CommResult TpComm::ar_norm(std::span<const ArNormIo> io, std::span<const cudaStream_t> streams) {
+  impl_->begin(io.size(), streams.size(), "ar_norm");
+  for (const ArNormIo& a : io) check_ar_norm(a);
+  check_same_shapes(io, [](const ArNormIo& a) { return std::pair(a.x.rows, a.x.cols); }, "ar_norm");
+  CommResult r = choose_all_reduce(impl_->limits(), config_.algorithm, io[0].x.rows, io[0].x.cols, true);
+  if (r.path == CommPath::kOneShot)
+    impl_->ar_norm(io, streams);
+  else
+    impl_->stock().ar_norm(io, streams);
+  return r;
+}
+
+CommResult TpComm::gather(std::span<const GatherIo> io, std::span<const cudaStream_t> streams) {
+  impl_->begin(io.size(), streams.size(), "gather");
+  check_same_shapes(io, [](const GatherIo& g) { return std::tuple(g.shard.rows, g.shard.cols, g.shard.dtype); },
+                    "gather");
+  CommResult r = plan_gather(io[0]);
+  for (std::size_t i = 1; i < io.size(); ++i) check_gather(io[i], team_.size());
+  if (r.path == CommPath::kOneShot)
+    impl_->gather(io, streams);
+  else
+    impl_->stock().gather(io, streams);
+  return r;
+}
+
+}  // namespace tpdecode
