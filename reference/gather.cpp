@@ -1,6 +1,6 @@
 #include "reference/gather.hpp"
 
-#include "comm/lamport_protocol.hpp"
+#include "comm/protocol.hpp"
 #include "tpdecode/error.hpp"
 
 namespace tpdecode::reference {

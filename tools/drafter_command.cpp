@@ -122,7 +122,7 @@ void run(const Options& o) {
   TPD_CUDA(cudaGetDeviceProperties(&prop, 0));
   fmt::print("tpdecode drafter: {} ({}), {} GPU(s): {}\n", config.describe(), "synthetic K3-DSpark shapes", gpus,
              prop.name);
-  fmt::print("per-step medians of CUDA-graph replays ({} replays of 2 steps); breakdown: graphs of only the GEMMs,\n"
+  fmt::print("per-step medians of CUDA-graph replays ({} replays of one step); breakdown: graphs of only the GEMMs,\n"
              "only the collectives, only the other kernels, each timed alone; tokens: rows whose draft tokens agree;\n"
              "near-tie: disagreements whose stock top-2 logits are within {} BF16 ulps; bitwise: specialised logits\n"
              "identical run to run and on every rank\n",
@@ -159,7 +159,7 @@ void run(const Options& o) {
   } else {
     for (int tp : o.local_tp.empty() ? std::vector<int>{1, 8} : o.local_tp) {
       TeamOptions options;
-      options.pdl = tp == 1;  // ranks sharing a GPU: no PDL (gpu_step_ops.cpp says why)
+      options.pdl = tp == 1;  // ranks sharing a GPU: no PDL (apps/drafter/gpu_step_ops.cpp says why)
       TeamRun t{tp == 1 ? std::string("TP 1 on one GPU")
                         : fmt::format("local team TP {} on one GPU (protocol cost, not NVLink)", tp),
                 tp, "", {}, true};

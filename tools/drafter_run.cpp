@@ -30,8 +30,8 @@ float bf16_ulp(float v) {
 }
 
 double time_step(GpuDrafter& d, DrafterPath path, int m, const OpFilter& filter, int replays) {
-  const bench::Timing t = bench::time_graph(
-      d.stream(), [&](cudaStream_t, int call) { d.enqueue_step(path, m, call & 1, filter); }, 2, replays);
+  const bench::Timing t =
+      bench::time_graph(d.stream(), [&](cudaStream_t, int) { d.enqueue_step(path, m, filter); }, 1, replays);
   return t.median_us;
 }
 
@@ -44,10 +44,9 @@ PathTimes time_path(GpuDrafter& d, DrafterPath path, int m, int replays) {
   return t;
 }
 
-// Two eager steps (parity 0 then 1), then driven rank 0's logits.
+// One eager step, then driven rank 0's logits.
 std::vector<uint16_t> eager_logits(GpuDrafter& d, DrafterPath path, int m) {
-  d.enqueue_step(path, m, 0);
-  d.enqueue_step(path, m, 1);
+  d.enqueue_step(path, m);
   return d.logits(0, m);
 }
 
@@ -60,10 +59,6 @@ void measure_drafter(Team& team, const drafter::DrafterConfig& config, const Dra
   };
   say(fmt::format("building weights for TP {} ({}) ...", team.size(), team.describe()));
   GpuDrafter d(team, config, 64, say);
-  if (comm_note)
-    *comm_note = team.size() == 1            ? "none at TP 1"
-                 : d.comm_refusal().empty() ? "DrafterComm where it serves the rows, else stock"
-                                            : "stock (" + d.comm_refusal() + ")";
   for (int m : o.rows) {
     say(fmt::format("M = {}: eager steps of both paths, compared", m));
     d.prepare(m);
@@ -73,6 +68,7 @@ void measure_drafter(Team& team, const drafter::DrafterConfig& config, const Dra
     const std::vector<int32_t> stock_tokens = d.tokens(0, m);
     const std::vector<uint16_t> spec = eager_logits(d, DrafterPath::kSpecialised, m);
     const std::vector<int32_t> spec_tokens = d.tokens(0, m);
+    if (comm_note) *comm_note += fmt::format("{}M {}: {}", comm_note->empty() ? "" : "; ", m, d.comm_paths());
     r.ranks_identical = true;
     for (int i = 1; i < team.driven(); ++i) r.ranks_identical &= d.logits(i, m) == spec;
     r.logits_hash = fnv1a(spec);

@@ -11,7 +11,7 @@
 
 namespace tpdecode::cli {
 
-// Per-step medians of graph replays (two steps per graph, alternating parities).
+// Per-step medians of graph replays (one step per graph, replayed back to back).
 // gemm / collective / other: graphs holding only that kind of op, timed alone
 // (they overlap in the full step, so they need not add up to it).
 struct PathTimes {

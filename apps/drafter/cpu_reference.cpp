@@ -58,7 +58,7 @@ CpuReference::CpuReference(const DrafterConfig& config, int64_t rows)
   buffers_[static_cast<std::size_t>(Buf::kContextIn)] = host_fill(context_fill(config, rows));
 }
 
-void CpuReference::run() { run_step(config_, shapes_, *this, 0); }
+void CpuReference::run() { run_step(config_, shapes_, *this); }
 
 const std::vector<uint16_t>& CpuReference::weight(WeightId id) {
   auto it = weights_.find(id.key());

@@ -65,7 +65,8 @@ struct ArNormIo {
 };
 
 // One rank's tensors of a gather: shard [rows, S] of any dtype, out [rows, TP·S] of
-// the same dtype (rank r's shard at columns r·S ...), contiguous, 16-byte aligned.
+// the same dtype (rank r's shard at columns r·S ...), contiguous, starting 16-byte
+// aligned, rows a multiple of 4 bytes (the mailbox serves multiples of 16).
 struct GatherIo {
   TensorView shard;
   TensorView out;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "comm/kernels.hpp"
+#include "core/check.hpp"
 
 namespace tpdecode {
 namespace {
@@ -20,7 +21,56 @@ std::string rows_refusal(const CommLimits& limits, int64_t rows, int resident, c
   return {};
 }
 
+// bf16, non-null, contiguous, rows 16-byte aligned, [rows, cols].
+void check_bf16_rows(const TensorView& t, int64_t rows, int64_t cols, const char* op, const char* what) {
+  check(t.data != nullptr, "{}: {} is null", op, what);
+  check(t.dtype == DType::kBF16, "{}: {} has dtype {}, bf16 is required", op, what, dtype_name(t.dtype));
+  check(t.rows == rows && t.cols == cols, "{}: {} is [{}, {}], [{}, {}] is required", op, what, t.rows, t.cols, rows,
+        cols);
+  check(t.contiguous(), "{}: {} must be contiguous ({})", op, what, t.describe());
+  check(t.aligned(16), "{}: {} must be 16-byte aligned", op, what);
+}
+
+void check_rows(int64_t rows, const char* op) { check(rows >= 1, "{}: {} rows (at least 1)", op, rows); }
+
 }  // namespace
+
+void check_all_reduce(const AllReduceIo& io) {
+  check_rows(io.x.rows, "all_reduce");
+  check(io.x.cols >= 8 && io.x.cols % 8 == 0, "all_reduce: {} columns, must be a positive multiple of 8", io.x.cols);
+  check_bf16_rows(io.x, io.x.rows, io.x.cols, "all_reduce", "input");
+  check_bf16_rows(io.out, io.x.rows, io.x.cols, "all_reduce", "output");
+}
+
+void check_ar_norm(const ArNormIo& io) {
+  const int64_t rows = io.x.rows;
+  const int64_t hidden = io.x.cols;
+  check_rows(rows, "ar_norm");
+  check(ar_norm_hidden_served(hidden), "ar_norm: hidden {}: the norm kernels take multiples of 64 up to {}", hidden,
+        kArNormMaxHidden);
+  check_bf16_rows(io.x, rows, hidden, "ar_norm", "input");
+  if (io.residual.data) check_bf16_rows(io.residual, rows, hidden, "ar_norm", "residual");
+  check_bf16_rows(io.weight, 1, hidden, "ar_norm", "weight");
+  check_bf16_rows(io.out, rows, hidden, "ar_norm", "output");
+  check_bf16_rows(io.residual_out, rows, hidden, "ar_norm", "residual output");
+}
+
+void check_gather(const GatherIo& io, int team_size) {
+  const TensorView& s = io.shard;
+  check_rows(s.rows, "gather");
+  check(s.data != nullptr && io.out.data != nullptr, "gather: null shard or output");
+  // Why not aligned(16): rows of any multiple of 4 bytes are taken (the stock path
+  // moves words); the mailbox serves rows of whole 16-byte fragments.
+  const auto starts_aligned = [](const TensorView& t) { return reinterpret_cast<std::uintptr_t>(t.data) % 16 == 0; };
+  check(s.contiguous() && starts_aligned(s), "gather: shard must be contiguous and start 16-byte aligned ({})",
+        s.describe());
+  const int64_t bytes = s.cols * static_cast<int64_t>(s.element_size());
+  check(bytes > 0 && bytes % 4 == 0, "gather: shard rows of {} bytes, must be a positive multiple of 4", bytes);
+  check(io.out.dtype == s.dtype && io.out.rows == s.rows && io.out.cols == s.cols * team_size,
+        "gather: output {} for shard {} of a team of {} (needs {}[{}, {}])", io.out.describe(), s.describe(),
+        team_size, dtype_name(s.dtype), s.rows, s.cols * team_size);
+  check(io.out.contiguous() && starts_aligned(io.out), "gather: output must be contiguous and start 16-byte aligned");
+}
 
 std::string one_shot_refusal(const CommLimits& limits, int64_t rows, int64_t width) {
   if (std::string why = team_refusal(limits); !why.empty()) return why;
@@ -49,6 +99,7 @@ std::string gather_refusal(const CommLimits& limits, int64_t rows, int64_t shard
 
 CommResult choose_all_reduce(const CommLimits& limits, CommAlgorithm algorithm, int64_t rows, int64_t width, bool norm) {
   if (algorithm == CommAlgorithm::kStock) return {CommPath::kStock, "the stock path was asked for"};
+  if (algorithm == CommAlgorithm::kTwoShot) return {CommPath::kStock, "the two-shot all-reduce is not built"};
   std::string why = norm ? ar_norm_refusal(limits, rows, width) : one_shot_refusal(limits, rows, width);
   if (why.empty()) return {CommPath::kOneShot, {}};
   return {CommPath::kStock, std::move(why)};

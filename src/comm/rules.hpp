@@ -24,6 +24,11 @@ struct CommLimits {
   int gather_rows = 0;
 };
 
+// Argument checks (InvalidArgument naming the problem), the same for every path.
+void check_all_reduce(const AllReduceIo& io);
+void check_ar_norm(const ArNormIo& io);
+void check_gather(const GatherIo& io, int team_size);
+
 // "" when the one-shot all-reduce serves [rows, width] bf16, else why not.
 std::string one_shot_refusal(const CommLimits& limits, int64_t rows, int64_t width);
 // "" when ArNorm serves [rows, hidden], else why not.

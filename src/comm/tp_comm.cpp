@@ -22,51 +22,6 @@ const char* comm_path_name(CommPath path) {
 
 namespace {
 
-// bf16, non-null, contiguous, rows 16-byte aligned, [rows, cols].
-void check_bf16_rows(const TensorView& t, int64_t rows, int64_t cols, const char* op, const char* what) {
-  check(t.data != nullptr, "{}: {} is null", op, what);
-  check(t.dtype == DType::kBF16, "{}: {} has dtype {}, bf16 is required", op, what, dtype_name(t.dtype));
-  check(t.rows == rows && t.cols == cols, "{}: {} is [{}, {}], [{}, {}] is required", op, what, t.rows, t.cols, rows,
-        cols);
-  check(t.contiguous(), "{}: {} must be contiguous ({})", op, what, t.describe());
-  check(t.aligned(16), "{}: {} must be 16-byte aligned", op, what);
-}
-
-void check_rows(int64_t rows, const char* op) { check(rows >= 1, "{}: {} rows (at least 1)", op, rows); }
-
-void check_all_reduce(const AllReduceIo& io) {
-  check_rows(io.x.rows, "all_reduce");
-  check(io.x.cols >= 8 && io.x.cols % 8 == 0, "all_reduce: {} columns, must be a positive multiple of 8", io.x.cols);
-  check_bf16_rows(io.x, io.x.rows, io.x.cols, "all_reduce", "input");
-  check_bf16_rows(io.out, io.x.rows, io.x.cols, "all_reduce", "output");
-}
-
-void check_ar_norm(const ArNormIo& io) {
-  const int64_t rows = io.x.rows;
-  const int64_t hidden = io.x.cols;
-  check_rows(rows, "ar_norm");
-  check(ar_norm_hidden_served(hidden), "ar_norm: hidden {}: the norm kernels take multiples of 64 up to {}", hidden,
-        kArNormMaxHidden);
-  check_bf16_rows(io.x, rows, hidden, "ar_norm", "input");
-  if (io.residual.data) check_bf16_rows(io.residual, rows, hidden, "ar_norm", "residual");
-  check_bf16_rows(io.weight, 1, hidden, "ar_norm", "weight");
-  check_bf16_rows(io.out, rows, hidden, "ar_norm", "output");
-  check_bf16_rows(io.residual_out, rows, hidden, "ar_norm", "residual output");
-}
-
-void check_gather(const GatherIo& io, int team_size) {
-  const TensorView& s = io.shard;
-  check_rows(s.rows, "gather");
-  check(s.data != nullptr && io.out.data != nullptr, "gather: null shard or output");
-  check(s.contiguous() && s.aligned(16), "gather: shard must be contiguous and 16-byte aligned ({})", s.describe());
-  const int64_t bytes = s.cols * static_cast<int64_t>(s.element_size());
-  check(bytes > 0 && bytes % 4 == 0, "gather: shard rows of {} bytes, must be a positive multiple of 4", bytes);
-  check(io.out.dtype == s.dtype && io.out.rows == s.rows && io.out.cols == s.cols * team_size,
-        "gather: output {} for shard {} of a team of {} (needs {}[{}, {}])", io.out.describe(), s.describe(),
-        team_size, dtype_name(s.dtype), s.rows, s.cols * team_size);
-  check(io.out.contiguous() && io.out.aligned(16), "gather: output must be contiguous and 16-byte aligned");
-}
-
 // Every driven rank's call has the same shape as driven rank 0's.
 template <class Io, class Shape>
 void check_same_shapes(std::span<const Io> io, Shape shape, const char* op) {

@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "tpdecode/ar_norm.hpp"
+#include "comm/kernels.hpp"
 #include "tpdecode/bf16.hpp"
 #include "tpdecode/error.hpp"
 #include "reference/all_reduce.hpp"
@@ -23,20 +23,23 @@ std::vector<uint16_t> random_row(std::size_t n, std::mt19937_64& rng, float scal
   return v;
 }
 
+int frags_per_cta(int64_t hidden) { return static_cast<int>(hidden / (8 * kArNormCtas)); }
+
 TEST(ArNormReference, LaunchLayoutPerHiddenSize) {
-  EXPECT_EQ(ar_norm_frags_per_cta(7168), 112);
+  EXPECT_EQ(frags_per_cta(7168), 112);
   EXPECT_EQ(ar_norm_threads(7168), 128);
   EXPECT_EQ(ar_norm_threads(4096), 64);
   EXPECT_EQ(ar_norm_threads(5120), 96);  // 80 fragments: the last warp half idle
-  EXPECT_EQ(ar_norm_threads(8192), 128);
-  EXPECT_FALSE(ar_norm_hidden_supported(6144));
+  EXPECT_EQ(ar_norm_threads(6144), 96);
+  EXPECT_EQ(ar_norm_threads(16384), kArNormMaxThreads);
+  EXPECT_EQ(ar_norm_threads(64), 32);
 }
 
 // Lane 0's butterfly result is the pairwise tree that halves the 32 lanes five
 // times: an independent statement of step 2 of the documented order.
 float tree_order_square_sum(const std::vector<uint16_t>& row) {
   const auto hidden = static_cast<int64_t>(row.size());
-  const int per_cta = ar_norm_frags_per_cta(hidden);
+  const int per_cta = frags_per_cta(hidden);
   const int warps = ar_norm_threads(hidden) / 32;
   float total = 0.0f;
   for (int c = 0; c < kArNormCtas; ++c) {
@@ -59,7 +62,7 @@ float tree_order_square_sum(const std::vector<uint16_t>& row) {
 
 TEST(ArNormReference, SquareSumFollowsTheKernelOrder) {
   std::mt19937_64 rng(7);
-  for (int64_t hidden : {4096, 5120, 7168, 8192}) {
+  for (int64_t hidden : {2048, 3584, 4096, 5120, 6144, 7168, 8192, 12288, 16384}) {
     // Wide dynamic range so that a different order would change the bits.
     std::vector<uint16_t> row = random_row(static_cast<std::size_t>(hidden), rng);
     for (std::size_t i = 0; i < row.size(); i += 97) row[i] = bf16::from_float(300.0f + static_cast<float>(i % 13));

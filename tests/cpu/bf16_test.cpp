@@ -5,7 +5,6 @@
 #include <limits>
 #include <vector>
 
-#include "comm/lamport_protocol.hpp"
 #include "tpdecode/bf16.hpp"
 
 namespace tpdecode {
@@ -40,11 +39,12 @@ TEST(Bf16, NanStaysQuietNan) {
   EXPECT_EQ(b & 0x0040, 0x0040);
 }
 
-TEST(Bf16, DeviceRoundingMatchesHost) {
-  // The protocol's host/device rounding (lamport::round_bf16) is the reference one.
-  for (uint32_t u : {0x3f808000u, 0x3f818000u, 0x3f808001u, 0x80000000u, 0x7f7fffffu, 0x7fc00001u, 0x00000001u,
-                     0xbf7fffffu, 0x12345678u, 0xc0490fdbu})
-    EXPECT_EQ(lamport::round_bf16(std::bit_cast<float>(u)), bf16::from_float(std::bit_cast<float>(u))) << std::hex << u;
+TEST(Bf16, PairsPackLowAddressLow) {
+  // The kernels' packed pairs: the lower address in the low half, each rounded once.
+  EXPECT_EQ(bf16::pack_rounded(1.0f, -2.0f), 0xC0003F80u);
+  EXPECT_EQ(bf16::low_of(0xC0003F80u), 1.0f);
+  EXPECT_EQ(bf16::high_of(0xC0003F80u), -2.0f);
+  EXPECT_EQ(bf16::pack_rounded(std::bit_cast<float>(0x3f808000u), 0.0f), 0x3f80u);  // a tie rounds to even
 }
 
 TEST(Bf16, UlpDistance) {

@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "comm/lamport_protocol.hpp"
+#include "comm/protocol.hpp"
 #include "tpdecode/bf16.hpp"
 #include "reference/all_reduce.hpp"
 

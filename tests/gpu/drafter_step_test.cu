@@ -11,7 +11,6 @@
 #include <memory>
 #include <vector>
 
-#include "gpu/comm_test_util.hpp"
 #include "gpu/gpu_test_util.hpp"
 #include "tpdecode/bf16.hpp"
 #include "drafter/cpu_reference.hpp"
@@ -54,17 +53,16 @@ double relative_error(const std::vector<uint16_t>& a, const std::vector<uint16_t
 float ulp(float v) { return std::ldexp(1.0f, static_cast<int>(std::floor(std::log2(std::max(std::abs(v), 1e-30f)))) - 7); }
 
 std::vector<uint16_t> eager(GpuDrafter& d, DrafterPath path, int m) {
-  d.enqueue_step(path, m, 0);
-  d.enqueue_step(path, m, 1);
+  d.enqueue_step(path, m);
   return d.logits(0, m);
 }
 
 std::vector<uint16_t> graph_replay(GpuDrafter& d, DrafterPath path, int m, int replays) {
   cudaGraph_t graph;
   cudaGraphExec_t exec;
+  // One step per graph (an odd number of all-reduces), replayed back to back.
   TPD_CUDA(cudaStreamBeginCapture(d.stream(), cudaStreamCaptureModeThreadLocal));
-  d.enqueue_step(path, m, 0);
-  d.enqueue_step(path, m, 1);
+  d.enqueue_step(path, m);
   TPD_CUDA(cudaStreamEndCapture(d.stream(), &graph));
   TPD_CUDA(cudaGraphInstantiate(&exec, graph, 0));
   for (int i = 0; i < replays; ++i) TPD_CUDA(cudaGraphLaunch(exec, d.stream()));
@@ -82,7 +80,7 @@ TEST_P(DrafterStepGpu, SpecialisedMatchesStockRepeatsAndReference) {
   const int m = rows_under_test();
   const DrafterConfig c = DrafterConfig::reduced_gpu();
   TeamOptions options;
-  options.pdl = tp == 1;  // ranks sharing a GPU: no PDL (src/drafter/gpu_step_ops.cpp)
+  options.pdl = tp == 1;  // ranks sharing a GPU: no PDL (apps/drafter/gpu_step_ops.cpp)
   LocalTeam team(tp, 0, options);
   GpuDrafter d(team, c, 64);
   d.prepare(m);
@@ -124,7 +122,7 @@ TEST_P(DrafterStepGpu, SpecialisedMatchesStockRepeatsAndReference) {
   std::cout << "[ drafter ] TP " << tp << ", M " << m << ": stock/specialised tokens disagree on " << disagree
             << " rows (" << near_tie << " near ties); relative logit error vs CPU: specialised " << spec_err
             << ", stock " << stock_err << "; tokens equal to the CPU's: " << cpu_agree << "/" << m
-            << "; specialised collectives: " << (d.comm_refusal().empty() ? "DrafterComm" : d.comm_refusal()) << "\n";
+            << "; specialised collectives: " << d.comm_paths() << "\n";
 }
 
 INSTANTIATE_TEST_SUITE_P(LocalTeam, DrafterStepGpu, ::testing::Values(1, 2, 4),

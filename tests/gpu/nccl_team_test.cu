@@ -1,78 +1,103 @@
-// The NCCL team on the GPUs this machine has (one GPU: a 1-rank smoke test of the
-// window, the peer address and a stock all-reduce; more GPUs: every rank).
+// The NCCL team on the GPUs this machine has (one GPU: a 1-rank team; more: every
+// rank): symmetric windows and peer addresses, the stock collectives on its own
+// communicator, a team split from a caller's communicator, and a team whose ranks
+// do not share memory (run with NCCL_P2P_DISABLE=1) running every call through NCCL.
 #include <gtest/gtest.h>
+#include <nccl.h>
 
 #include <random>
 #include <vector>
 
+#include "gpu/comm_cases.hpp"
 #include "gpu/gpu_test_util.hpp"
-#include "tpdecode/all_reduce.hpp"
+#include "tpdecode/comm.hpp"
 #include "tpdecode/nccl_team.hpp"
-#include "reference/all_reduce.hpp"
 
 namespace tpdecode {
 namespace {
 
 std::vector<int> all_devices() {
-  int n = 0;
-  TPD_CUDA(cudaGetDeviceCount(&n));
-  int size = 1;
-  while (size * 2 <= n && size * 2 <= kMaxRanks) size *= 2;
-  std::vector<int> d;
-  for (int i = 0; i < size; ++i) d.push_back(i);
-  return d;
+  std::vector<int> d = test::nccl_team_devices();
+  return d.empty() ? std::vector<int>{0} : d;
 }
 
-TEST(NcclTeam, WindowPeerAddressesStockAndMailboxAllReduce) {
+TEST(NcclTeam, WindowPeerAddressesAndStockAllReduce) {
   TPD_REQUIRE_GPU();
   std::string why;
   if (!nccl_team_available(&why)) GTEST_SKIP() << why;
   const std::vector<int> devices = all_devices();
-  const int ranks = static_cast<int>(devices.size());
-  constexpr int kRows = 3, kHidden = 7168;
-  std::mt19937_64 rng(test::fresh_seed());
-  std::vector<std::vector<uint16_t>> partials;
-  for (int r = 0; r < ranks; ++r) partials.push_back(test::random_bf16(kRows * kHidden, rng));
-  const std::vector<uint16_t> ref = reference::all_reduce(partials);
+  const uint64_t seed = test::fresh_seed();
   // EXPECT, not ASSERT, inside the rank threads: a rank that returned early would
   // skip the collective calls its peers wait in.
   NcclTeam::run_threads(devices, [&](NcclTeam& team) {
     const int rank = team.rank();
-    // A symmetric buffer filled with the word; the peer table's own entry is an
-    // alias of the local buffer (NCCL's flat mapping): a write through one is seen
-    // through the other.
-    SymmetricBuffer b = team.allocate(4096, 0x12345678u);
-    for (int p = 0; p < ranks; ++p) EXPECT_NE(b.peers(0).base[p], nullptr);
-    std::vector<uint32_t> words(1024);
-    TPD_CUDA(cudaMemcpy(words.data(), b.peers(0).base[rank], 4096, cudaMemcpyDeviceToHost));
-    for (uint32_t w : words) EXPECT_EQ(w, 0x12345678u);
-    const uint32_t mark = 0xC0FFEE00u + static_cast<uint32_t>(rank);
-    TPD_CUDA(cudaMemcpy(b.local(0), &mark, 4, cudaMemcpyHostToDevice));
-    uint32_t seen = 0;
-    TPD_CUDA(cudaMemcpy(&seen, b.peers(0).base[rank], 4, cudaMemcpyDeviceToHost));
-    EXPECT_EQ(seen, mark);
-    team.reset();  // refills the word
-    // The stock all-reduce on the same communicator.
-    test::DeviceBuffer x = test::to_device(partials[static_cast<std::size_t>(rank)]);
-    test::DeviceBuffer out(kRows * kHidden * 2);
-    test::poison(out);
-    TPD_CUDA(cudaDeviceSynchronize());
-    team.all_reduce_bf16(x.get(), out.get(), kRows * kHidden, team.rank_context(0).stream);
-    TPD_CUDA(cudaStreamSynchronize(team.rank_context(0).stream));
-    const std::vector<uint16_t> stock = test::to_host<uint16_t>(out, ref.size());
-    if (ranks == 1) EXPECT_EQ(stock, partials[0]);
-    // The mailbox all-reduce over the NCCL window: bitwise the reference.
-    Mailbox box(team, all_reduce_mailbox_shape(ranks, 8, kHidden));
-    for (int parity : {0, 1}) {
-      test::poison(out);
-      TPD_CUDA(cudaDeviceSynchronize());
-      all_reduce(team.rank_context(0), box.view(0, parity), TensorView::bf16(x.get(), kRows, kHidden),
-                 TensorView::bf16(out.get(), kRows, kHidden));
-      team.synchronize();
-      team.check_errors();
-      EXPECT_EQ(test::to_host<uint16_t>(out, ref.size()), ref) << "rank " << rank << " parity " << parity;
+    if (team.shares_memory()) {
+      // A symmetric buffer filled with the word; the peer table's own entry is an
+      // alias of the local buffer (NCCL's flat mapping).
+      SymmetricBuffer b = team.allocate(4096, 0x12345678u);
+      for (int p = 0; p < team.size(); ++p) EXPECT_NE(b.peers(0).base[p], nullptr);
+      std::vector<uint32_t> words(1024);
+      TPD_CUDA(cudaMemcpy(words.data(), b.peers(0).base[rank], 4096, cudaMemcpyDeviceToHost));
+      for (uint32_t w : words) EXPECT_EQ(w, 0x12345678u);
+      const uint32_t mark = 0xC0FFEE00u + static_cast<uint32_t>(rank);
+      TPD_CUDA(cudaMemcpy(b.local(0), &mark, 4, cudaMemcpyHostToDevice));
+      uint32_t seen = 0;
+      TPD_CUDA(cudaMemcpy(&seen, b.peers(0).base[rank], 4, cudaMemcpyDeviceToHost));
+      EXPECT_EQ(seen, mark);
+      team.reset();
     }
+    CommConfig cc;
+    cc.algorithm = CommAlgorithm::kStock;
+    TpComm comm(team, cc);
+    test::AllReduceCase a(team, 3, 7168, seed);
+    EXPECT_EQ(comm.all_reduce(a.io, test::team_streams(team)).path, CommPath::kStock);
+    team.synchronize();
+    // NCCL sums in its own order: equal to the rank-order reference at one or two
+    // ranks only (two addends commute).
+    if (team.size() <= 2) EXPECT_EQ(a.ranks_wrong(team), 0);
+    // Broadcast of rank 0's bytes.
+    DeviceBuffer word = test::to_device(std::vector<uint32_t>{0xAB000000u + static_cast<uint32_t>(rank)});
+    team.broadcast_bytes(word.get(), 4, team.stream());
+    team.synchronize();
+    EXPECT_EQ(test::to_host<uint32_t>(word, 1)[0], 0xAB000000u);
   });
+}
+
+// Engines pass their own communicator: tpdecode splits its own from it, which it may
+// abort without touching the caller's. Ranks of a team without shared memory (NCCL
+// peer access disabled) run every call through NCCL, with NCCL's results.
+TEST(NcclTeam, FromTheCallersCommunicatorEveryPathMatchesNccl) {
+  const std::vector<int> devices = test::nccl_team_devices();
+  TPD_REQUIRE_NCCL_TEAM(devices);
+  const int n = static_cast<int>(devices.size());
+  const uint64_t seed = test::fresh_seed();
+  std::vector<ncclComm_t> parents(static_cast<std::size_t>(n));
+  ASSERT_EQ(ncclCommInitAll(parents.data(), n, devices.data()), ncclSuccess);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      TPD_CUDA(cudaSetDevice(devices[static_cast<std::size_t>(r)]));
+      NcclTeam team(parents[static_cast<std::size_t>(r)], devices[static_cast<std::size_t>(r)]);
+      TpComm comm(team);
+      test::ArNormCase c(team, 4, 7168, true, seed);
+      const CommResult res = comm.ar_norm(c.io, test::team_streams(team));
+      team.synchronize();
+      if (team.shares_memory()) {
+        EXPECT_EQ(res.path, CommPath::kOneShot) << res.why;
+      } else {
+        EXPECT_EQ(res.path, CommPath::kStock);
+        EXPECT_NE(res.why.find("do not share memory"), std::string::npos) << res.why;
+      }
+      if (n == 2) EXPECT_EQ(c.ranks_wrong(team), 0) << comm_path_name(res.path);
+    });
+  for (auto& t : threads) t.join();
+  // The caller's communicators are intact: a collective on them still works.
+  DeviceBuffer one = test::to_device(std::vector<int32_t>{1});
+  for (int r = 0; r < n; ++r) {
+    TPD_CUDA(cudaSetDevice(devices[static_cast<std::size_t>(r)]));
+    EXPECT_EQ(ncclCommDestroy(parents[static_cast<std::size_t>(r)]), ncclSuccess);
+  }
+  TPD_CUDA(cudaSetDevice(0));
 }
 
 }  // namespace

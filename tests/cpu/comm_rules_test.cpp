@@ -1,0 +1,186 @@
+// What the comm layer decides without a GPU (these run in CI): argument checks with
+// messages that name the problem, which path serves a call and why, the hidden
+// sizes served, the error records and the unsupported team sizes.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "comm/rules.hpp"
+#include "core/rank_switch.hpp"
+#include "team/error_record.hpp"
+#include "tpdecode/device_info.hpp"
+#include "tpdecode/error.hpp"
+#include "tpdecode/local_team.hpp"
+
+namespace tpdecode {
+namespace {
+
+alignas(16) uint16_t host_rows[8 * 128];
+
+template <class E, class F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "<no exception>";
+}
+
+bool mentions(const std::string& message, const char* what) { return message.find(what) != std::string::npos; }
+
+CommLimits tp8_limits() {
+  CommLimits l;
+  l.team_size = 8;
+  l.shares_memory = true;
+  l.hidden = 7168;
+  l.rows_cap = 64;
+  l.gather_row_bytes = 7168 * 2;
+  l.one_shot_rows = 21;
+  l.ar_norm_rows = 7;
+  l.gather_rows = 64;
+  return l;
+}
+
+TEST(CommRules, HiddenSizesServedFollowTheNormGeometry) {
+  for (int64_t h : {64, 2048, 3584, 4096, 5120, 6144, 7168, 8192, 12288, 16384}) EXPECT_TRUE(ar_norm_hidden_served(h)) << h;
+  for (int64_t h : {0, 32, 100, 4000, 7176, 16448, 32768}) EXPECT_FALSE(ar_norm_hidden_served(h)) << h;
+}
+
+TEST(CommRules, OneShotServesWhatItsMailboxAndTheGpuHold) {
+  const CommLimits l = tp8_limits();
+  EXPECT_EQ(one_shot_refusal(l, 1, 7168), "");
+  EXPECT_EQ(one_shot_refusal(l, 21, 4096), "");
+  EXPECT_TRUE(mentions(one_shot_refusal(l, 22, 7168), "can hold 21"));
+  EXPECT_TRUE(mentions(one_shot_refusal(l, 65, 7168), "hold 64"));
+  EXPECT_TRUE(mentions(one_shot_refusal(l, 1, 8192), "mailbox rows hold 7168"));
+  EXPECT_TRUE(mentions(one_shot_refusal(l, 1, 7164), "16-byte"));
+  CommLimits one = l;
+  one.team_size = 1;
+  EXPECT_TRUE(mentions(one_shot_refusal(one, 1, 7168), "TP 1"));
+  CommLimits apart = l;
+  apart.shares_memory = false;
+  EXPECT_TRUE(mentions(one_shot_refusal(apart, 1, 7168), "do not share memory"));
+}
+
+TEST(CommRules, ArNormRefusals) {
+  const CommLimits l = tp8_limits();
+  EXPECT_EQ(ar_norm_refusal(l, 7, 7168), "");
+  EXPECT_EQ(ar_norm_refusal(l, 7, 2048), "");
+  EXPECT_TRUE(mentions(ar_norm_refusal(l, 8, 7168), "can hold 7"));
+  EXPECT_TRUE(mentions(ar_norm_refusal(l, 1, 7200), "multiples of 64"));
+}
+
+TEST(CommRules, GatherRefusesWhatTheSentinelWouldChange) {
+  const CommLimits l = tp8_limits();
+  EXPECT_EQ(gather_refusal(l, 64, 7168 * 2 / 8, DType::kBF16), "");
+  EXPECT_EQ(gather_refusal(l, 64, 7168 * 2 / 8, DType::kF32), "");
+  EXPECT_TRUE(mentions(gather_refusal(l, 1, 7168 * 2 / 8, DType::kI32), "INT_MIN"));
+  EXPECT_TRUE(mentions(gather_refusal(l, 1, 24, DType::kBF16), "16-byte"));
+  EXPECT_TRUE(mentions(gather_refusal(l, 1, 7168 * 2, DType::kBF16), "mailbox rows hold"));
+  EXPECT_TRUE(mentions(gather_refusal(l, 65, 16, DType::kBF16), "hold 64"));
+}
+
+TEST(CommRules, ChoiceFollowsTheAlgorithmAndTheRefusals) {
+  const CommLimits l = tp8_limits();
+  EXPECT_EQ(choose_all_reduce(l, CommAlgorithm::kAuto, 4, 7168, true).path, CommPath::kOneShot);
+  EXPECT_EQ(choose_all_reduce(l, CommAlgorithm::kOneShot, 4, 7168, false).path, CommPath::kOneShot);
+  const CommResult stock = choose_all_reduce(l, CommAlgorithm::kStock, 4, 7168, true);
+  EXPECT_EQ(stock.path, CommPath::kStock);
+  EXPECT_TRUE(mentions(stock.why, "asked for"));
+  const CommResult big = choose_all_reduce(l, CommAlgorithm::kAuto, 40, 7168, true);
+  EXPECT_EQ(big.path, CommPath::kStock);
+  EXPECT_FALSE(big.why.empty());
+}
+
+AllReduceIo all_reduce_io() {
+  return {TensorView::bf16(host_rows, 2, 64), TensorView::bf16(host_rows + 128, 2, 64)};
+}
+
+TEST(CommRules, AllReduceArgumentsNameTheProblem) {
+  auto check = [](AllReduceIo io) { return message_of<InvalidArgument>([&] { check_all_reduce(io); }); };
+  EXPECT_EQ(check(all_reduce_io()), "<no exception>");
+  AllReduceIo io = all_reduce_io();
+  io.x.data = nullptr;
+  EXPECT_TRUE(mentions(check(io), "null"));
+  io = all_reduce_io();
+  io.x.dtype = DType::kF32;
+  EXPECT_TRUE(mentions(check(io), "dtype f32"));
+  io = all_reduce_io();
+  io.x.cols = io.out.cols = io.x.row_stride = io.out.row_stride = 60;
+  EXPECT_TRUE(mentions(check(io), "multiple of 8"));
+  io = all_reduce_io();
+  io.x.row_stride = 72;
+  EXPECT_TRUE(mentions(check(io), "contiguous"));
+  io = all_reduce_io();
+  io.x.data = host_rows + 1;
+  EXPECT_TRUE(mentions(check(io), "aligned"));
+  io = all_reduce_io();
+  io.out.rows = 1;
+  EXPECT_TRUE(mentions(check(io), "output is [1, 64]"));
+  io = all_reduce_io();
+  io.x.rows = io.out.rows = 0;
+  EXPECT_TRUE(mentions(check(io), "0 rows"));
+}
+
+TEST(CommRules, ArNormAndGatherArgumentsNameTheProblem) {
+  ArNormIo a;
+  a.x = TensorView::bf16(host_rows, 2, 128);
+  a.weight = TensorView::bf16(host_rows + 256, 1, 128);
+  a.out = TensorView::bf16(host_rows + 384, 2, 128);
+  a.residual_out = TensorView::bf16(host_rows + 640, 2, 128);
+  EXPECT_NO_THROW(check_ar_norm(a));
+  ArNormIo bad = a;
+  bad.weight.rows = 2;
+  EXPECT_TRUE(mentions(message_of<InvalidArgument>([&] { check_ar_norm(bad); }), "weight is [2, 128]"));
+  bad = a;
+  bad.x.cols = bad.x.row_stride = 120;
+  EXPECT_TRUE(mentions(message_of<InvalidArgument>([&] { check_ar_norm(bad); }), "multiples of 64"));
+
+  GatherIo g{TensorView{host_rows, DType::kI32, 2, 8, 8}, TensorView{host_rows + 64, DType::kI32, 2, 16, 16}};
+  EXPECT_NO_THROW(check_gather(g, 2));
+  EXPECT_TRUE(mentions(message_of<InvalidArgument>([&] { check_gather(g, 4); }), "team of 4"));
+  GatherIo odd = g;
+  odd.shard = TensorView::bf16(host_rows, 2, 3);
+  odd.out = TensorView::bf16(host_rows + 64, 2, 6);
+  EXPECT_TRUE(mentions(message_of<InvalidArgument>([&] { check_gather(odd, 2); }), "multiple of 4"));
+}
+
+TEST(CommRules, ErrorRecordsAreDescribedAndReadOnlyWhenComplete) {
+  lamport::ErrorRecord record{};
+  lamport::ErrorRecord e{};
+  EXPECT_FALSE(read_error_record(&record, &e));
+  EXPECT_FALSE(read_error_record(nullptr, &e));
+  record = {1, static_cast<int32_t>(lamport::ErrorKind::kTimeout), 2, static_cast<int32_t>(lamport::Op::kArNorm), 1,
+            3, 0, 16};
+  ASSERT_TRUE(read_error_record(&record, &e));
+  const std::string timeout = describe_error(e);
+  for (const char* part : {"rank 2", "ar_norm", "parity 1", "slot 3", "reset()"})
+    EXPECT_TRUE(mentions(timeout, part)) << timeout;
+  record.kind = static_cast<int32_t>(lamport::ErrorKind::kAborted);
+  record.flag = 2;  // a kernel is still writing it: waited for briefly, then reported
+  ASSERT_TRUE(read_error_record(&record, &e));
+  EXPECT_TRUE(mentions(describe_error(e), "rank 3 timed out and aborted the team")) << describe_error(e);
+}
+
+TEST(CommRules, UnsupportedTeamSizes) {
+  for (int n : {0, 3, 5, 6, 7, 12, 17, 32}) {
+    EXPECT_THROW(LocalTeam team(n), InvalidArgument) << n;
+    EXPECT_THROW(with_rank_count(n, [](auto) {}), InvalidArgument) << n;
+  }
+  EXPECT_EQ(with_rank_count(8, [](auto k) { return decltype(k)::value; }), 8);
+}
+
+TEST(CommRules, NoGpuIsReportedPlainly) {
+  std::string why;
+  if (visible_gpu_count(&why) > 0) GTEST_SKIP() << "a GPU is visible";
+  EXPECT_FALSE(why.empty());
+  EXPECT_THROW(LocalTeam team(2), Unavailable);
+  const SystemInfo s = query_system();
+  EXPECT_TRUE(s.gpus.empty());
+  EXPECT_FALSE(s.backends.empty());
+  EXPECT_FALSE(s.backends[0].serves);
+}
+
+}  // namespace
+}  // namespace tpdecode

@@ -1,0 +1,295 @@
+// The mailbox protocol driven by CPU threads: the collectives' own bodies
+// (collectives.hpp), their entry (epochs, the abort word) and the device's memory
+// policy compiled for the host, with random delays and torn stores. These tests are
+// what a mutation of the protocol must fail (scripts/mutants.sh, docs/protocol.md).
+#include <gtest/gtest.h>
+
+#include <barrier>
+#include <thread>
+
+#include "cpu/protocol_harness.hpp"
+
+namespace tpdecode::test {
+namespace {
+
+using lamport::Call;
+using lamport::Op;
+
+struct Counts {
+  std::atomic<long> overwrites{0}, wrong{0}, failed{0}, aborted{0}, done{0};
+};
+
+// The rank-order sum of what every rank sends in round u.
+Fragment expected_sum(int ranks, int u, int row, int frag) {
+  Fragment raw[lamport::kMaxRanks];
+  Fragment out = lamport::clean(round_data(u, 0, row, frag));
+  float lo[4], hi[4];
+  for (int j = 0; j < 4; ++j) lo[j] = bf16::low_of(out.w[j]), hi[j] = bf16::high_of(out.w[j]);
+  for (int s = 1; s < ranks; ++s) {
+    raw[s] = lamport::clean(round_data(u, s, row, frag));
+    for (int j = 0; j < 4; ++j) lo[j] += bf16::low_of(raw[s].w[j]), hi[j] += bf16::high_of(raw[s].w[j]);
+  }
+  for (int j = 0; j < 4; ++j) out.w[j] = bf16::pack_rounded(lo[j], hi[j]);
+  return out;
+}
+
+bool same(const Fragment& a, const Fragment& b) {
+  return a.w[0] == b.w[0] && a.w[1] == b.w[1] && a.w[2] == b.w[2] && a.w[3] == b.w[3];
+}
+
+constexpr int kRows = 2, kFrags = 3;
+
+// One call of a one-shot all-reduce and a gather by CTA `cta` of `ctas` of `rank`
+// in round u. Items (row, frag) are dealt to CTAs round-robin; each CTA pushes all
+// its items before its first poll, as a kernel thread does.
+template <int kRanks>
+void one_round(HostTeam& team, int ar_box, int gather_box, int rank, int cta, int ctas, int u, CheckedMemory& mem,
+               std::mt19937& rng, Counts& n) {
+  const lamport::TeamRef t = team.team_ref(rank);
+  const lamport::MailboxRef ar = team.box_ref(ar_box);
+  const lamport::MailboxRef ga = team.box_ref(gather_box);
+  const uint32_t ar_entry = lamport::enter(mem, t, ar, Op::kAllReduce, static_cast<unsigned>(ctas));
+  const uint32_t ga_entry = lamport::enter(mem, t, ga, Op::kGather, static_cast<unsigned>(ctas));
+  if (ar_entry == lamport::kAbortedEntry || ga_entry == lamport::kAbortedEntry) {
+    n.aborted.fetch_add(1);
+    return;
+  }
+  const Call ar_call{Op::kAllReduce, static_cast<int>(ar_entry)};
+  const Call ga_call{Op::kGather, static_cast<int>(ga_entry)};
+  for (int i = cta; i < kRows * kFrags; i += ctas) {
+    lamport::one_shot_push<kRanks>(mem, t, ar, ar_call, i / kFrags, i % kFrags, round_data(u, rank, i / kFrags, i % kFrags));
+    lamport::gather_push<kRanks>(mem, t, ga, ga_call, i / kFrags, i % kFrags, kFrags,
+                                 round_data(u + 1000, rank, i / kFrags, i % kFrags));
+  }
+  if ((rng() & 15u) == 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 200));
+  for (int i = cta; i < kRows * kFrags; i += ctas) {
+    const int row = i / kFrags, frag = i % kFrags;
+    Fragment sum;
+    if (!lamport::one_shot_collect<kRanks>(mem, t, ar, ar_call, row, frag, &sum)) {
+      n.failed.fetch_add(1);
+      return;
+    }
+    if (!same(sum, expected_sum(kRanks, u, row, frag))) n.wrong.fetch_add(1);
+  }
+  for (int f = cta; f < kRows * kFrags * kRanks; f += ctas) {
+    const int row = f / (kFrags * kRanks), col = f % (kFrags * kRanks);
+    Fragment got;
+    if (!lamport::gather_collect(mem, t, ga, ga_call, row, col, kFrags, &got)) {
+      n.failed.fetch_add(1);
+      return;
+    }
+    if (!same(got, lamport::clean(round_data(u + 1000, col / kFrags, row, col % kFrags)))) n.wrong.fetch_add(1);
+  }
+}
+
+// `rounds` rounds on kRanks ranks of `ctas` CTAs each (one thread per CTA; the
+// CTAs of a rank meet at a barrier between calls, as at a kernel boundary).
+template <int kRanks>
+void run_rounds(HostTeam& team, int parities, int ctas, int rounds, Counts& n) {
+  const int ar = team.add_mailbox(parities, kRanks, kRows, kFrags);
+  const int ga = team.add_mailbox(parities, 1, kRows, kFrags * kRanks);
+  std::vector<std::unique_ptr<std::barrier<>>> boundary;
+  for (int r = 0; r < kRanks; ++r) boundary.push_back(std::make_unique<std::barrier<>>(ctas));
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < kRanks; ++rank)
+    for (int cta = 0; cta < ctas; ++cta)
+      threads.emplace_back([&, rank, cta] {
+        std::mt19937 rng(static_cast<unsigned>(rank * 7919 + cta * 104729 + 17));
+        for (int u = 0; u < rounds; ++u) {
+          CheckedMemory mem(team.timeout(), &n.overwrites, &rng);
+          one_round<kRanks>(team, ar, ga, rank, cta, ctas, u, mem, rng, n);
+          boundary[static_cast<std::size_t>(rank)]->arrive_and_wait();
+        }
+        n.done.fetch_add(1);
+      });
+  for (auto& t : threads) t.join();
+}
+
+template <int kRanks>
+void expect_clean_rounds(int parities, int ctas, int rounds) {
+  HostTeam team(kRanks, std::chrono::seconds(20));
+  Counts n;
+  run_rounds<kRanks>(team, parities, ctas, rounds, n);
+  EXPECT_EQ(n.overwrites, 0) << "a push landed on unread data";
+  EXPECT_EQ(n.wrong, 0) << "stale or foreign data was read";
+  EXPECT_EQ(n.failed, 0);
+  EXPECT_EQ(n.aborted, 0);
+  EXPECT_TRUE(team.all_armed()) << "a slot was left published";
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(team.control(r).mailbox[0].epoch, static_cast<uint32_t>(rounds)) << "rank " << r;
+    EXPECT_EQ(team.control(r).mailbox[0].arrivals, 0u) << "rank " << r;
+    EXPECT_EQ(team.error(r).flag, 0u) << "rank " << r;
+  }
+}
+
+TEST(Protocol, TwoRanksTwoParitiesTwoCtasTenThousandRounds) { expect_clean_rounds<2>(2, 2, 10000); }
+TEST(Protocol, FourRanksThreeParitiesTenThousandRounds) { expect_clean_rounds<4>(3, 1, 10000); }
+TEST(Protocol, EightRanksTwoParitiesTenThousandRounds) { expect_clean_rounds<8>(2, 1, 10000); }
+
+TEST(Protocol, OneParityIsCaught) {
+  // The checks have teeth: with one parity a fast rank pushes round u+1 into a slot
+  // a slow rank has not read yet: an overwrite, wrong data or a timeout follows.
+  HostTeam team(2, std::chrono::milliseconds(300));
+  Counts n;
+  run_rounds<2>(team, 1, 1, 300, n);
+  EXPECT_GT(n.overwrites + n.wrong + n.failed, 0);
+}
+
+TEST(Protocol, SumIsInRankOrder) {
+  // FP32 sums of {2^24, 1, -2^24, 1}: rank order gives 1, any other order 0 or 2.
+  constexpr int kRanks = 4;
+  const float planted[kRanks] = {16777216.0f, 1.0f, -16777216.0f, 1.0f};
+  HostTeam team(kRanks, std::chrono::seconds(10));
+  const int box = team.add_mailbox(2, kRanks, 1, 1);
+  std::vector<Fragment> got(kRanks);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < kRanks; ++rank)
+    threads.emplace_back([&, rank] {
+      lamport::Memory mem(10'000'000'000ull);
+      const lamport::TeamRef t = team.team_ref(rank);
+      const lamport::MailboxRef b = team.box_ref(box);
+      const Call call{Op::kAllReduce, static_cast<int>(lamport::enter(mem, t, b, Op::kAllReduce, 1))};
+      const uint32_t w = bf16::pack(bf16::from_float(planted[rank]), bf16::from_float(-planted[rank]));
+      lamport::one_shot_push<kRanks>(mem, t, b, call, 0, 0, Fragment{{w, w, w, w}});
+      ASSERT_TRUE(lamport::one_shot_collect<kRanks>(mem, t, b, call, 0, 0, &got[static_cast<std::size_t>(rank)]));
+    });
+  for (auto& t : threads) t.join();
+  const uint32_t one = bf16::pack(bf16::from_float(1.0f), bf16::from_float(-1.0f));
+  for (int rank = 0; rank < kRanks; ++rank)
+    for (int j = 0; j < 4; ++j) EXPECT_EQ(got[static_cast<std::size_t>(rank)].w[j], one) << "rank " << rank;
+}
+
+TEST(Protocol, AbsentRankTimesOutNamingItsSlotAndAbortsTheTeam) {
+  constexpr int kRanks = 4;
+  HostTeam team(kRanks, std::chrono::milliseconds(100));
+  const int box = team.add_mailbox(2, kRanks, 1, 1);
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < kRanks - 1; ++rank)  // rank 3 never comes
+    threads.emplace_back([&, rank] {
+      lamport::Memory mem(100'000'000ull);
+      const lamport::TeamRef t = team.team_ref(rank);
+      const lamport::MailboxRef b = team.box_ref(box);
+      const Call call{Op::kAllReduce, static_cast<int>(lamport::enter(mem, t, b, Op::kAllReduce, 1))};
+      lamport::one_shot_push<kRanks>(mem, t, b, call, 0, 0, round_data(0, rank, 0, 0));
+      Fragment sum;
+      EXPECT_FALSE(lamport::one_shot_collect<kRanks>(mem, t, b, call, 0, 0, &sum));
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  int timed_out = 0;
+  for (int rank = 0; rank < kRanks - 1; ++rank) {
+    const lamport::ErrorRecord& e = team.error(rank);
+    ASSERT_EQ(e.flag, 1u) << "rank " << rank;
+    if (e.kind == static_cast<int32_t>(lamport::ErrorKind::kTimeout)) {
+      ++timed_out;
+      EXPECT_EQ(e.slot, kRanks - 1) << "the absent rank's slot";
+      EXPECT_EQ(e.op, static_cast<int32_t>(Op::kAllReduce));
+      EXPECT_EQ(e.parity, 0);
+    } else {
+      EXPECT_EQ(e.kind, static_cast<int32_t>(lamport::ErrorKind::kAborted));  // saw a peer's abort first
+    }
+  }
+  EXPECT_GE(timed_out, 1);
+  for (int rank = 0; rank < kRanks; ++rank) EXPECT_NE(team.control(rank).abort, 0u) << "rank " << rank << " not aborted";
+  // The absent rank's next call does nothing: its entry finds the abort word.
+  lamport::Memory mem(100'000'000ull);
+  EXPECT_EQ(lamport::enter(mem, team.team_ref(kRanks - 1), team.box_ref(box), Op::kAllReduce, 1),
+            lamport::kAbortedEntry);
+  EXPECT_EQ(team.error(kRanks - 1).kind, static_cast<int32_t>(lamport::ErrorKind::kAborted));
+}
+
+TEST(Protocol, PollLeavesOnAPeersAbort) {
+  HostTeam team(2, std::chrono::seconds(30));
+  const int box = team.add_mailbox(2, 2, 1, 1);
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    lamport::Memory mem(1'000'000'000ull);
+    const lamport::TeamRef t = team.team_ref(1);
+    lamport::time_out(mem, t, Call{Op::kAllReduce, 0}, 0, 0, 0);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  lamport::Memory mem(30'000'000'000ull);
+  const lamport::TeamRef t = team.team_ref(0);
+  const lamport::MailboxRef b = team.box_ref(box);
+  const Call call{Op::kAllReduce, static_cast<int>(lamport::enter(mem, t, b, Op::kAllReduce, 1))};
+  Fragment sum;
+  EXPECT_FALSE(lamport::one_shot_collect<2>(mem, t, b, call, 0, 0, &sum));
+  aborter.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << "the poll ignored the abort word";
+  EXPECT_EQ(team.error(0).kind, static_cast<int32_t>(lamport::ErrorKind::kAborted));
+  EXPECT_EQ(team.error(0).slot, 1) << "names the rank that aborted";
+}
+
+// Issue scenario: rank 1 arrives 1.5 x the timeout late once, then 5 ms slower
+// every round. Without a team-wide abort, rank 0 timed out once and then read
+// rank 1's late pushes as later rounds' data. Here every output is either correct
+// or not produced (poisoned), and both ranks report.
+TEST(Protocol, LateRankNeverYieldsStaleData) {
+  constexpr int kRanks = 2, kRounds = 8, kRuns = 100;
+  constexpr auto kTimeout = std::chrono::milliseconds(20);
+  long stale = 0, runs_with_timeout = 0, runs_both_reported = 0;
+  for (int run = 0; run < kRuns; ++run) {
+    HostTeam team(kRanks, kTimeout);
+    const int box = team.add_mailbox(2, kRanks, 1, 1);
+    std::atomic<long> wrong{0};
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < kRanks; ++rank)
+      threads.emplace_back([&, rank] {
+        std::mt19937 rng(static_cast<unsigned>(run * 31 + rank));
+        for (int u = 0; u < kRounds; ++u) {
+          const bool late = rank == 1 && u >= 2;
+          const auto delay = u == 2 ? kTimeout * 3 / 2 : std::chrono::milliseconds(5 * (u - 2));
+          // Why both places: a late launch (before entry) and a slow kernel (after it).
+          const bool before_entry = (rng() & 1u) != 0;
+          if (late && before_entry) std::this_thread::sleep_for(delay);
+          lamport::Memory mem(static_cast<uint64_t>(std::chrono::nanoseconds(kTimeout).count()));
+          const lamport::TeamRef t = team.team_ref(rank);
+          const lamport::MailboxRef b = team.box_ref(box);
+          const uint32_t entry = lamport::enter(mem, t, b, Op::kAllReduce, 1);
+          if (entry == lamport::kAbortedEntry) continue;  // output poisoned, reported
+          if (late && !before_entry) std::this_thread::sleep_for(delay);
+          const Call call{Op::kAllReduce, static_cast<int>(entry)};
+          lamport::one_shot_push<kRanks>(mem, t, b, call, 0, 0, round_data(u, rank, 0, 0));
+          Fragment sum;
+          if (!lamport::one_shot_collect<kRanks>(mem, t, b, call, 0, 0, &sum)) continue;  // reported
+          if (!same(sum, expected_sum(kRanks, u, 0, 0))) wrong.fetch_add(1);
+        }
+      });
+    for (auto& t : threads) t.join();
+    stale += wrong.load();
+    runs_with_timeout += team.error(0).flag == 1 || team.error(1).flag == 1;
+    runs_both_reported += team.error(0).flag == 1 && team.error(1).flag == 1;
+  }
+  EXPECT_EQ(stale, 0) << "outputs of later rounds held stale data";
+  EXPECT_EQ(runs_with_timeout, kRuns) << "every run must see the late rank fail";
+  EXPECT_EQ(runs_both_reported, kRuns) << "both ranks must report";
+}
+
+TEST(Protocol, TornFragmentIsNotPublished) {
+  Fragment f = lamport::armed();
+  EXPECT_FALSE(lamport::published(f));
+  f.w[0] = 1;
+  f.w[1] = 2;
+  f.w[2] = 3;
+  EXPECT_FALSE(lamport::published(f));  // the fourth word has not landed
+  f.w[3] = 0;
+  EXPECT_TRUE(lamport::published(f));
+  EXPECT_EQ(lamport::clean(lamport::kSentinel), 0u);
+  EXPECT_EQ(lamport::clean(0x80008000u), 0x80008000u);  // (-0, -0) is not the sentinel
+}
+
+TEST(Protocol, EpochAdvancesOncePerCallWhateverTheCtaCount) {
+  HostTeam team(1, std::chrono::seconds(1));
+  const int box = team.add_mailbox(3, 1, 1, 1);
+  lamport::Memory mem(1'000'000'000ull);
+  const lamport::TeamRef t = team.team_ref(0);
+  const lamport::MailboxRef b = team.box_ref(box);
+  for (int call = 0; call < 7; ++call)
+    for (int cta = 0; cta < 5; ++cta)
+      EXPECT_EQ(lamport::enter(mem, t, b, Op::kTest, 5), static_cast<uint32_t>(call % 3)) << "call " << call;
+  EXPECT_EQ(team.control(0).mailbox[box].epoch, 7u);
+}
+
+}  // namespace
+}  // namespace tpdecode::test

@@ -1,0 +1,190 @@
+// Failing together: a rank delayed past the deadline by a spin kernel. Every rank
+// raises a TimeoutError (naming rank, op, parity and slot) within the deadline of
+// its stream draining, no output is silently wrong (each is the reference or all
+// NaN), queued calls, stock collectives and replayed graphs after the failure do
+// nothing wrong, nothing hangs, and reset() on every rank makes the team correct
+// again. Runs on a local team of 4 and, with 2 GPUs or more, on the NCCL team.
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "gpu/comm_cases.hpp"
+#include "gpu/gpu_test_util.hpp"
+#include "tpdecode/comm.hpp"
+#include "tpdecode/local_team.hpp"
+#include "tpdecode/nccl_team.hpp"
+
+namespace tpdecode {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using test::AllReduceCase;
+using test::ArNormCase;
+using test::team_streams;
+
+constexpr uint64_t kTimeoutMs = 200;
+constexpr double kLateMs = 2.5 * kTimeoutMs;
+
+TeamOptions short_deadline() {
+  TeamOptions o;
+  o.timeout_ms = kTimeoutMs;
+  return o;
+}
+
+// Runs `body` on a local team of 4 and on the NCCL team when there is one.
+void on_teams(const std::function<void(Team&)>& body) {
+  {
+    SCOPED_TRACE("local team TP 4");
+    LocalTeam team(4, 0, short_deadline());
+    body(team);
+  }
+  const std::vector<int> devices = test::nccl_team_devices();
+  std::string why;
+  if (devices.size() < 2 || !nccl_team_available(&why)) return;
+  SCOPED_TRACE("NCCL team");
+  NcclTeam::run_threads(devices, body, short_deadline());
+}
+
+// The driven ranks' outputs: each is the reference or entirely NaN (poisoned).
+int silently_wrong(const Team& team, const AllReduceCase& c) {
+  int bad = 0;
+  for (int i = 0; i < team.driven(); ++i) {
+    const auto& out = c.out[static_cast<std::size_t>(i)];
+    if (test::to_host<uint16_t>(out, c.reference.size()) != c.reference && !test::all_nan(out, c.reference.size())) ++bad;
+  }
+  return bad;
+}
+
+// Delays the team's last rank past the deadline before whatever `enqueue` queues.
+void delay_last_rank(Team& team) {
+  for (int i = 0; i < team.driven(); ++i)
+    if (team.rank(i) == team.size() - 1) test::spin(team.stream(i), kLateMs);
+}
+
+// synchronize() raises TimeoutError naming the op, within the late rank's delay
+// plus the deadline and a margin; returns the message.
+std::string expect_timeout(Team& team) {
+  const auto start = Clock::now();
+  std::string what;
+  try {
+    team.synchronize();
+    ADD_FAILURE() << "rank " << team.rank() << ": no error was raised";
+  } catch (const TimeoutError& e) {
+    what = e.what();
+  }
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  EXPECT_LT(ms, kLateMs + kTimeoutMs + 1000) << "rank " << team.rank() << " learned of the failure too late";
+  EXPECT_TRUE(team.has_error() || what.find("aborted the team") != std::string::npos) << what;
+  return what;
+}
+
+// After reset() on every rank, fresh calls on both parities are bitwise right.
+void expect_recovered(Team& team, TpComm& comm, uint64_t seed) {
+  team.reset();
+  EXPECT_FALSE(team.has_error());
+  for (int call = 0; call < 3; ++call) {
+    AllReduceCase a(team, 3, 4096, seed + 100u + static_cast<uint64_t>(call));
+    EXPECT_EQ(comm.all_reduce(a.io, team_streams(team)).path, CommPath::kOneShot);
+    team.synchronize();
+    EXPECT_EQ(a.ranks_wrong(team), 0) << "after reset, call " << call;
+  }
+}
+
+TEST(Failure, LateRankTimesOutNamingRankOpParitySlotThenResetRecovers) {
+  TPD_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  on_teams([&](Team& team) {
+    CommConfig cc;
+    cc.hidden = 4096;
+    cc.rows_cap = 8;
+    TpComm comm(team, cc);
+    AllReduceCase a(team, 3, 4096, seed);
+    delay_last_rank(team);
+    comm.all_reduce(a.io, team_streams(team));
+    const std::string what = expect_timeout(team);
+    // The first record of a driven rank: its own timeout, naming the late rank's
+    // slot, or (having seen a peer's abort first) that peer.
+    const bool timed_out =
+        what.find("timed out in all_reduce (parity 0): slot " + std::to_string(team.size() - 1)) != std::string::npos;
+    EXPECT_TRUE(timed_out || what.find("aborted the team") != std::string::npos) << what;
+    EXPECT_EQ(silently_wrong(team, a), 0);
+    // Until reset() the team refuses new calls.
+    EXPECT_THROW(comm.all_reduce(a.io, team_streams(team)), TimeoutError);
+    expect_recovered(team, comm, seed);
+  });
+}
+
+TEST(Failure, QueuedCallsAndAStockCollectiveAfterALateRank) {
+  TPD_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  on_teams([&](Team& team) {
+    CommConfig cc;
+    cc.hidden = 4096;
+    cc.rows_cap = 8;
+    TpComm comm(team, cc);
+    const std::vector<cudaStream_t> streams = team_streams(team);
+    std::vector<AllReduceCase> calls;
+    for (int c = 0; c < 4; ++c) calls.emplace_back(team, 2, 4096, seed + static_cast<uint64_t>(c));
+    ArNormCase norm(team, 2, 4096, true, seed + 10);
+    AllReduceCase stock(team, 2, 4096, seed + 20);
+    delay_last_rank(team);
+    for (AllReduceCase& c : calls) comm.all_reduce(c.io, streams);  // queued behind the late rank
+    comm.ar_norm(norm.io, streams);
+    comm.set_algorithm(CommAlgorithm::kStock);
+    EXPECT_EQ(comm.all_reduce(stock.io, streams).path, CommPath::kStock);
+    comm.set_algorithm(CommAlgorithm::kAuto);
+    expect_timeout(team);
+    for (const AllReduceCase& c : calls) EXPECT_EQ(silently_wrong(team, c), 0);
+    // The stock collective ran on the same inputs on every rank: it is right.
+    EXPECT_EQ(stock.ranks_wrong(team), 0);
+    for (int i = 0; i < team.driven(); ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      const std::size_t n = norm.reference.out.size();
+      const bool right = test::to_host<uint16_t>(norm.res_out[k], n) == norm.reference.residual_out;
+      EXPECT_TRUE(right || test::all_nan(norm.out[k], n)) << "ar_norm output neither right nor poisoned";
+    }
+    expect_recovered(team, comm, seed);
+  });
+}
+
+TEST(Failure, ReplayedGraphAfterALateRankOnlyReportsThenWorksAfterReset) {
+  TPD_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  on_teams([&](Team& team) {
+    CommConfig cc;
+    cc.hidden = 4096;
+    cc.rows_cap = 8;
+    TpComm comm(team, cc);
+    const std::vector<cudaStream_t> streams = team_streams(team);
+    AllReduceCase a(team, 2, 4096, seed);
+    AllReduceCase b(team, 3, 4096, seed + 1);
+    // The late rank's delay is a node of the graph (0 ns until the failing replays).
+    const DeviceBuffer delay_ns = test::to_device(std::vector<uint64_t>{0});
+    test::TeamGraph graph(team, [&] {
+      for (int i = 0; i < team.driven(); ++i)
+        if (team.rank(i) == team.size() - 1) test::spin_by(streams[static_cast<std::size_t>(i)], delay_ns.as<uint64_t>());
+      comm.all_reduce(a.io, streams);
+      comm.all_reduce(b.io, streams);
+      comm.all_reduce(a.io, streams);
+    });
+    graph.replay(5);
+    EXPECT_EQ(a.ranks_wrong(team) + b.ranks_wrong(team), 0) << "before the failure";
+    a.refill(team, seed + 2);
+    b.refill(team, seed + 3);
+    const uint64_t late_ns = static_cast<uint64_t>(kLateMs * 1e6);
+    TPD_CUDA(cudaMemcpy(delay_ns.get(), &late_ns, sizeof late_ns, cudaMemcpyHostToDevice));
+    graph.replay(4);  // every call after the failure must do nothing but report
+    expect_timeout(team);
+    EXPECT_EQ(silently_wrong(team, a) + silently_wrong(team, b), 0);
+    TPD_CUDA(cudaMemset(delay_ns.get(), 0, sizeof(uint64_t)));
+    team.reset();
+    a.refill(team, seed + 4);
+    b.refill(team, seed + 5);
+    graph.replay(7);
+    team.synchronize();
+    EXPECT_EQ(a.ranks_wrong(team) + b.ranks_wrong(team), 0) << "graph after reset";
+  });
+}
+
+}  // namespace
+}  // namespace tpdecode
