@@ -1,68 +1,80 @@
 #!/usr/bin/env bash
 # On the GPU machine: configure, build (ninja, all cores), run the GPU tests, the
-# sanitizers and the benchmarks; logs and JSON go under $OUT.
-#   bash scripts/device.sh [steps...]   steps: build test sanitize bench-gemm bench-comm drafter info all
-#   TESTS='regex'  limits which gtest cases run (ctest -R); default: all
+# sanitizers and the benchmarks; logs and JSON go under $OUT (packed into
+# $OUT/logs.tgz: the device tool returns at most 8 files).
+#   bash scripts/device.sh [steps...]
+#   steps: build test nccl-nop2p sanitize bench-gemm bench-comm bench-comm-nccl drafter peers info all
+#   TESTS='regex'   which tests `test` runs (ctest -R); default: all
+#   GEMM_ARGS, COMM_ARGS, NCCL_COMM_ARGS, DRAFTER_ARGS: extra arguments of those steps
 set -uo pipefail
-# Everything is written under $LOG and packed into $OUT/logs.tgz at exit (the
-# device tool returns at most 8 files).
 OUT=${OUT:-$PWD/device-out}
 LOG=$(mktemp -d)
 mkdir -p "$OUT"
 trap 'tar czf "$OUT/logs.tgz" -C "$LOG" . 2>/dev/null' EXIT
 steps=${*:-all}
 has() { [[ " $steps " == *" $1 "* || " $steps " == *" all "* ]]; }
+# Runs a step's command with a wall-clock limit, its output in $LOG/<name>.txt and
+# the last lines on the console.
+step() {
+  local name=$1 limit=$2; shift 2
+  local start=$SECONDS
+  timeout "$limit" "$@" > "$LOG/$name.txt" 2>&1
+  local rc=$?
+  echo "== $name: rc=$rc in $((SECONDS - start)) s"
+  tail -${TAIL:-25} "$LOG/$name.txt"
+}
 
 # Never NVLink multicast (DESIGN.md section 6).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 PY=$(command -v python3)
-VENV_BIN=$(dirname "$PY")
-export PATH="$VENV_BIN:/usr/local/cuda/bin:$PATH"
-NCCL_ROOT=$($PY -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
-if [[ -z "$NCCL_ROOT" ]]; then
-  NCCL_ROOT=$($PY -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "nccl"))' 2>/dev/null || true)
-fi
+export PATH="$(dirname "$PY"):/usr/local/cuda/bin:$PATH"
+NCCL_ROOT=$($PY -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null ||
+            $PY -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "nccl"))' 2>/dev/null)
 export NCCL_ROOT
 export LD_LIBRARY_PATH="$NCCL_ROOT/lib:${LD_LIBRARY_PATH:-}"
 BUILD=${BUILD:-build-device}
+GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
 
 if has build || [[ ! -x $BUILD/tools/tpdecode ]]; then
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$LOG/gpu.txt" 2>&1
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCL_ROOT="$NCCL_ROOT" \
     -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc > "$LOG/configure.log" 2>&1 || { tail -30 "$LOG/configure.log"; exit 1; }
+  start=$SECONDS
   ninja -C "$BUILD" -j"$(nproc)" > "$LOG/build.log" 2>&1 || { grep -E "error|FAILED" -A5 "$LOG/build.log" | head -60; exit 1; }
-  echo "build ok"
+  echo "build ok in $((SECONDS - start)) s ($GPUS GPU(s))"
 fi
 CLI=$BUILD/tools/tpdecode
 
-if has info; then
-  $CLI info | tee "$LOG/info.txt"
-  $CLI info --json > "$LOG/info.json"
-fi
-
+has info && step info 60 $CLI info
 if has test; then
-  (cd "$BUILD" && ctest --output-on-failure ${TESTS:+-R "$TESTS"} -j1 --timeout 900) > "$LOG/ctest.log" 2>&1
-  echo "ctest rc=$?"; grep -E "tests passed|tests failed|\*\*\*Failed|Not Run|Timeout" "$LOG/ctest.log" | tail -25
+  (cd "$BUILD" && timeout "${TEST_TIMEOUT:-420}" ctest --output-on-failure ${TESTS:+-R "$TESTS"} -j1 --timeout 300) > "$LOG/ctest.log" 2>&1
+  echo "== ctest rc=$?"
+  grep -E "tests passed|tests failed|\*\*\*Failed|Not Run|Timeout|\(Failed\)" "$LOG/ctest.log" | tail -25
 fi
-
+if has nccl-nop2p && [[ $GPUS -ge 2 ]]; then
+  # A team whose ranks do not share memory: every call through NCCL.
+  NCCL_P2P_DISABLE=1 step nccl-nop2p 120 "$BUILD/tests/gpu_tests" --gtest_filter='NcclTeam.*'
+fi
 if has sanitize; then
-  # memcheck over the GPU tests (reduced repetition counts via TPDECODE_QUICK), racecheck on the collectives.
+  # memcheck over the GPU tests (reduced repetition counts), racecheck on the collectives.
   # API errors are not reported: NCCL probes kernel images and cuMemCreate by design.
   export TPDECODE_QUICK=1
-  timeout "${SANITIZE_TIMEOUT:-400}" compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 "$BUILD/tests/gpu_tests" ${SANITIZE_FILTER:+--gtest_filter="$SANITIZE_FILTER"} > "$LOG/memcheck.log" 2>&1
-  echo "memcheck rc=$?"; tail -3 "$LOG/memcheck.log"
-  timeout "${SANITIZE_TIMEOUT:-400}" compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/gpu_tests" --gtest_filter="${RACE_FILTER:-*AllReduce*Bitwise*:*ArNorm*Bitwise*:*Gather*Bytes*}" > "$LOG/racecheck.log" 2>&1
-  echo "racecheck rc=$?"; tail -3 "$LOG/racecheck.log"
+  step memcheck "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
+    "$BUILD/tests/gpu_tests" --gtest_filter="${SANITIZE_FILTER:-*}"
+  step racecheck "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/gpu_tests" \
+    --gtest_filter="${RACE_FILTER:-Collectives.AllReduceAndArNorm*:Collectives.Gather*}"
   unset TPDECODE_QUICK
 fi
-
-if has bench-gemm && $CLI bench gemm --help > /dev/null 2>&1; then
-  $CLI bench gemm --json "$LOG/bench_gemm.json" ${GEMM_ARGS:-} 2>&1 | tee "$LOG/bench_gemm.txt" | tail -80
+has bench-gemm && step bench-gemm 300 $CLI bench gemm --json "$LOG/bench_gemm.json" ${GEMM_ARGS:-}
+has bench-comm && step bench-comm 300 $CLI bench comm --team local --json "$LOG/bench_comm.json" ${COMM_ARGS:-}
+if has bench-comm-nccl && [[ $GPUS -ge 2 ]]; then
+  step bench-comm-nccl 300 $CLI bench comm --team nccl --tp 2 --json "$LOG/bench_comm_nccl.json" ${NCCL_COMM_ARGS:-}
 fi
-if has bench-comm && $CLI bench comm --help > /dev/null 2>&1; then
-  $CLI bench comm --team local --json "$LOG/bench_comm.json" ${COMM_ARGS:-} 2>&1 | tee "$LOG/bench_comm.txt" | tail -60
+has drafter && step drafter 420 $CLI drafter --json "$LOG/drafter.json" ${DRAFTER_ARGS:-}
+if has peers && [[ -d .tools ]]; then
+  # The peers' figures in the same call (../shared/tools, carried as .tools).
+  [[ $GPUS -ge 2 ]] && OUT=$LOG step peer-comm 300 torchrun --nproc-per-node 2 .tools/peer_comm.py
+  step cublas-chain 300 python3 .tools/cublas_chain.py
 fi
-if has drafter && $CLI drafter --help > /dev/null 2>&1; then
-  $CLI drafter --json "$LOG/drafter.json" ${DRAFTER_ARGS:-} 2>&1 | tee "$LOG/drafter.txt" | tail -60
-fi
+exit 0

@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -16,6 +15,7 @@
 
 #include "bench_timing.hpp"
 #include "commands.hpp"
+#include "json_file.hpp"
 #include "tpdecode/comm.hpp"
 #include "tpdecode/device_buffer.hpp"
 #include "tpdecode/error.hpp"
@@ -231,9 +231,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Opt
       jr[name] = c.why.empty() ? nlohmann::json{{"us", c.us}} : nlohmann::json{{"not_served", c.why}};
     j["rows"].push_back(jr);
   }
-  std::ofstream f(path);
-  f << j.dump(2) << "\n";
-  if (!f) throw Error(fmt::format("bench comm: could not write {}", path));
+  write_json_file(path, j);
 }
 
 void run(const Options& o) {

@@ -9,7 +9,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <fstream>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -17,6 +16,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "json_file.hpp"
 #include "drafter_run.hpp"
 #include "tpdecode/device_info.hpp"
 #include "drafter/cpu_checks.hpp"
@@ -27,6 +27,8 @@
 namespace tpdecode::cli {
 namespace {
 
+constexpr int kRowsCap = 64;  // rows one step takes (the drafter's buffers)
+
 struct Options {
   std::vector<int> rows;  // default 1 7 14 28 56
   int requests = 0;
@@ -35,7 +37,23 @@ struct Options {
   int replays = 30;
   std::vector<int> local_tp;  // one GPU: team sizes to run (default 1 and 8)
   std::string json;
+  CLI::Option* replays_option = nullptr;  // given on the command line (refused without a GPU)
+  CLI::Option* local_tp_option = nullptr;
 };
+
+// The row counts to run: --rows, plus requests · k. Refuses what a step cannot take
+// before anything is built (no GPU needed to hear it).
+std::vector<int> row_counts(const Options& o, std::vector<int> defaults) {
+  std::vector<int> rows = o.rows.empty() ? std::move(defaults) : o.rows;
+  if (o.requests > 0) {
+    const long m = static_cast<long>(o.requests) * o.k;
+    require(m <= kRowsCap, fmt::format("drafter: --requests {} x --k {} = {} rows; a step takes at most {} rows",
+                                       o.requests, o.k, m, kRowsCap));
+    rows.push_back(static_cast<int>(m));
+  }
+  for (int m : rows) require(m >= 1 && m <= kRowsCap, fmt::format("drafter: --rows {} outside 1 ... {}", m, kRowsCap));
+  return rows;
+}
 
 struct TeamRun {
   std::string team;  // e.g. "local TP 8 on one GPU"
@@ -45,17 +63,28 @@ struct TeamRun {
   bool ranks_identical = true;  // NCCL team: every rank's logits hash equal, per row
 };
 
-int run_cpu(const Options& o) {
+// No GPU: the CPU reference step of the reduced configuration at each row count,
+// with its checks; --json gets the checks.
+bool run_cpu(const Options& o) {
+  for (const auto* opt : {o.replays_option, o.local_tp_option})
+    require(opt->count() == 0, fmt::format("drafter: {} needs a GPU (this machine has none)", opt->get_name()));
   drafter::DrafterConfig c = drafter::DrafterConfig::reduced_cpu();
-  const int rows = o.requests > 0 ? o.requests * o.k : o.k;
-  fmt::print("tpdecode drafter: CPU reference step of a reduced configuration ({}), {} rows\n", c.describe(), rows);
+  c.layers = o.layers;
+  nlohmann::json j{{"device", "cpu"}, {"config", c.describe()}, {"rows", nlohmann::json::array()}};
   bool all = true;
-  for (const drafter::CheckResult& r : drafter::check_cpu_reference(c, rows)) {
-    fmt::print("  {:<16} {}  {}\n", r.name, r.pass ? "ok  " : "FAIL", r.detail);
-    all &= r.pass;
+  for (int rows : row_counts(o, {o.k})) {
+    fmt::print("tpdecode drafter: CPU reference step of a reduced configuration ({}), {} rows\n", c.describe(), rows);
+    nlohmann::json checks = nlohmann::json::array();
+    for (const drafter::CheckResult& r : drafter::check_cpu_reference(c, rows)) {
+      fmt::print("  {:<16} {}  {}\n", r.name, r.pass ? "ok  " : "FAIL", r.detail);
+      checks.push_back({{"name", r.name}, {"pass", r.pass}, {"detail", r.detail}});
+      all &= r.pass;
+    }
+    j["rows"].push_back({{"m", rows}, {"checks", checks}});
   }
   fmt::print("{}\n", all ? "all checks hold" : "SOME CHECKS FAILED");
-  return all ? 0 : 1;
+  if (!o.json.empty()) write_json_file(o.json, j);
+  return all;
 }
 
 std::string ratio(double stock, double ours) { return ours > 0 ? fmt::format("{:.2f}x", stock / ours) : "-"; }
@@ -100,24 +129,25 @@ void write_json(const std::string& path, const std::vector<TeamRun>& runs, const
                             {"ranks_identical", r.ranks_identical}});
     j["runs"].push_back(jt);
   }
-  std::ofstream(path) << j.dump(2) << "\n";
+  write_json_file(path, j);
 }
 
 void run(const Options& o) {
+  DrafterRunOptions ro;
+  ro.rows = row_counts(o, {1, 7, 14, 28, 56});
+  ro.replays = o.replays;
+  for (int tp : o.local_tp) require(supported_team_size(tp), fmt::format("drafter: --local-tp {} (1, 2, 4, 8 or 16)", tp));
   std::string why;
   const int gpus = visible_gpu_count(&why);
   if (gpus == 0) {
     fmt::print("tpdecode drafter: no GPU visible ({}); running the CPU reference step instead.\n", why);
-    const int rc = run_cpu(o);
-    if (rc != 0) throw Error("drafter: CPU reference checks failed");
+    if (!run_cpu(o)) throw Error("drafter: CPU reference checks failed");
     return;
   }
+  require(o.local_tp_option->count() == 0 || gpus == 1,
+          fmt::format("drafter: --local-tp runs teams on one GPU; {} GPUs are visible (the NCCL team runs)", gpus));
   drafter::DrafterConfig config = drafter::DrafterConfig::reference();
   config.layers = o.layers;
-  DrafterRunOptions ro;
-  ro.rows = o.rows.empty() ? std::vector<int>{1, 7, 14, 28, 56} : o.rows;
-  if (o.requests > 0) ro.rows.push_back(o.requests * o.k);
-  ro.replays = o.replays;
   cudaDeviceProp prop{};
   TPD_CUDA(cudaGetDeviceProperties(&prop, 0));
   fmt::print("tpdecode drafter: {} ({}), {} GPU(s): {}\n", config.describe(), "synthetic K3-DSpark shapes", gpus,
@@ -182,15 +212,18 @@ void run(const Options& o) {
 }  // namespace
 
 void register_drafter(CLI::App& app) {
-  auto o = std::make_shared<Options>();
-  const auto add = [&](CLI::App* cmd) {
-    cmd->add_option("--rows", o->rows, "rows per step M (repeatable; default 1 7 14 28 56)");
-    cmd->add_option("--requests", o->requests, "also run M = requests · k");
-    cmd->add_option("--k", o->k, "draft tokens per request")->capture_default_str();
+  const auto add = [](CLI::App* cmd) {
+    auto o = std::make_shared<Options>();  // one per subcommand: it keeps that subcommand's options
+    cmd->add_option("--rows", o->rows, "rows per step M (repeatable; default 1 7 14 28 56)")->check(CLI::Range(1, 64));
+    cmd->add_option("--requests", o->requests, "also run M = requests · k (at most 64 rows)")->check(CLI::Range(1, 64));
+    cmd->add_option("--k", o->k, "draft tokens per request")->capture_default_str()->check(CLI::Range(1, 64));
     cmd->add_option("--layers", o->layers, "draft layers")->capture_default_str()->check(CLI::Range(1, 64));
-    cmd->add_option("--replays", o->replays, "timed graph replays per measurement")->capture_default_str();
-    cmd->add_option("--local-tp", o->local_tp, "one GPU: local team sizes to run (repeatable; default 1 8)");
-    cmd->add_option("--json", o->json, "also write the results as JSON to this file");
+    o->replays_option = cmd->add_option("--replays", o->replays, "timed graph replays per measurement (GPU)")
+                            ->capture_default_str()
+                            ->check(CLI::Range(1, 100000));
+    o->local_tp_option =
+        cmd->add_option("--local-tp", o->local_tp, "one GPU: local team sizes to run (repeatable; default 1 8)");
+    cmd->add_option("--json", o->json, "also write the results as JSON to this file (with or without a GPU)");
     cmd->callback([o] { run(*o); });
   };
   add(app.add_subcommand("drafter", "the main job: the drafter step, stock vs specialised (CPU reference without a GPU)"));

@@ -88,7 +88,7 @@ class Memory {
   TPD_HD uint32_t arrive(uint32_t* p) const {
 #if defined(__CUDA_ARCH__)
     uint32_t old;
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(p) : "memory");
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(1u) : "memory");
     return old;
 #else
     return std::atomic_ref<uint32_t>(*p).fetch_add(1u, std::memory_order_acq_rel);

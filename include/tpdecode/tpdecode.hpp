@@ -1,0 +1,16 @@
+// tpdecode: decode-time tensor-parallel building blocks. The one header an engine
+// includes: teams, the comm object, DecodeGemm, tensors, errors, device buffers.
+#pragma once
+
+#include "tpdecode/comm.hpp"
+#include "tpdecode/decode_gemm.hpp"
+#include "tpdecode/device_buffer.hpp"
+#include "tpdecode/device_info.hpp"
+#include "tpdecode/draft_logits.hpp"
+#include "tpdecode/error.hpp"
+#include "tpdecode/local_team.hpp"
+#include "tpdecode/nccl_team.hpp"
+#include "tpdecode/random_fill.hpp"
+#include "tpdecode/team.hpp"
+#include "tpdecode/tensor.hpp"
+#include "tpdecode/version.hpp"
