@@ -63,9 +63,10 @@ class NcclTeam final : public Team {
   void free_symmetric(const std::vector<void*>& local) override;
   void barrier(std::chrono::milliseconds limit) override;
   void on_stuck(int driven, const std::string& what) override;
-  // Waits for the communicator's pending operation (non-blocking mode), at most the
-  // team's timeout; aborts the communicator and throws TeamBroken past it.
-  void settle(const char* what) const;
+  // Waits for the communicator's pending operation (non-blocking mode), at most
+  // `limit`; aborts the communicator and throws TeamBroken past it. Collective
+  // operations (creation, window registration) wait as long as a barrier.
+  void settle(const char* what, std::chrono::milliseconds limit) const;
   [[noreturn]] void abort_comm(const std::string& why) const;
 
   mutable ncclComm* comm_ = nullptr;

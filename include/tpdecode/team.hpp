@@ -59,8 +59,12 @@ class SymmetricBuffer {
 };
 
 struct TeamOptions {
-  // Deadline of every wait; 0 reads TPDECODE_TIMEOUT_MS or takes the default (5 s).
+  // Deadline of every wait of a kernel; 0 reads TPDECODE_TIMEOUT_MS or takes the
+  // default (5 s).
   uint64_t timeout_ms = 0;
+  // Deadline of the team's barriers (reset(), collective allocations): how long a
+  // rank waits for the others to get there.
+  uint64_t barrier_timeout_ms = 30000;
   // Programmatic dependent launch for tpdecode's kernels.
   bool pdl = true;
 };
@@ -102,7 +106,7 @@ class Team {
   // Collective (every rank calls it): waits for the streams (bounded), re-arms
   // every mailbox, clears the abort word and the error records. After a timeout
   // this makes the team usable again. Raises TeamBroken where a rank does not
-  // arrive in time.
+  // arrive within TeamOptions::barrier_timeout_ms.
   void reset();
 
   // ---- For tpdecode's own objects (comm.hpp) ----
@@ -131,6 +135,7 @@ class Team {
   // Called by the backend's destructor: frees what allocate() made.
   void release_all();
   std::chrono::milliseconds default_limit() const;
+  std::chrono::milliseconds barrier_limit() const { return barrier_limit_; }
 
  private:
   // Waits for driven rank i's stream until `until`; false if it did not drain.
@@ -141,6 +146,7 @@ class Team {
 
   int size_;
   uint64_t timeout_ns_;
+  std::chrono::milliseconds barrier_limit_;
   bool pdl_;
   bool shares_memory_ = false;
   std::vector<std::unique_ptr<RankContext>> contexts_;

@@ -22,7 +22,8 @@ __global__ void __launch_bounds__(kThreads) one_shot_kernel(const OneShotParams 
   if (p.trigger_early) dev::pdl_launch_dependents();
   dev::pdl_wait();  // no mailbox store, and no read of x, before the previous kernel completed
   Memory mem(p.team.timeout_ns);
-  if (threadIdx.x == 0) entry = enter(mem, p.team, p.box, Op::kAllReduce, gridDim.x * gridDim.y);
+  uint32_t epoch = 0;
+  if (threadIdx.x == 0) entry = begin(mem, p.team, p.box, Op::kAllReduce, &epoch);
   __syncthreads();
   if (frag >= p.frags) return;
   const long at = static_cast<long>(row) * p.frags + frag;
@@ -33,6 +34,7 @@ __global__ void __launch_bounds__(kThreads) one_shot_kernel(const OneShotParams 
   }
   const Call call{Op::kAllReduce, static_cast<int>(entry)};
   one_shot_push<kRanks>(mem, p.team, p.box, call, row, frag, static_cast<const Fragment*>(p.x)[at]);
+  if (threadIdx.x == 0) arrive(mem, p.team, p.box, epoch, gridDim.x * gridDim.y);
   Fragment sum;
   const bool ok = one_shot_collect<kRanks>(mem, p.team, p.box, call, row, frag, &sum);
   // Why late with several ranks on one GPU: a dependent grid launched early could

@@ -34,13 +34,15 @@ __global__ void __launch_bounds__(kArNormMaxThreads) ar_norm_kernel(const ArNorm
   if (p.trigger_early) dev::pdl_launch_dependents();
   dev::pdl_wait();
   Memory mem(p.team.timeout_ns);
-  if (threadIdx.x == 0) entry = enter(mem, p.team, p.box, Op::kArNorm, gridDim.x * gridDim.y);
+  uint32_t epoch = 0;
+  if (threadIdx.x == 0) entry = begin(mem, p.team, p.box, Op::kArNorm, &epoch);
   __syncthreads();
   bool ok = entry != kAbortedEntry;
   Fragment fresh{};  // the new residual (zeros in threads without a fragment)
   if (active && ok) {
     const Call call{Op::kArNorm, static_cast<int>(entry)};
     one_shot_push<kRanks>(mem, p.team, p.box, call, row, frag, static_cast<const Fragment*>(p.x)[at]);
+    if (threadIdx.x == 0) arrive(mem, p.team, p.box, epoch, gridDim.x * gridDim.y);
     const Fragment old = p.residual ? static_cast<const Fragment*>(p.residual)[at] : Fragment{};
     ok = one_shot_collect<kRanks>(mem, p.team, p.box, call, row, frag, &fresh);
     if (ok && p.residual) fresh = rownorm::add_residual(fresh, old);

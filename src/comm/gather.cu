@@ -31,7 +31,8 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(const GatherParams p) 
   if (p.trigger_early) dev::pdl_launch_dependents();
   dev::pdl_wait();
   Memory mem(p.team.timeout_ns);
-  if (threadIdx.x == 0) entry = enter(mem, p.team, p.box, Op::kGather, gridDim.x * gridDim.y);
+  uint32_t epoch = 0;
+  if (threadIdx.x == 0) entry = begin(mem, p.team, p.box, Op::kGather, &epoch);
   __syncthreads();
   bool ok = entry != kAbortedEntry;
   const Call call{Op::kGather, static_cast<int>(entry)};
@@ -39,6 +40,7 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(const GatherParams p) 
     const Fragment* shard = static_cast<const Fragment*>(p.shard) + static_cast<long>(row) * p.shard_frags;
     for (int f = first; f < p.shard_frags; f += step)
       gather_push<kRanks>(mem, p.team, p.box, call, row, f, p.shard_frags, shard[f]);
+    if (threadIdx.x == 0) arrive(mem, p.team, p.box, epoch, gridDim.x * gridDim.y);
   }
   for (int f = first; f < row_frags; f += step) {
     Fragment got = poisoned();

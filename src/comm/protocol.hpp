@@ -158,25 +158,46 @@ TPD_HD void note_abort(Memory& mem, const TeamRef& team, Op op, int parity, uint
 
 inline constexpr uint32_t kAbortedEntry = 0xffffffffu;
 
-// Entry of one CTA of a call (one thread per CTA): the epoch's parity to use, or
-// kAbortedEntry (nothing may be touched; the caller poisons its outputs). The
-// `ctas` CTAs of the call each arrive once; the last one advances the epoch (every
-// CTA read it before arriving: arrive() is acquire-release).
+// Entry of one CTA of a call (one thread per CTA), in two parts so that the atomic
+// stays off the critical path:
+//  begin(): the abort word and the epoch in one round trip: the parity to use, or
+//    kAbortedEntry (nothing may be touched; the caller poisons its outputs).
+//  arrive(): once per CTA, any time after begin() (kernels do it after their
+//    pushes, while their polls wait). The `ctas` CTAs of the call each arrive once;
+//    the last one resets the count and advances the epoch. Why no CTA can read the
+//    advanced epoch: each CTA's epoch load is an acquire, so its arrival comes after
+//    it; the last CTA's stores are issued only once its arrival has returned the
+//    count of all the others (they depend on its result).
+// The next call reads the advanced epoch after the kernel boundary (griddepcontrol
+// .wait under PDL), as everything else in the reuse argument.
 template <class Memory>
-TPD_HD uint32_t enter(Memory& mem, const TeamRef& team, const MailboxRef& box, Op op, unsigned ctas) {
+TPD_HD uint32_t begin(Memory& mem, const TeamRef& team, const MailboxRef& box, Op op, uint32_t* epoch) {
   ControlBlock* own = team.control[team.rank];
   const uint32_t abort = mem.load_word(&own->abort);
+  *epoch = mem.load_acquire_word(&own->mailbox[box.index].epoch);
   if (abort != 0) {
     note_abort(mem, team, op, -1, abort, -1, -1);
     return kAbortedEntry;
   }
-  EpochCounter& c = own->mailbox[box.index];
-  const uint32_t epoch = mem.load_word(&c.epoch);
+  return *epoch % static_cast<uint32_t>(box.parities);
+}
+
+template <class Memory>
+TPD_HD void arrive(Memory& mem, const TeamRef& team, const MailboxRef& box, uint32_t epoch, unsigned ctas) {
+  EpochCounter& c = team.control[team.rank]->mailbox[box.index];
   if (mem.arrive(&c.arrivals) + 1 == ctas) {
     mem.store_word(&c.arrivals, 0u);
     mem.store_word(&c.epoch, epoch + 1);
   }
-  return epoch % static_cast<uint32_t>(box.parities);
+}
+
+// begin() and arrive() at once (callers with nothing to overlap).
+template <class Memory>
+TPD_HD uint32_t enter(Memory& mem, const TeamRef& team, const MailboxRef& box, Op op, unsigned ctas) {
+  uint32_t epoch = 0;
+  const uint32_t parity = begin(mem, team, box, op, &epoch);
+  if (parity != kAbortedEntry) arrive(mem, team, box, epoch, ctas);
+  return parity;
 }
 
 enum class Poll : int { kDone = 0, kTimedOut, kAborted };

@@ -107,9 +107,9 @@ NcclTeam::NcclTeam(const NcclUniqueId& id, int rank, int size, int device, const
 
 void NcclTeam::init(int rank, int device) {
   try {
-    settle("communicator creation");
+    settle("communicator creation", barrier_limit());
     // The mailboxes need every rank reachable by loads and stores (one NVLink domain).
-    const int lsa_size = lsa_team_size(comm_, [this](const char* what) { settle(what); });
+    const int lsa_size = lsa_team_size(comm_, [this](const char* what) { settle(what, barrier_limit()); });
     RankContext c;
     c.rank = rank;
     c.device = device;
@@ -139,7 +139,7 @@ NcclTeam::~NcclTeam() {
   cudaStreamDestroy(stream());
   if (comm_) {
     ncclCommFinalize(comm_);
-    const auto until = Clock::now() + default_limit();
+    const auto until = Clock::now() + barrier_limit();
     ncclResult_t state = ncclInProgress;
     while (state == ncclInProgress && Clock::now() < until) ncclCommGetAsyncError(comm_, &state);
     if (state == ncclSuccess)
@@ -162,15 +162,15 @@ void NcclTeam::abort_comm(const std::string& why) const {
                                why));
 }
 
-void NcclTeam::settle(const char* what) const {
+void NcclTeam::settle(const char* what, std::chrono::milliseconds limit) const {
   if (!comm_) throw TeamBroken("the team's NCCL communicator was aborted earlier; build a new team");
-  const auto until = Clock::now() + default_limit();
+  const auto until = Clock::now() + limit;
   while (true) {
     ncclResult_t state = ncclSuccess;
     TPD_NCCL(ncclCommGetAsyncError(comm_, &state));
     if (state == ncclSuccess) return;
     if (state != ncclInProgress) abort_comm(fmt::format("NCCL {}: {}", what, ncclGetErrorString(state)));
-    if (Clock::now() > until) abort_comm(fmt::format("NCCL {} did not complete within {} ms", what, default_limit().count()));
+    if (Clock::now() > until) abort_comm(fmt::format("NCCL {} did not complete within {} ms", what, limit.count()));
     std::this_thread::yield();
   }
 }
@@ -184,7 +184,7 @@ void NcclTeam::allocate_symmetric(std::size_t bytes, std::vector<void*>& local, 
   TPD_NCCL(ncclMemAlloc(&buffer, padded));
   ncclWindow_t window = nullptr;
   TPD_NCCL(ncclCommWindowRegister(comm_, buffer, padded, &window, NCCL_WIN_COLL_SYMMETRIC));
-  settle("window registration");
+  settle("window registration", barrier_limit());
   peers[0] = read_lsa_pointers(window, size(), stream());
   // Why: NCCL maps every rank's copy into one flat range; the own entry there is
   // an alias of `buffer` (same memory, another address). Kernels use the table.
@@ -199,7 +199,7 @@ void NcclTeam::free_symmetric(const std::vector<void*>& local) {
     if (comm_) {
       ncclCommWindowDeregister(comm_, static_cast<ncclWindow_t>(it->second));
       ncclResult_t state = ncclInProgress;
-      const auto until = Clock::now() + default_limit();
+      const auto until = Clock::now() + barrier_limit();
       while (state == ncclInProgress && Clock::now() < until) ncclCommGetAsyncError(comm_, &state);
     }
     ncclMemFree(it->first);
@@ -212,7 +212,7 @@ void NcclTeam::barrier(std::chrono::milliseconds limit) {
   // A one-word all-reduce on this rank's stream, done once every rank got here.
   const auto until = Clock::now() + limit;
   TPD_NCCL(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclSum, comm_, stream()));
-  settle("barrier");
+  settle("barrier", limit);
   while (true) {
     const cudaError_t e = cudaStreamQuery(stream());
     if (e == cudaSuccess) return;
@@ -227,17 +227,17 @@ void NcclTeam::on_stuck(int, const std::string& what) { abort_comm(what); }
 
 void NcclTeam::all_reduce_bf16(const void* in, void* out, std::size_t count, cudaStream_t stream) const {
   TPD_NCCL(ncclAllReduce(in, out, count, ncclBfloat16, ncclSum, comm_, stream));
-  settle("all-reduce");
+  settle("all-reduce", default_limit());
 }
 
 void NcclTeam::all_gather_bytes(const void* in, void* out, std::size_t bytes_per_rank, cudaStream_t stream) const {
   TPD_NCCL(ncclAllGather(in, out, bytes_per_rank, ncclUint8, comm_, stream));
-  settle("all-gather");
+  settle("all-gather", default_limit());
 }
 
 void NcclTeam::broadcast_bytes(void* data, std::size_t bytes, cudaStream_t stream) const {
   TPD_NCCL(ncclBroadcast(data, data, bytes, ncclUint8, 0, comm_, stream));
-  settle("broadcast");
+  settle("broadcast", default_limit());
 }
 
 void NcclTeam::run_threads(const std::vector<int>& devices, const std::function<void(NcclTeam&)>& fn,

@@ -36,7 +36,7 @@ void NcclTeam::allocate_symmetric(std::size_t, std::vector<void*>&, std::vector<
 void NcclTeam::free_symmetric(const std::vector<void*>&) {}
 void NcclTeam::barrier(std::chrono::milliseconds) {}
 void NcclTeam::on_stuck(int, const std::string&) {}
-void NcclTeam::settle(const char*) const {}
+void NcclTeam::settle(const char*, std::chrono::milliseconds) const {}
 void NcclTeam::abort_comm(const std::string& why) const { throw TeamBroken(why); }
 
 }  // namespace tpdecode

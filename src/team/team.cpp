@@ -31,6 +31,7 @@ uint64_t default_timeout_ms() {
 Team::Team(int size, const TeamOptions& options)
     : size_(size),
       timeout_ns_((options.timeout_ms ? options.timeout_ms : default_timeout_ms()) * 1000000ull),
+      barrier_limit_(options.barrier_timeout_ms),
       pdl_(options.pdl) {
   check(supported_team_size(size), "team size {} is not supported (1, 2, 4, 8 or 16)", size);
 }
@@ -99,7 +100,7 @@ SymmetricBuffer Team::allocate(std::size_t bytes, uint32_t fill_word) {
     fill_words(b.local_[i], b.bytes_ / 4, fill_word, contexts_[i]->stream);
     TPD_CUDA(cudaStreamSynchronize(contexts_[i]->stream));
   }
-  barrier(default_limit());
+  barrier(barrier_limit_);
   buffers_.push_back(b);
   return b;
 }
@@ -167,7 +168,7 @@ void Team::reset() {
   const auto until = Clock::now() + default_limit();
   for (int i = 0; i < driven(); ++i)
     if (!drain(i, until)) on_stuck(i, fmt::format("reset: rank {}: its stream did not drain", rank(i)));
-  barrier(default_limit());  // no peer may still be pushing into a buffer we refill
+  barrier(barrier_limit_);  // no peer may still be pushing into a buffer we refill
   for (const SymmetricBuffer& b : buffers_)
     for (std::size_t i = 0; i < contexts_.size(); ++i) {
       TPD_CUDA(cudaSetDevice(contexts_[i]->device));
@@ -178,7 +179,7 @@ void Team::reset() {
     TPD_CUDA(cudaStreamSynchronize(c->stream));
   }
   std::memset(errors_host_, 0, sizeof(lamport::ErrorRecord) * contexts_.size());
-  barrier(default_limit());
+  barrier(barrier_limit_);
 }
 
 }  // namespace tpdecode

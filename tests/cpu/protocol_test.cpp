@@ -48,8 +48,10 @@ void one_round(HostTeam& team, int ar_box, int gather_box, int rank, int cta, in
   const lamport::TeamRef t = team.team_ref(rank);
   const lamport::MailboxRef ar = team.box_ref(ar_box);
   const lamport::MailboxRef ga = team.box_ref(gather_box);
-  const uint32_t ar_entry = lamport::enter(mem, t, ar, Op::kAllReduce, static_cast<unsigned>(ctas));
-  const uint32_t ga_entry = lamport::enter(mem, t, ga, Op::kGather, static_cast<unsigned>(ctas));
+  // As the kernels: begin, push, arrive (while the polls wait), collect.
+  uint32_t ar_epoch = 0, ga_epoch = 0;
+  const uint32_t ar_entry = lamport::begin(mem, t, ar, Op::kAllReduce, &ar_epoch);
+  const uint32_t ga_entry = lamport::begin(mem, t, ga, Op::kGather, &ga_epoch);
   if (ar_entry == lamport::kAbortedEntry || ga_entry == lamport::kAbortedEntry) {
     n.aborted.fetch_add(1);
     return;
@@ -61,6 +63,8 @@ void one_round(HostTeam& team, int ar_box, int gather_box, int rank, int cta, in
     lamport::gather_push<kRanks>(mem, t, ga, ga_call, i / kFrags, i % kFrags, kFrags,
                                  round_data(u + 1000, rank, i / kFrags, i % kFrags));
   }
+  lamport::arrive(mem, t, ar, ar_epoch, static_cast<unsigned>(ctas));
+  lamport::arrive(mem, t, ga, ga_epoch, static_cast<unsigned>(ctas));
   if ((rng() & 15u) == 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 200));
   for (int i = cta; i < kRows * kFrags; i += ctas) {
     const int row = i / kFrags, frag = i % kFrags;
