@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # On the GPU machine: configure, build (ninja, all cores), run the GPU tests, the
 # sanitizers and the benchmarks; logs and JSON go under $OUT.
-#   bash scripts/device.sh [steps...]   steps: build test sanitize bench-gemm bench-comm drafter info all
+#   bash scripts/device.sh [steps...]   steps: build test sanitize sanitize-gemm tune bench-gemm bench-chain
+#                                       bench-comm drafter info all
 #   TESTS='regex'  limits which gtest cases run (ctest -R); default: all
+#   DecodeGemm in one call: TESTS='DecodeGemm|DraftLogits|GemmRules|GemmTuner' \
+#     bash scripts/device.sh build test sanitize-gemm tune bench-gemm bench-chain
 set -uo pipefail
 # Everything is written under $LOG and packed into $OUT/logs.tgz at exit (the
 # device tool returns at most 8 files).
@@ -57,8 +60,28 @@ if has sanitize; then
   unset TPDECODE_QUICK
 fi
 
+if has sanitize-gemm; then
+  # DecodeGemm's tests under memcheck and racecheck (reduced counts via TPDECODE_QUICK).
+  export TPDECODE_QUICK=1
+  for tool in memcheck racecheck; do
+    timeout "${SANITIZE_TIMEOUT:-400}" compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/tests/gpu_tests" \
+      --gtest_filter="${GEMM_SANITIZE_FILTER:-DecodeGemm.*:DraftLogits.*}" > "$LOG/gemm_$tool.log" 2>&1
+    echo "gemm $tool rc=$?"; tail -3 "$LOG/gemm_$tool.log"
+  done
+  unset TPDECODE_QUICK
+fi
+
+if has tune && $CLI tune --help > /dev/null 2>&1; then
+  # Pre-tunes the drafter's per-rank linears at every TP and M bucket; the cache lands in logs.tgz.
+  $CLI tune --tp 8 --tp 4 --tp 2 --tp 1 --fresh --cache "$LOG/tune_cache.json" --json "$LOG/tune.json" ${TUNE_ARGS:-} \
+    2>&1 | tee "$LOG/tune.txt" | tail -70
+fi
+
 if has bench-gemm && $CLI bench gemm --help > /dev/null 2>&1; then
   $CLI bench gemm --json "$LOG/bench_gemm.json" ${GEMM_ARGS:-} 2>&1 | tee "$LOG/bench_gemm.txt" | tail -80
+fi
+if has bench-chain && $CLI bench chain --help > /dev/null 2>&1; then
+  $CLI bench chain --json "$LOG/bench_chain.json" ${CHAIN_ARGS:-} 2>&1 | tee "$LOG/bench_chain.txt" | tail -40
 fi
 if has bench-comm && $CLI bench comm --help > /dev/null 2>&1; then
   $CLI bench comm --team local --json "$LOG/bench_comm.json" ${COMM_ARGS:-} 2>&1 | tee "$LOG/bench_comm.txt" | tail -60
