@@ -96,8 +96,9 @@ std::vector<GemmShape> shapes_of(const Options& o) {
 // the same rotating copies.
 void bench_shape(const GemmShape& s, const Options& o, const Gpu& gpu, cudaStream_t stream, std::vector<Row>& rows) {
   const std::size_t bytes = static_cast<std::size_t>(s.bytes());
-  // Why: copies totalling >= 5 x L2 so that no call finds its weight in L2.
-  const int copies = static_cast<int>(std::max<std::size_t>(1, (5 * gpu.l2 + bytes - 1) / bytes));
+  // Why: copies totalling >= 5 x L2 so that no call finds its weight in L2 (at most
+  // 512: below ~0.6 MB a weight may partly hit L2; such calls are launch-bound).
+  const int copies = static_cast<int>(std::clamp<std::size_t>((5 * gpu.l2 + bytes - 1) / bytes, 1, 512));
   const int calls = std::max(copies, 10);
   DeviceBuffer pool(bytes * static_cast<std::size_t>(copies));  // [copies, N, K] bf16
   fill_uniform_bf16(pool.get(), static_cast<int64_t>(bytes / 2) * copies, 42, 1.0f, stream);
@@ -147,7 +148,7 @@ void bench_shape(const GemmShape& s, const Options& o, const Gpu& gpu, cudaStrea
       }
       r.forced.push_back(t);
     }
-    if (candidates.empty()) r.forced.push_back({GemmDecision{}, "cublas default", r.ours_us});
+    if (candidates.empty()) r.forced.push_back({cublas_decision(), "cublas default", r.ours_us});
     rows.push_back(std::move(r));
   }
 }

@@ -50,6 +50,10 @@ struct GemmDecision {
   }
 };
 std::string describe(const GemmDecision& d);  // e.g. "stream v2", "warp split 8", "cublaslt #3fa9c1"
+// Decisions to force (DecodeGemm::force) or compare with.
+GemmDecision warp_decision(int split);
+GemmDecision stream_decision(int variant);
+GemmDecision cublas_decision();
 
 // ---- M buckets -------------------------------------------------------------------
 // Decisions are made per bucket of row counts: 1, 2, 3-4, 5-8, 9-12, 13-16, 17-24,

@@ -110,8 +110,9 @@ __device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t arrivals) { cu
 __device__ __forceinline__ void mbar_init_fence() {
   cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
 }
-// Why asm volatile: cuda::ptx's arrive returns the barrier state from a plain asm,
-// which the compiler may drop when the state is unused.
+// Why asm volatile (arrive, try_wait): cuda::ptx's versions are plain asm with an
+// output, which the compiler may drop (an unused arrival state) or hoist out of a
+// polling loop.
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("{\n\t.reg .b64 state;\n\tmbarrier.arrive.shared::cta.b64 state, [%0];\n\t}" ::"r"(shared_address(bar))
                : "memory");
@@ -123,15 +124,24 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t by
                "r"(bytes)
                : "memory");
 }
+__device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+      : "=r"(done)
+      : "r"(shared_address(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
 // A wait on a barrier in this CTA past this long is a bug (a byte count that does
 // not match the copies): the kernel traps instead of hanging the GPU.
 inline constexpr uint64_t kMbarTimeoutNs = 10'000'000'000ull;
 // Waits until the phase of parity `parity` (0 for the barrier's first phase, then
 // alternating) has completed.
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  if (cuda::ptx::mbarrier_try_wait_parity(bar, parity)) return;
+  if (mbar_try_wait(bar, parity)) return;
   const uint64_t start = global_timer_ns();
-  while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity))
+  while (!mbar_try_wait(bar, parity))
     if (global_timer_ns() - start > kMbarTimeoutNs) __trap();
 }
 

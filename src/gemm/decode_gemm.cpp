@@ -74,7 +74,8 @@ void DecodeGemm::prepare(int m, cudaStream_t stream) {
   const int rows = gemm_bucket_max(gemm_m_bucket(m));  // what the bucket is timed and prepared at
   const GemmDecision rule = rule_decision(n(), k(), rows, sms_, engines_);
   const GemmMeasure measure = [&](const std::vector<GemmDecision>& c) {
-    return measure_paths(c, weight_, rows, sms_, *cublas_, pdl_, stream);
+    return measure_paths(c, weight_, rows, sms_, *cublas_, pdl_, stream,
+                         [this](const std::string& message) { tuner_->warn(message); });
   };
   GemmDecision d = resolve_decision(*tuner_, key(m), device_, candidates(rows), measure, rule, agree_);
   const bool runs = engine_decision_legal(d, n(), k(), rows, sms_, engines_) &&
@@ -167,7 +168,7 @@ GemmPath DecodeGemm::run(const TensorView& x, const TensorView& out, cudaStream_
   if (!prepared(m) && !capturing(stream)) prepare(m, stream);
   const GemmDecision d = prepared(m) ? *decisions_[gemm_m_bucket(m)] : unprepared_decision(m);
   const GemmPath p = runnable(d, x, out);
-  launch_path(p == d.path ? d : GemmDecision{}, weight_, x, out, sms_, *cublas_, pdl_, stream);
+  launch_path(p == d.path ? d : cublas_decision(), weight_, x, out, sms_, *cublas_, pdl_, stream);
   return p;
 }
 

@@ -53,36 +53,34 @@ void launch_path(const GemmDecision& d, const TensorView& weight, const TensorVi
   const int m = static_cast<int>(x.rows);
   switch (d.path) {
     case GemmPath::kWarpSplitK: {
-      WarpSplitKParams p{};
-      p.w = weight.data;
-      p.x = x.data;
-      p.out = out.data;
-      p.m = m;
-      p.chunks = static_cast<int>(weight.cols / kWarpChunkK);
-      p.n = weight.rows;
-      p.k = weight.cols;
-      p.out_stride = out.row_stride;
+      const WarpSplitKParams p{.w = weight.data,
+                               .x = x.data,
+                               .out = out.data,
+                               .m = m,
+                               .chunks = static_cast<int>(weight.cols / kWarpChunkK),
+                               .n = weight.rows,
+                               .k = weight.cols,
+                               .out_stride = out.row_stride};
       launch_warp_splitk(p, tactic_with_split(weight.rows, weight.cols, m, sms, d.split), pdl, stream);
       return;
     }
     case GemmPath::kStreamK: {
       const StreamTactic t = stream_tactic(weight.rows, weight.cols, m, sms, d.variant);
       const CublasContext::ReductionScratch scratch = ctx.reduction_scratch(t.ctas);
-      StreamKParams p{};
-      p.w = weight.data;
-      p.x = x.data;
-      p.out = out.data;
-      p.partials = scratch.partials;
-      p.counters = scratch.counters;
-      p.m = m;
-      p.stages = t.stages;
-      p.stage_cols = t.stage_cols;
-      p.ctas = t.ctas;
-      p.n = weight.rows;
-      p.k = weight.cols;
-      p.out_stride = out.row_stride;
-      p.steps_per_tile = t.steps_per_tile;
-      p.total_steps = t.total_steps;
+      const StreamKParams p{.w = weight.data,
+                            .x = x.data,
+                            .out = out.data,
+                            .partials = scratch.partials,
+                            .counters = scratch.counters,
+                            .m = m,
+                            .stages = t.stages,
+                            .stage_cols = t.stage_cols,
+                            .ctas = t.ctas,
+                            .n = weight.rows,
+                            .k = weight.cols,
+                            .out_stride = out.row_stride,
+                            .steps_per_tile = t.steps_per_tile,
+                            .total_steps = t.total_steps};
       launch_stream_k(p, t, pdl, stream);
       return;
     }

@@ -9,6 +9,7 @@
 
 #include "tpdecode/cublas_context.hpp"
 #include "tpdecode/gemm_tactic.hpp"
+#include "tpdecode/gemm_tuner.hpp"
 #include "tpdecode/tensor.hpp"
 
 namespace tpdecode {
@@ -25,10 +26,11 @@ void launch_path(const GemmDecision& d, const TensorView& weight, const TensorVi
 // Microseconds per call of each candidate on m rows of `weight` (not finite: it
 // failed): CUDA graphs of back-to-back calls over rotating copies of the weight (at
 // least 3 x L2 in all, so no call finds its weight in L2; one copy where the weight
-// alone is that large), candidates interleaved, the median of a few replays. Waits
-// for `stream` first (the weight is ready, nothing of the caller's overlaps); times
-// on a stream of its own. Host only; never under capture.
+// alone is that large), candidates interleaved, the median of a few replays. A
+// candidate whose output differs from cuBLAS's is reported through `warn` and
+// marked failed. Waits for `stream` first (the weight is ready, nothing of the
+// caller's overlaps); times on a stream of its own. Host only; never under capture.
 std::vector<double> measure_paths(const std::vector<GemmDecision>& candidates, const TensorView& weight, int m,
-                                  int sms, CublasContext& ctx, bool pdl, cudaStream_t stream);
+                                  int sms, CublasContext& ctx, bool pdl, cudaStream_t stream, const GemmWarning& warn);
 
 }  // namespace tpdecode

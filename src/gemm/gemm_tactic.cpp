@@ -137,6 +137,22 @@ std::string describe(const GemmDecision& d) {
   return "cublas";
 }
 
+GemmDecision warp_decision(int split) {
+  GemmDecision d;
+  d.path = GemmPath::kWarpSplitK;
+  d.split = static_cast<uint8_t>(split);
+  return d;
+}
+
+GemmDecision stream_decision(int variant) {
+  GemmDecision d;
+  d.path = GemmPath::kStreamK;
+  d.variant = static_cast<uint8_t>(variant);
+  return d;
+}
+
+GemmDecision cublas_decision() { return GemmDecision{}; }
+
 namespace {
 constexpr std::array<int, kGemmBuckets + 1> kBucketEdges = {1, 2, 3, 5, 9, 13, 17, 25, 33};  // [edge, next edge)
 }  // namespace
@@ -213,42 +229,23 @@ std::string StreamTactic::describe() const {
 
 std::vector<GemmDecision> engine_candidates(int64_t n, int64_t k, int m, GemmEngines engines) {
   std::vector<GemmDecision> out;
-  GemmDecision d;
-  d.source = GemmSource::kTuned;
-  if (engines.warp && warp_eligible(n, k)) {
-    for (int split = 1; split <= 8; split *= 2) {
-      if (!split_legal(k, split)) continue;
-      d.path = GemmPath::kWarpSplitK;
-      d.split = static_cast<uint8_t>(split);
-      out.push_back(d);
-    }
-  }
-  d.split = 1;
-  if (engines.stream && stream_eligible(n, k)) {
-    for (int v = 0; v < static_cast<int>(kStreamVariants.size()); ++v) {
-      if (!stream_variant_fits(m, v)) continue;
-      d.path = GemmPath::kStreamK;
-      d.variant = static_cast<uint8_t>(v);
-      out.push_back(d);
-    }
-  }
-  d.variant = 0;
-  d.path = GemmPath::kCublas;
-  out.push_back(d);
+  if (engines.warp && warp_eligible(n, k))
+    for (int split = 1; split <= 8; split *= 2)
+      if (split_legal(k, split)) out.push_back(warp_decision(split));
+  if (engines.stream && stream_eligible(n, k))
+    for (int v = 0; v < static_cast<int>(kStreamVariants.size()); ++v)
+      if (stream_variant_fits(m, v)) out.push_back(stream_decision(v));
+  out.push_back(cublas_decision());
+  for (GemmDecision& d : out) d.source = GemmSource::kTuned;
   return out;
 }
 
 GemmDecision rule_decision(int64_t n, int64_t k, int m, int sms, GemmEngines engines) {
-  GemmDecision d;
-  d.source = GemmSource::kRule;
   if (engines.warp && warp_eligible(n, k)) {
     const GemmTactic t = choose_tactic(n, k, m, sms);
-    if (t.engine_preferred) {
-      d.path = GemmPath::kWarpSplitK;
-      d.split = static_cast<uint8_t>(t.split);
-    }
+    if (t.engine_preferred) return warp_decision(t.split);
   }
-  return d;
+  return cublas_decision();
 }
 
 bool engine_decision_legal(const GemmDecision& d, int64_t n, int64_t k, int m, int sms, GemmEngines engines) {

@@ -30,27 +30,14 @@ GemmKey key_of(int64_t n, int bucket = 3, std::string device = "NVIDIA H200") {
   return {std::move(device), 132, "tpdecode test", n, 7168, bucket, DType::kBF16};
 }
 
-GemmDecision warp(int split) {
-  GemmDecision d;
-  d.path = GemmPath::kWarpSplitK;
-  d.split = static_cast<uint8_t>(split);
-  return d;
-}
-GemmDecision stream(int variant) {
-  GemmDecision d;
-  d.path = GemmPath::kStreamK;
-  d.variant = static_cast<uint8_t>(variant);
-  return d;
-}
 GemmDecision lt(uint64_t word) {
   GemmDecision d;
   d.path = GemmPath::kCublasLt;
   d.lt_algo = {word, 1, 2, 3, 4, 5, 6, ~word};
   return d;
 }
-GemmDecision cublas() { return GemmDecision{}; }
 
-const std::vector<GemmDecision> kCandidates = {warp(1), warp(8), stream(0), stream(2), cublas(), lt(0x1234)};
+const std::vector<GemmDecision> kCandidates = {warp_decision(1), warp_decision(8), stream_decision(0), stream_decision(2), cublas_decision(), lt(0x1234)};
 
 // A fake timer: fixed times per candidate, counting its calls.
 struct FakeTimer {
@@ -100,13 +87,13 @@ struct TempFile {
 TEST(GemmTuner, PicksTheMeasuredFastest) {
   GemmTuner tuner;
   FakeTimer timer{{20.0, 12.0, 10.5, 11.0, 10.6, 30.0}};
-  const GemmDecision d = tuner.decide(key_of(4608), 0, kCandidates, timer.measure(), cublas());
-  EXPECT_TRUE(d.same_path(stream(0)));
+  const GemmDecision d = tuner.decide(key_of(4608), 0, kCandidates, timer.measure(), cublas_decision());
+  EXPECT_TRUE(d.same_path(stream_decision(0)));
   EXPECT_EQ(d.source, GemmSource::kTuned);
   EXPECT_FLOAT_EQ(d.measured_us, 10.5f);
   EXPECT_GE(d.tune_ms, 0.0f);
   // Decided once: the next call, and cached(), give it without measuring.
-  EXPECT_TRUE(tuner.decide(key_of(4608), 0, kCandidates, timer.measure(), cublas()).same_path(d));
+  EXPECT_TRUE(tuner.decide(key_of(4608), 0, kCandidates, timer.measure(), cublas_decision()).same_path(d));
   EXPECT_EQ(timer.calls, 1);
   ASSERT_TRUE(tuner.cached(key_of(4608)).has_value());
   EXPECT_TRUE(tuner.cached(key_of(4608))->same_path(d));
@@ -116,7 +103,7 @@ TEST(GemmTuner, PicksTheMeasuredFastest) {
   EXPECT_FALSE(tuner.cached(key_of(4609)).has_value());
   // The fastest wins wherever it is in the list.
   FakeTimer last{{20.0, 12.0, 10.5, 11.0, 10.6, 9.9}};
-  EXPECT_TRUE(tuner.decide(key_of(2112), 0, kCandidates, last.measure(), cublas()).same_path(lt(0x1234)));
+  EXPECT_TRUE(tuner.decide(key_of(2112), 0, kCandidates, last.measure(), cublas_decision()).same_path(lt(0x1234)));
 }
 
 TEST(GemmTuner, SkipsFailedCandidatesAndFallsBackToTheRule) {
@@ -126,11 +113,11 @@ TEST(GemmTuner, SkipsFailedCandidatesAndFallsBackToTheRule) {
   GemmTuner tuner(o);
   const double inf = std::numeric_limits<double>::infinity();
   FakeTimer some{{inf, std::nan(""), 0.0, -1.0, 15.0, 14.0}};
-  EXPECT_TRUE(tuner.decide(key_of(1), 0, kCandidates, some.measure(), cublas()).same_path(lt(0x1234)));
+  EXPECT_TRUE(tuner.decide(key_of(1), 0, kCandidates, some.measure(), cublas_decision()).same_path(lt(0x1234)));
   EXPECT_EQ(warnings.count(), 0u);
 
   FakeTimer none{{inf, inf, inf, inf, inf, inf}};
-  const GemmDecision rule = warp(8);
+  const GemmDecision rule = warp_decision(8);
   const GemmDecision d = tuner.decide(key_of(2), 0, kCandidates, none.measure(), rule);
   EXPECT_TRUE(d.same_path(rule));
   EXPECT_EQ(d.source, GemmSource::kRule);
@@ -150,8 +137,8 @@ TEST(GemmTuner, DisabledTuningUsesTheRule) {
   o.enabled = false;
   GemmTuner tuner(o);
   FakeTimer timer{{1, 2, 3, 4, 5, 6}};
-  const GemmDecision d = tuner.decide(key_of(4608), 0, kCandidates, timer.measure(), warp(4));
-  EXPECT_TRUE(d.same_path(warp(4)));
+  const GemmDecision d = tuner.decide(key_of(4608), 0, kCandidates, timer.measure(), warp_decision(4));
+  EXPECT_TRUE(d.same_path(warp_decision(4)));
   EXPECT_EQ(d.source, GemmSource::kRule);
   EXPECT_EQ(timer.calls, 0);
   EXPECT_FALSE(tuner.cached(key_of(4608)).has_value());
@@ -185,10 +172,10 @@ TEST(GemmTuner, ConcurrentCallersOfOneKeyDecideOnce) {
   std::vector<GemmDecision> got(8);
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t)
-    threads.emplace_back([&, t] { got[static_cast<std::size_t>(t)] = tuner.decide(key_of(4608), 0, kCandidates, slow, cublas()); });
+    threads.emplace_back([&, t] { got[static_cast<std::size_t>(t)] = tuner.decide(key_of(4608), 0, kCandidates, slow, cublas_decision()); });
   for (auto& t : threads) t.join();
   EXPECT_EQ(calls, 1);
-  for (const GemmDecision& d : got) EXPECT_TRUE(d.same_path(stream(2)));
+  for (const GemmDecision& d : got) EXPECT_TRUE(d.same_path(stream_decision(2)));
 }
 
 TEST(GemmTuner, MeasurementsOnOneDeviceNeverOverlap) {
@@ -203,7 +190,7 @@ TEST(GemmTuner, MeasurementsOnOneDeviceNeverOverlap) {
   };
   std::vector<std::thread> threads;
   for (int t = 0; t < 6; ++t)
-    threads.emplace_back([&, t] { tuner.decide(key_of(1000 + t), /*device*/ 0, kCandidates, measure, cublas()); });
+    threads.emplace_back([&, t] { tuner.decide(key_of(1000 + t), /*device*/ 0, kCandidates, measure, cublas_decision()); });
   for (auto& t : threads) t.join();
   EXPECT_EQ(most, 1);
 }
@@ -216,20 +203,20 @@ TEST(GemmTuner, CacheRoundTrips) {
   {
     GemmTuner first(o);
     FakeTimer ta{{9, 8, 7, 6, 5, 4}};  // the cuBLASLt algorithm wins
-    a = first.decide(key_of(4608, 0), 0, kCandidates, ta.measure(), cublas());
+    a = first.decide(key_of(4608, 0), 0, kCandidates, ta.measure(), cublas_decision());
     FakeTimer tb{{9, 8, 3, 6, 5, 4}};  // stream v0 wins
-    b = first.decide(key_of(2112, 7), 0, kCandidates, tb.measure(), cublas());
+    b = first.decide(key_of(2112, 7), 0, kCandidates, tb.measure(), cublas_decision());
   }
   ASSERT_TRUE(std::filesystem::exists(file.path));
   GemmTuner second(o);
   FakeTimer never{{1, 1, 1, 1, 1, 1}};
-  const GemmDecision a2 = second.decide(key_of(4608, 0), 0, kCandidates, never.measure(), cublas());
-  const GemmDecision b2 = second.decide(key_of(2112, 7), 0, kCandidates, never.measure(), cublas());
+  const GemmDecision a2 = second.decide(key_of(4608, 0), 0, kCandidates, never.measure(), cublas_decision());
+  const GemmDecision b2 = second.decide(key_of(2112, 7), 0, kCandidates, never.measure(), cublas_decision());
   EXPECT_EQ(never.calls, 0);
   EXPECT_TRUE(a2.same_path(a));
   EXPECT_TRUE(a2.same_path(lt(0x1234)));
   EXPECT_EQ(a2.lt_algo, lt(0x1234).lt_algo);
-  EXPECT_TRUE(b2.same_path(stream(0)));
+  EXPECT_TRUE(b2.same_path(stream_decision(0)));
   EXPECT_EQ(a2.source, GemmSource::kCache);
   EXPECT_FLOAT_EQ(a2.measured_us, a.measured_us);
   EXPECT_FLOAT_EQ(b2.tune_ms, b.tune_ms);
@@ -241,24 +228,24 @@ TEST(GemmTuner, CacheRoundTrips) {
 
 TEST(GemmTuner, SavingKeepsWhatOtherProcessesWrote) {
   const TempFile file("tpdecode_tune_merge");
-  write_tune_file(file.path, {{key_of(777, 2, "NVIDIA H100"), warp(2)}});
+  write_tune_file(file.path, {{key_of(777, 2, "NVIDIA H100"), warp_decision(2)}});
   GemmTunerOptions o;
   o.cache_path = file.path;
   GemmTuner tuner(o);
   FakeTimer t{{9, 8, 7, 6, 5, 4}};
-  tuner.decide(key_of(4608), 0, kCandidates, t.measure(), cublas());
+  tuner.decide(key_of(4608), 0, kCandidates, t.measure(), cublas_decision());
   // Another process adds an entry meanwhile; our next save keeps it.
   std::vector<TuneEntry> now = read_tune_file(file.path);
-  now.push_back({key_of(888), stream(3)});
+  now.push_back({key_of(888), stream_decision(3)});
   write_tune_file(file.path, now);
-  tuner.insert(key_of(999), warp(4));
+  tuner.insert(key_of(999), warp_decision(4));
   const std::vector<TuneEntry> all = read_tune_file(file.path);
   EXPECT_EQ(all.size(), 4u);
   int found = 0;
   for (const TuneEntry& e : all)
-    found += (e.key == key_of(777, 2, "NVIDIA H100") && e.decision.same_path(warp(2))) +
-             (e.key == key_of(888) && e.decision.same_path(stream(3))) + (e.key == key_of(4608)) +
-             (e.key == key_of(999) && e.decision.same_path(warp(4)));
+    found += (e.key == key_of(777, 2, "NVIDIA H100") && e.decision.same_path(warp_decision(2))) +
+             (e.key == key_of(888) && e.decision.same_path(stream_decision(3))) + (e.key == key_of(4608)) +
+             (e.key == key_of(999) && e.decision.same_path(warp_decision(4)));
   EXPECT_EQ(found, 4);
 }
 
@@ -279,13 +266,13 @@ TEST(GemmTuner, CorruptCacheWarnsIsIgnoredAndKept) {
     GemmTuner tuner(o);
     EXPECT_EQ(warnings.count(), 1u);
     FakeTimer t{{9, 8, 7, 6, 5, 4}};
-    EXPECT_TRUE(tuner.decide(key_of(4608), 0, kCandidates, t.measure(), cublas()).same_path(lt(0x1234)));
+    EXPECT_TRUE(tuner.decide(key_of(4608), 0, kCandidates, t.measure(), cublas_decision()).same_path(lt(0x1234)));
     EXPECT_EQ(t.calls, 1);
     EXPECT_EQ(file.text(), bad);  // never overwritten
 
     o.enabled = false;  // no tuning: the static rule
     GemmTuner off(o);
-    EXPECT_TRUE(off.decide(key_of(4608), 0, kCandidates, t.measure(), warp(8)).same_path(warp(8)));
+    EXPECT_TRUE(off.decide(key_of(4608), 0, kCandidates, t.measure(), warp_decision(8)).same_path(warp_decision(8)));
   }
 }
 
@@ -297,8 +284,8 @@ TEST(GemmTuner, UnwritableCacheWarnsOnce) {
   GemmTuner tuner(o);
   EXPECT_EQ(warnings.count(), 0u);  // a missing file is an empty cache
   FakeTimer t{{9, 8, 7, 6, 5, 4}};
-  EXPECT_TRUE(tuner.decide(key_of(1), 0, kCandidates, t.measure(), cublas()).same_path(lt(0x1234)));
-  EXPECT_TRUE(tuner.decide(key_of(2), 0, kCandidates, t.measure(), cublas()).same_path(lt(0x1234)));
+  EXPECT_TRUE(tuner.decide(key_of(1), 0, kCandidates, t.measure(), cublas_decision()).same_path(lt(0x1234)));
+  EXPECT_TRUE(tuner.decide(key_of(2), 0, kCandidates, t.measure(), cublas_decision()).same_path(lt(0x1234)));
   EXPECT_EQ(warnings.count(), 1u);
   EXPECT_TRUE(tuner.cached(key_of(2)).has_value());
 }
@@ -329,12 +316,12 @@ TEST(GemmTuner, EveryRankOfATeamRunsTheSameDecision) {
       std::vector<double> us(kCandidates.size(), 50.0);
       us[static_cast<std::size_t>(r)] = 10.0;  // each rank measures another winner
       const GemmMeasure measure = [us](const std::vector<GemmDecision>&) { return us; };
-      local[static_cast<std::size_t>(r)] = tuner.decide(key_of(4608), 0, kCandidates, measure, cublas());
+      local[static_cast<std::size_t>(r)] = tuner.decide(key_of(4608), 0, kCandidates, measure, cublas_decision());
       const GemmAgreement agree = [&, r](const GemmKey&, const GemmDecision& mine) {
         return broadcast.exchange(r, mine);
       };
       agreed[static_cast<std::size_t>(r)] =
-          resolve_decision(tuner, key_of(4608), 0, kCandidates, measure, cublas(), agree);
+          resolve_decision(tuner, key_of(4608), 0, kCandidates, measure, cublas_decision(), agree);
     });
   for (auto& t : ranks) t.join();
   for (int r = 0; r < kRanks; ++r) {
@@ -345,7 +332,7 @@ TEST(GemmTuner, EveryRankOfATeamRunsTheSameDecision) {
   // Without an agreement, resolve_decision is the rank's own decision.
   GemmTuner alone;
   FakeTimer t{{9, 8, 7, 6, 5, 4}};
-  EXPECT_TRUE(resolve_decision(alone, key_of(1), 0, kCandidates, t.measure(), cublas(), {}).same_path(lt(0x1234)));
+  EXPECT_TRUE(resolve_decision(alone, key_of(1), 0, kCandidates, t.measure(), cublas_decision(), {}).same_path(lt(0x1234)));
 }
 
 TEST(GemmTuner, KeysDescribeThemselves) {

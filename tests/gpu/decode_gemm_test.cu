@@ -66,20 +66,6 @@ std::shared_ptr<GemmTuner> private_tuner(bool enabled) {
   return std::make_shared<GemmTuner>(o);
 }
 
-GemmDecision stream_k(int variant) {
-  GemmDecision d;
-  d.path = GemmPath::kStreamK;
-  d.variant = static_cast<uint8_t>(variant);
-  return d;
-}
-
-GemmDecision warp(int split) {
-  GemmDecision d;
-  d.path = GemmPath::kWarpSplitK;
-  d.split = static_cast<uint8_t>(split);
-  return d;
-}
-
 int sm_count() {
   int sms = 0;
   TPD_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -166,8 +152,8 @@ std::vector<GemmDecision> engine_decisions(int64_t n, int64_t k, int m) {
   std::vector<int> fits;
   for (int v = 0; v < static_cast<int>(kStreamVariants.size()); ++v)
     if (stream_variant_fits(m, v)) fits.push_back(v);
-  out.push_back(stream_k(fits[static_cast<std::size_t>(m + n / 16) % fits.size()]));
-  if (warp_eligible(n, k)) out.push_back(warp(choose_tactic(n, k, m, sm_count()).split));
+  out.push_back(stream_decision(fits[static_cast<std::size_t>(m + n / 16) % fits.size()]));
+  if (warp_eligible(n, k)) out.push_back(warp_decision(choose_tactic(n, k, m, sm_count()).split));
   return out;
 }
 
@@ -228,7 +214,7 @@ TEST(DecodeGemm, StreamKEdgeShapesEveryVariant) {
     for (int v = 0; v < static_cast<int>(kStreamVariants.size()); ++v)
       for (int m : {1, 8, 13, 32}) {
         if (!stream_variant_fits(m, v)) continue;
-        gemm.force(m, stream_k(v));
+        gemm.force(m, stream_decision(v));
         check_rows(p, gemm, cublas, m, 3);
       }
   }
@@ -242,7 +228,7 @@ TEST(DecodeGemm, EveryWarpSplitAgrees) {
   DecodeGemm gemm(p.weight(), nullptr, private_tuner(false));
   for (int split : {1, 2, 4, 8})
     for (int m : {1, 13, 32}) {
-      gemm.force(m, warp(split));
+      gemm.force(m, warp_decision(split));
       ASSERT_EQ(gemm.decision(m).split, split);
       check_rows(p, gemm, cublas, m, 2);
     }
@@ -256,7 +242,7 @@ TEST(DecodeGemm, GraphCaptureAndReplay) {
   cudaStream_t stream;
   TPD_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const int m = 8;
-  gemm.force(m, stream_k(0));
+  gemm.force(m, stream_decision(0));
   DeviceBuffer eager(static_cast<std::size_t>(m * p.n) * 2), replayed(eager.bytes()), late(eager.bytes());
   ASSERT_EQ(gemm.run(p.rows(m), TensorView::bf16(eager.get(), m, p.n), stream), GemmPath::kStreamK);
   ASSERT_FALSE(gemm.prepared(13));
@@ -302,8 +288,9 @@ TEST(DecodeGemm, PdlChainsBackToBack) {
   TPD_REQUIRE_GPU();
   std::mt19937_64 rng(test::fresh_seed());
   constexpr int64_t kDim = 4096;
-  const std::vector<GemmDecision> links = {stream_k(0), warp(2), stream_k(2), stream_k(3), warp(1),
-                                           GemmDecision{}, stream_k(0), stream_k(2)};
+  const std::vector<GemmDecision> links = {stream_decision(0), warp_decision(2),   stream_decision(2),
+                                           stream_decision(3), warp_decision(1),   cublas_decision(),
+                                           stream_decision(0), stream_decision(2)};
   const int m = 7;
   std::vector<DeviceBuffer> weights;
   std::vector<std::unique_ptr<DecodeGemm>> gemms;
@@ -519,14 +506,14 @@ TEST(DecodeGemm, BadInputIsRefused) {
   EXPECT_THROW(DecodeGemm(TensorView::bf16(nullptr, 16, 128)), InvalidArgument);
   EXPECT_EQ(gemm.path(4), GemmPath::kCublas);  // the static rule for K = 1024
   EXPECT_THROW(gemm.decision(4), InvalidArgument);
-  gemm.force(4, stream_k(0));
+  gemm.force(4, stream_decision(0));
   EXPECT_EQ(gemm.path(4), GemmPath::kStreamK);
   EXPECT_EQ(gemm.path(3), GemmPath::kStreamK);  // same bucket
   EXPECT_EQ(gemm.path(33), GemmPath::kCublas);
-  EXPECT_THROW(gemm.force(16, stream_k(1)), InvalidArgument);  // 1 KB stages hold 8 rows at most
-  EXPECT_THROW(gemm.force(4, stream_k(17)), InvalidArgument);
-  EXPECT_THROW(gemm.force(4, warp(3)), InvalidArgument);
-  EXPECT_THROW(gemm.force(33, stream_k(0)), InvalidArgument);
+  EXPECT_THROW(gemm.force(16, stream_decision(1)), InvalidArgument);  // 1 KB stages hold 8 rows at most
+  EXPECT_THROW(gemm.force(4, stream_decision(17)), InvalidArgument);
+  EXPECT_THROW(gemm.force(4, warp_decision(3)), InvalidArgument);
+  EXPECT_THROW(gemm.force(33, stream_decision(0)), InvalidArgument);
 }
 
 // With tuning off, the dispatch is the static rule: the warp engine where it was
