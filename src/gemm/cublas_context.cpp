@@ -183,10 +183,16 @@ CublasContext::ReductionScratch CublasContext::reduction_scratch(int ctas) {
   if (ctas > impl_->scratch_ctas) {
     impl_->partials = DeviceBuffer(static_cast<std::size_t>(stream_k_partial_floats(ctas)) * sizeof(float));
     impl_->counters = DeviceBuffer(static_cast<std::size_t>(ctas) * sizeof(unsigned));
-    TPD_CUDA(cudaMemset(impl_->counters.get(), 0, static_cast<std::size_t>(ctas) * sizeof(unsigned)));
-    // Why: cudaMemset runs on the legacy stream, which the caller's non-blocking
-    // streams do not wait for; the counters must be zero before any kernel reads them.
-    TPD_CUDA(cudaStreamSynchronize(nullptr));
+    // Why a stream of its own, waited for: the counters must be zero before any
+    // kernel reads them, and the legacy stream would join (and break) a capture of
+    // another thread's blocking stream.
+    cudaStream_t s = nullptr;
+    TPD_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    const cudaError_t set = cudaMemsetAsync(impl_->counters.get(), 0, static_cast<std::size_t>(ctas) * sizeof(unsigned), s);
+    const cudaError_t done = cudaStreamSynchronize(s);
+    cudaStreamDestroy(s);
+    TPD_CUDA(set);
+    TPD_CUDA(done);
     impl_->scratch_ctas = ctas;
   }
   return {impl_->partials.as<float>(), impl_->counters.as<unsigned>()};

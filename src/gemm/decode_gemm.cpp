@@ -94,6 +94,7 @@ void DecodeGemm::prepare(int m, cudaStream_t stream) {
 }
 
 void DecodeGemm::adopt(int m, GemmDecision d) {
+  const RelaxedCaptureMode relaxed;
   prepare_path(d, weight_, gemm_bucket_max(gemm_m_bucket(m)), sms_, *cublas_);
   decisions_[gemm_m_bucket(m)] = d;
 }

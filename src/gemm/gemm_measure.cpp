@@ -29,19 +29,6 @@ constexpr double kLargeGraphBytes = 1e9;  // (keeps the largest weights near 50 
 // ~1e-3; a wrong sum or an unwritten element is O(1) or NaN.
 constexpr double kMismatch = 2e-2;
 
-// Why relaxed: another thread may be capturing in global mode (a rank of a team);
-// the allocations and synchronisations here must neither fail nor break its capture.
-class RelaxedCaptureMode {
- public:
-  RelaxedCaptureMode() { TPD_CUDA(cudaThreadExchangeStreamCaptureMode(&mode_)); }
-  ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
-  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
-  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
-
- private:
-  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
-};
-
 struct OwnStream {
   cudaStream_t s = nullptr;
   OwnStream() { TPD_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }

@@ -8,11 +8,26 @@
 #include <vector>
 
 #include "tpdecode/cublas_context.hpp"
+#include "tpdecode/error.hpp"
 #include "tpdecode/gemm_tactic.hpp"
 #include "tpdecode/gemm_tuner.hpp"
 #include "tpdecode/tensor.hpp"
 
 namespace tpdecode {
+
+// Host work outside any capture (tuning, preparing) runs in relaxed capture mode.
+// Why: another thread may be capturing in global mode (a rank of a team); our
+// allocations and synchronisations must neither fail nor break its capture.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { TPD_CUDA(cudaThreadExchangeStreamCaptureMode(&mode_)); }
+  ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
 
 // Host work `d` needs before it launches m rows of `weight` (kernel attributes,
 // the stream-K workspace on `ctx`). Never under capture.
