@@ -124,19 +124,23 @@ GemmTactic tactic_with_split(int64_t n, int64_t k, int m, int sms, int split);
 // weight. Why these: 512 B-1 KB bulk copies per weight row (the request sizes the
 // issue asks for; the cp.async engine's 16-byte copies reached 87-92 % of a plain
 // read), the deepest ring one CTA per SM holds (most bytes in flight for a lone
-// call), and half an SM's shared memory so that under programmatic dependent
-// launch the next GEMM's CTA fits beside this one and fills its ring during this
-// one's tail (chains of small GEMMs).
+// call), half an SM's shared memory so that under programmatic dependent launch
+// the next GEMM's CTA fits beside this one and fills its ring during this one's
+// tail, and an L2 prefetch of the weight bytes past the ring before waiting for the
+// previous kernel (chains of small GEMMs: HBM stays busy across the boundary, as a
+// plain read chain with PDL does).
 struct StreamVariant {
   int stage_cols;   // K columns per ring stage: one bulk copy of 2 * stage_cols bytes per row
   int ctas_per_sm;  // grid = ctas_per_sm * SMs (fewer where the weight is small)
   int smem_share;   // the CTA takes 1 / smem_share of the SM's shared memory
+  int l2_prefetch_kb;  // weight KB past the ring requested into L2 before griddepcontrol.wait
 };
-inline constexpr std::array<StreamVariant, 4> kStreamVariants = {{
-    {256, 1, 1},  // v0: 512 B per row and stage, deepest ring
-    {512, 1, 1},  // v1: 1 KB per row and stage (fits up to 8 rows only)
-    {128, 1, 2},  // v2: half the SM: the next kernel's CTA prefetches beside it
-    {128, 2, 2},  // v3: two CTAs per SM
+inline constexpr std::array<StreamVariant, 5> kStreamVariants = {{
+    {256, 1, 1, 0},    // v0: 512 B per row and stage, deepest ring
+    {512, 1, 1, 0},    // v1: 1 KB per row and stage (fits up to 8 rows only)
+    {128, 1, 2, 128},  // v2: half the SM: the next kernel's CTA prefetches beside it
+    {128, 2, 2, 0},    // v3: two CTAs per SM
+    {256, 1, 1, 128},  // v4: v0 with the L2 prefetch
 }};
 inline constexpr int kStreamMinStages = 3;  // fewer leaves one stage in flight while one is read
 inline constexpr int kStreamMaxStages = 8;
@@ -151,6 +155,7 @@ struct StreamTactic {
   int token_tiles = 1;
   int stage_cols = 0;
   int stages = 0;
+  int l2_prefetch_bytes = 0;  // per CTA
   int ctas = 0;        // the grid: the (64-row tile, 16-column step) sequence split evenly
   int smem_bytes = 0;
   int64_t tiles = 0;           // ceil(N / 64)

@@ -103,6 +103,10 @@ __device__ __forceinline__ void bulk_copy_to_shared(void* smem, const void* glob
                "l"(global), "r"(bytes), "r"(shared_address(bar))
                : "memory");
 }
+// Requests `bytes` (a multiple of 16, 16-byte aligned) into L2 without waiting.
+__device__ __forceinline__ void bulk_prefetch_l2(const void* global, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(global), "r"(bytes) : "memory");
+}
 
 // One thread initialises; mbar_init_fence() then makes the barriers visible to
 // the bulk-copy (async) proxy, and a __syncthreads() to the other threads.

@@ -76,6 +76,7 @@ void launch_path(const GemmDecision& d, const TensorView& weight, const TensorVi
                             .stages = t.stages,
                             .stage_cols = t.stage_cols,
                             .ctas = t.ctas,
+                            .l2_prefetch_bytes = t.l2_prefetch_bytes,
                             .n = weight.rows,
                             .k = weight.cols,
                             .out_stride = out.row_stride,

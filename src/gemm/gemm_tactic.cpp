@@ -212,6 +212,7 @@ StreamTactic stream_tactic(int64_t n, int64_t k, int m, int sms, int variant) {
   t.token_tiles = warp_token_tiles(m);
   t.stage_cols = v.stage_cols;
   t.stages = stream_stages(t.token_tiles, variant);
+  t.l2_prefetch_bytes = v.l2_prefetch_kb * 1024;
   t.tiles = ceil_div(n, stream_k::kRows);
   t.steps_per_tile = k / stream_k::kStepCols;
   t.total_steps = t.tiles * t.steps_per_tile;
@@ -222,7 +223,8 @@ StreamTactic stream_tactic(int64_t n, int64_t k, int m, int sms, int variant) {
 }
 
 std::string StreamTactic::describe() const {
-  return fmt::format("v{}: {} CTAs, {} stages of {} columns", variant, ctas, stages, stage_cols);
+  return fmt::format("v{}: {} CTAs, {} stages of {} columns{}", variant, ctas, stages, stage_cols,
+                     l2_prefetch_bytes ? fmt::format(", {} KB to L2 early", l2_prefetch_bytes / 1024) : "");
 }
 
 // ---- Candidates and the static rule -------------------------------------------

@@ -8,7 +8,8 @@
 // on the previous kernel, so the first `stages` stages of W are requested before
 // griddepcontrol.wait; the activations after it. Each stage has a "full" mbarrier
 // (one arrival announcing the stage's bytes + the copies' bytes) and an "empty" one
-// (one arrival per consumer warp). Four consumer warps take the stage's 16-column
+// (one arrival per consumer warp). Some variants also request the weight bytes past
+// the ring into L2 before the wait. Four consumer warps take the stage's 16-column
 // steps round robin, each over all 64 rows (ldmatrix + mma.sync m16n8k16: W rows on
 // the 16-wide side, tokens on the 8-wide side, FP32 accumulators). At the end of
 // the CTA's part of a tile the warps' sums are added in warp order, then written
@@ -82,6 +83,15 @@ __device__ __forceinline__ void produce(const StreamKParams& p, const Ring& ring
   for (; i < p.stages && c.valid(); ++i, c.next()) {
     announce(c, i);
     issue_w(c, i);
+  }
+  // The weight bytes past the ring, into L2, while the previous kernel finishes.
+  int64_t prefetch = p.l2_prefetch_bytes;
+  for (StageCursor ahead = c; ahead.valid() && prefetch > 0; ahead.next()) {
+    const uint32_t bytes = static_cast<uint32_t>(ahead.width() * kStepCols * 2);
+    const uint8_t* src = w + ahead.tile() * kRows * pitch + ahead.step() * kStepCols * 2;
+    const int rows = rows_in_tile(p, ahead.tile());
+    for (int r = lane; r < rows; r += 32) dev::bulk_prefetch_l2(src + r * pitch, bytes);
+    prefetch -= int64_t{rows} * bytes;
   }
   dev::pdl_wait();  // x is the previous kernel's output
   StageCursor early{begin, end, p.steps_per_tile, stage_steps};

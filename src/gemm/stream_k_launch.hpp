@@ -20,6 +20,7 @@ struct StreamKParams {
   int stages;
   int stage_cols;
   int ctas;
+  int l2_prefetch_bytes;  // per CTA: weight bytes past the ring requested into L2 before the wait
   int64_t n;
   int64_t k;
   int64_t out_stride;  // elements
