@@ -150,7 +150,8 @@ std::vector<double> measure_paths(const std::vector<GemmDecision>& candidates, c
       if (reference.empty() && candidates[i].path == GemmPath::kCublas) {
         reference = got;
       } else if (const double d = reference.empty() ? 0.0 : distance(got, reference); !(d <= kMismatch)) {
-        warn(fmt::format("decode gemm tuning: {} computed {}x{} at {} rows {} from cuBLAS; never chosen",
+        warn(fmt::format("decode gemm tuning: {} on {}x{} at {} rows is {:.3g} (relative) from cuBLAS's result; "
+                         "never chosen",
                          describe(candidates[i]), n, k, m, d));
         throw Error("wrong result");
       }
