@@ -3,9 +3,10 @@
 # sanitizers and the benchmarks; logs and JSON go under $OUT (packed into
 # $OUT/logs.tgz: the device tool returns at most 8 files).
 #   bash scripts/device.sh [steps...]
-#   steps: build test nccl-nop2p sanitize bench-gemm bench-comm bench-comm-nccl drafter peers info all
+#   steps: build test nccl-nop2p sanitize sanitize-gemm tune bench-gemm bench-chain bench-comm
+#          bench-comm-nccl drafter peers info all
 #   TESTS='regex'   which tests `test` runs (ctest -R); default: all
-#   GEMM_ARGS, COMM_ARGS, NCCL_COMM_ARGS, DRAFTER_ARGS: extra arguments of those steps
+#   GEMM_ARGS, CHAIN_ARGS, TUNE_ARGS, COMM_ARGS, NCCL_COMM_ARGS, DRAFTER_ARGS: extra arguments of those steps
 set -uo pipefail
 OUT=${OUT:-$PWD/device-out}
 LOG=$(mktemp -d)
@@ -66,7 +67,20 @@ if has sanitize; then
     --gtest_filter="${RACE_FILTER:-Collectives.AllReduceAndArNorm*:Collectives.Gather*}"
   unset TPDECODE_QUICK
 fi
+if has sanitize-gemm; then
+  # DecodeGemm's tests under memcheck and racecheck (reduced counts via TPDECODE_QUICK).
+  export TPDECODE_QUICK=1
+  for tool in memcheck racecheck; do
+    step gemm-$tool "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/tests/gpu_tests" \
+      --gtest_filter="${GEMM_SANITIZE_FILTER:-DecodeGemm.*:DraftLogits.*}"
+  done
+  unset TPDECODE_QUICK
+fi
+# Pre-tunes the drafter's per-rank linears at every TP and M bucket; the cache lands in logs.tgz.
+has tune && step tune 300 $CLI tune --tp 8 --tp 4 --tp 2 --tp 1 --fresh --cache "$LOG/tune_cache.json" \
+  --json "$LOG/tune.json" ${TUNE_ARGS:-}
 has bench-gemm && step bench-gemm 300 $CLI bench gemm --json "$LOG/bench_gemm.json" ${GEMM_ARGS:-}
+has bench-chain && step bench-chain 300 $CLI bench chain --json "$LOG/bench_chain.json" ${CHAIN_ARGS:-}
 has bench-comm && step bench-comm 300 $CLI bench comm --team local --json "$LOG/bench_comm.json" ${COMM_ARGS:-}
 if has bench-comm-nccl && [[ $GPUS -ge 2 ]]; then
   step bench-comm-nccl 300 $CLI bench comm --team nccl --tp 2 --json "$LOG/bench_comm_nccl.json" ${NCCL_COMM_ARGS:-}

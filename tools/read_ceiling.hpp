@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <vector>
 
 namespace tpdecode::bench {
 
@@ -22,5 +23,15 @@ ReadCeiling measure_read_ceiling(std::size_t bytes, int replays, cudaStream_t st
 // of `calls` reads, call c reading copy c % copies. Median microseconds per read.
 double time_streaming_read(const void* base, std::size_t bytes, int copies, int calls, int replays,
                            cudaStream_t stream);
+
+// What the hardware allows for a chain of reads: one streaming read of each buffer
+// (bytes a multiple of 16), back to back in one graph, optionally with programmatic
+// dependent launch (each read lets the next launch at its entry; only its one write
+// waits for the previous). Median microseconds for the whole chain.
+struct ReadBuffer {
+  const void* data;
+  std::size_t bytes;
+};
+double time_read_chain(const std::vector<ReadBuffer>& buffers, bool pdl, int replays, cudaStream_t stream);
 
 }  // namespace tpdecode::bench

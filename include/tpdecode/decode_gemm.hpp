@@ -1,9 +1,11 @@
-// DecodeGemm: out[M, N] = x[M, K] * W[N, K]^T for one linear's weight. The warp
-// split-K engine runs eligible shapes with 1 <= M <= 32 once M is prepared, where
-// the tactic rule expects it to beat cuBLAS (GemmTactic::engine_preferred; or
-// everywhere with GemmDispatch::kEngine); cuBLAS runs everything else. BF16
-// operands, FP32 accumulation, one BF16 rounding; the engine's result is bitwise
-// identical from run to run (cuBLAS's is not promised to be).
+// DecodeGemm: out[M, N] = x[M, K] * W[N, K]^T for one linear's weight, on the
+// fastest measured path. For 1 <= M <= 32 with contiguous, 16-byte-aligned operands
+// and an eligible weight, the first eager call of an M bucket (gemm_m_bucket) times
+// the candidates on the real weight -- the warp split-K engine at each split, the
+// stream-K engine's variants, cuBLAS's default and cuBLASLt's best few algorithms --
+// and keeps the fastest (GemmTuner: shared by the process, optionally on disk).
+// Everything else runs cuBLAS. BF16 operands, FP32 accumulation, one BF16 rounding;
+// the engines' results are bitwise identical from run to run for a given decision.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -11,75 +13,96 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "tpdecode/cublas_context.hpp"
 #include "tpdecode/gemm_tactic.hpp"
+#include "tpdecode/gemm_tuner.hpp"
 #include "tpdecode/tensor.hpp"
 
 namespace tpdecode {
-
-enum class GemmPath : uint8_t { kWarpSplitK, kCublas };
-const char* gemm_path_name(GemmPath p);  // "warp" / "cublas"
-
-enum class GemmDispatch : uint8_t {
-  kRule,    // the engine where the tactic rule expects it to beat cuBLAS (default)
-  kEngine,  // the engine wherever it can run (tests, benchmarks)
-};
 
 class DecodeGemm {
  public:
   // `weight`: [N, K] bf16 on the current device; it must outlive this object.
   // A strided or misaligned weight is accepted and always runs on cuBLAS.
   // `cublas`: shared by objects that never run concurrently (e.g. one per stream);
-  // null makes a private one. Construct before any graph capture.
-  explicit DecodeGemm(const TensorView& weight, std::shared_ptr<CublasContext> cublas = nullptr);
+  // null makes a private one. `tuner`: null is GemmTuner::shared(). Construct
+  // before any graph capture.
+  explicit DecodeGemm(const TensorView& weight, std::shared_ptr<CublasContext> cublas = nullptr,
+                      std::shared_ptr<GemmTuner> tuner = nullptr);
 
   int64_t n() const { return weight_.rows; }
   int64_t k() const { return weight_.cols; }
   const TensorView& weight() const { return weight_; }
-  // The weight's shape, layout and alignment suit the engine.
-  bool engine_eligible() const { return eligible_; }
+  // An engine can run this weight (its shape, layout and alignment suit one).
+  bool engine_eligible() const { return engines_.warp || engines_.stream; }
+  GemmEngines engines() const { return engines_; }
 
-  // Prepares the engine for m rows (host work only: tactic, kernel attributes).
-  // No-op where the engine does not take m. Throws InvalidArgument while `stream`
-  // (if given) is capturing.
+  // Decides m's bucket (from the tuner's cache, by timing the candidates, or by the
+  // static rule; then the team's agreement, if set) and prepares its path (host
+  // work: kernel attributes, workspace). Synchronises `stream` when it times. No-op
+  // for an M the engines do not take or a bucket already decided. Throws
+  // InvalidArgument while `stream` (if given) is capturing.
   void prepare(int m, cudaStream_t stream = nullptr);
   bool prepared(int m) const;
-  // The tactic prepared for m (engine path only; InvalidArgument otherwise).
-  const GemmTactic& tactic(int m) const;
-  // Prepares m with a forced K split (benchmarks and tests of the tactic rule).
-  void set_split(int m, int split);
+  // The decision of m's bucket (InvalidArgument unless prepared).
+  const GemmDecision& decision(int m) const;
+  // Runs `d` for m's bucket from now on (benchmarks, tests); InvalidArgument where
+  // it cannot run this shape. Host only, never under capture.
+  void force(int m, const GemmDecision& d);
+  // What the tuner times for m rows: engine_candidates() plus cuBLASLt's heuristic
+  // algorithms (host only).
+  std::vector<GemmDecision> candidates(int m);
+  // The GEMM's key in the tuner for m rows.
+  GemmKey key(int m) const;
 
-  // The path run() takes now for m rows with contiguous 16-byte-aligned operands.
-  // An M the rule leaves to cuBLAS is still prepared (tactic() answers for it).
+  // The path run() takes now for m rows with contiguous 16-byte-aligned operands:
+  // the bucket's decision once prepared; before, what a call under capture takes
+  // (the tuner's cached decision, else the static rule; cuBLAS where that path is
+  // not prepared).
   GemmPath path(int m) const;
   // The path run() takes now for these operands (after the checks of run()).
   GemmPath path(const TensorView& x, const TensorView& out) const;
 
   // out[M, N] = x[M, K] * W^T on `stream`. x: [M, K] bf16, out: [M, N] bf16 (any
   // row stride >= cols; strided or misaligned operands run on cuBLAS). An eager
-  // call prepares the engine for a new M; a call under stream capture never does
-  // (an unprepared M then runs on cuBLAS). Returns the path taken.
+  // call prepares a new bucket (see prepare); a call under stream capture never
+  // does. Returns the path taken.
   GemmPath run(const TensorView& x, const TensorView& out, cudaStream_t stream);
 
-  // Programmatic dependent launch for the engine (default on): its weight prefetch
-  // overlaps the previous kernel's tail.
+  // Programmatic dependent launch for the engines (default on): each engine kernel
+  // lets the next kernel launch at its start, and requests its weights before
+  // waiting for the previous one.
   void set_pdl(bool on) { pdl_ = on; }
-  void set_dispatch(GemmDispatch d) { dispatch_ = d; }
+  bool pdl() const { return pdl_; }
+  // A team's agreement (see gemm_tuner.hpp), called once per bucket at prepare.
+  // With it set, an unprepared bucket under capture runs the static rule (the same
+  // on every rank) rather than this rank's cache.
+  void set_agreement(GemmAgreement agree) { agree_ = std::move(agree); }
 
  private:
-  void check(const TensorView& x, const TensorView& out) const;
+  void check_operands(const TensorView& x, const TensorView& out) const;
   bool engine_takes(const TensorView& x) const;
-  bool engine_for(int64_t m) const;  // prepared, and the dispatch picks the engine
+  // The decision a call of m rows takes without preparing (under capture).
+  GemmDecision unprepared_decision(int m) const;
+  // The decision made runnable: cuBLAS where its path is not prepared here or the
+  // operands do not suit it.
+  GemmPath runnable(const GemmDecision& d, const TensorView& x, const TensorView& out) const;
+  void adopt(int m, GemmDecision d);  // validates, prepares and stores for m's bucket
 
   TensorView weight_;
   std::shared_ptr<CublasContext> cublas_;
-  bool eligible_ = false;
+  std::shared_ptr<GemmTuner> tuner_;
+  GemmAgreement agree_;
+  GemmEngines engines_;
   bool pdl_ = true;
-  GemmDispatch dispatch_ = GemmDispatch::kRule;
+  int device_ = 0;
   int sms_ = 0;
-  std::array<bool, kWarpMaxRows + 1> ready_{};
-  std::array<GemmTactic, kWarpMaxRows + 1> tactics_{};
+  std::string device_name_;
+  std::array<std::optional<GemmDecision>, kGemmBuckets> decisions_{};
 };
 
 }  // namespace tpdecode

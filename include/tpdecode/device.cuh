@@ -1,12 +1,13 @@
 // The device-helper layer every kernel uses: programmatic dependent launch (PDL),
 // the global timer, 16-byte loads and stores with the memory semantics the
-// mailboxes need, asynchronous copies with L2 cache policies, and BF16 (bf16.hpp,
-// shared with the host).
+// mailboxes need, asynchronous copies with L2 cache policies, bulk copies (TMA)
+// completing on mbarriers, warp-level MMA, and BF16 (bf16.hpp, shared with the host).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cuda/ptx>
 
 #include "tpdecode/bf16.hpp"
 
@@ -81,6 +82,110 @@ __device__ __forceinline__ void copy_commit() { asm volatile("cp.async.commit_gr
 template <int kPending>
 __device__ __forceinline__ void copy_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+// ---- Bulk copies (TMA) and mbarriers ---------------------------------------
+// A bulk copy moves `bytes` (a multiple of 16; both addresses 16-byte aligned)
+// from global to this CTA's shared memory and counts them against `bar`'s
+// transaction count. A phase of `bar` completes once its expected arrivals came
+// and every byte announced with mbar_arrive_expect_tx has landed.
+__device__ __forceinline__ void bulk_copy_to_shared(void* smem, const void* global, uint32_t bytes, uint64_t* bar,
+                                                    uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+          shared_address(smem)),
+      "l"(global), "r"(bytes), "r"(shared_address(bar)), "l"(policy)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_copy_to_shared(void* smem, const void* global, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   shared_address(smem)),
+               "l"(global), "r"(bytes), "r"(shared_address(bar))
+               : "memory");
+}
+// Requests `bytes` (a multiple of 16, 16-byte aligned) into L2 without waiting.
+__device__ __forceinline__ void bulk_prefetch_l2(const void* global, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(global), "r"(bytes) : "memory");
+}
+
+// One thread initialises; mbar_init_fence() then makes the barriers visible to
+// the bulk-copy (async) proxy, and a __syncthreads() to the other threads.
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t arrivals) { cuda::ptx::mbarrier_init(bar, arrivals); }
+__device__ __forceinline__ void mbar_init_fence() {
+  cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
+}
+// Why asm volatile (arrive, try_wait): cuda::ptx's versions are plain asm with an
+// output, which the compiler may drop (an unused arrival state) or hoist out of a
+// polling loop.
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("{\n\t.reg .b64 state;\n\tmbarrier.arrive.shared::cta.b64 state, [%0];\n\t}" ::"r"(shared_address(bar))
+               : "memory");
+}
+// Arrives and announces `bytes` more bytes of bulk copies for the current phase.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("{\n\t.reg .b64 state;\n\tmbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n\t}" ::"r"(
+                   shared_address(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+      : "=r"(done)
+      : "r"(shared_address(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+// A wait on a barrier in this CTA past this long is a bug (a byte count that does
+// not match the copies): the kernel traps instead of hanging the GPU.
+inline constexpr uint64_t kMbarTimeoutNs = 10'000'000'000ull;
+// Waits until the phase of parity `parity` (0 for the barrier's first phase, then
+// alternating) has completed.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  if (mbar_try_wait(bar, parity)) return;
+  const uint64_t start = global_timer_ns();
+  while (!mbar_try_wait(bar, parity))
+    if (global_timer_ns() - start > kMbarTimeoutNs) __trap();
+}
+
+// A barrier over `threads` threads (a multiple of 32) of the CTA; id 0 is __syncthreads.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// ---- Warp-level matrix multiply (mma.sync, ldmatrix) --------------------------
+__device__ __forceinline__ uint4 load_shared16(const void* p) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(shared_address(p)));
+  return v;
+}
+// Four 8x8 BF16 matrices from shared memory: lane l gives the address of row l % 8
+// of matrix l / 8; register j receives row (lane / 4), columns 2 (lane % 4) + {0, 1}
+// of matrix j.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t smem_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address)
+               : "memory");
+}
+// Two matrices: the addresses of lanes 0-15 are used.
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], uint32_t smem_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smem_address)
+               : "memory");
+}
+// d += a * b, m16n8k16, BF16 in, FP32 accumulate (a: row-major 16x16, b: 16x8).
+__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 }  // namespace tpdecode::dev

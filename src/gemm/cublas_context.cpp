@@ -1,40 +1,108 @@
 #include "tpdecode/cublas_context.hpp"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <fmt/format.h>
 
+#include <cstring>
+
+#include "gemm/stream_k_launch.hpp"
+#include "tpdecode/device_buffer.hpp"
 #include "tpdecode/error.hpp"
 
 namespace tpdecode {
 namespace {
 
+static_assert(sizeof(CublasLtAlgo) == sizeof(cublasLtMatmulAlgo_t), "CublasLtAlgo holds a cublasLtMatmulAlgo_t");
+
 void check_cublas(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS) throw Error(fmt::format("cuBLAS {} failed: {}", what, cublasGetStatusString(s)));
+}
+
+cublasLtMatmulAlgo_t to_lt(const CublasLtAlgo& a) {
+  cublasLtMatmulAlgo_t algo;
+  std::memcpy(&algo, a.data(), sizeof algo);
+  return algo;
+}
+
+CublasLtAlgo from_lt(const cublasLtMatmulAlgo_t& algo) {
+  CublasLtAlgo a;
+  std::memcpy(a.data(), &algo, sizeof algo);
+  return a;
+}
+
+// The cuBLASLt descriptors of out^T [N, M] = W [N, K] * x^T [K, M] in column-major
+// terms: A = W read as [K, N] with op T, B = x read as [K, M], C = D = out^T.
+struct LtProblem {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+
+  LtProblem(const TensorView& x, const TensorView& w, const TensorView& out) {
+    check_cublas(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+    const cublasOperation_t transpose = CUBLAS_OP_T;
+    const cublasOperation_t none = CUBLAS_OP_N;
+    check_cublas(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose), "transa");
+    check_cublas(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &none, sizeof none), "transb");
+    check_cublas(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, static_cast<uint64_t>(w.cols), static_cast<uint64_t>(w.rows),
+                                            w.row_stride),
+                 "layout W");
+    check_cublas(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, static_cast<uint64_t>(x.cols), static_cast<uint64_t>(x.rows),
+                                            x.row_stride),
+                 "layout x");
+    check_cublas(cublasLtMatrixLayoutCreate(&c, CUDA_R_16BF, static_cast<uint64_t>(out.cols),
+                                            static_cast<uint64_t>(out.rows), out.row_stride),
+                 "layout out");
+  }
+  ~LtProblem() {
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+  LtProblem(const LtProblem&) = delete;
+  LtProblem& operator=(const LtProblem&) = delete;
+};
+
+template <class T>
+T algo_config(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attribute) {
+  T v{};
+  std::size_t written = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &v, sizeof v, &written);
+  return v;
 }
 
 }  // namespace
 
 struct CublasContext::Impl {
   cublasHandle_t handle = nullptr;
-  void* workspace = nullptr;  // [workspace_bytes] bytes
+  cublasLtHandle_t lt = nullptr;
+  DeviceBuffer workspace;  // [workspace_bytes] bytes
   std::size_t workspace_bytes = 0;
+  DeviceBuffer partials;   // [ctas, 2, 32, 64] f32
+  DeviceBuffer counters;   // [ctas] u32, zero
+  int scratch_ctas = 0;
 };
 
 CublasContext::CublasContext(std::size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
   check_cublas(cublasCreate(&impl_->handle), "create");
+  const cublasStatus_t lt = cublasLtCreate(&impl_->lt);
+  if (lt != CUBLAS_STATUS_SUCCESS) {
+    cublasDestroy(impl_->handle);
+    check_cublas(lt, "Lt create");
+  }
   impl_->workspace_bytes = workspace_bytes;
-  if (workspace_bytes) {
-    const cudaError_t e = cudaMalloc(&impl_->workspace, workspace_bytes);
-    if (e != cudaSuccess) {
-      cublasDestroy(impl_->handle);
-      TPD_CUDA(e);
-    }
+  try {
+    if (workspace_bytes) impl_->workspace = DeviceBuffer(workspace_bytes);
+  } catch (...) {
+    cublasLtDestroy(impl_->lt);
+    cublasDestroy(impl_->handle);
+    throw;
   }
 }
 
 CublasContext::~CublasContext() {
+  if (impl_->lt) cublasLtDestroy(impl_->lt);
   if (impl_->handle) cublasDestroy(impl_->handle);
-  if (impl_->workspace) cudaFree(impl_->workspace);
 }
 
 void CublasContext::gemm(const TensorView& x, const TensorView& w, const TensorView& out, cudaStream_t stream) {
@@ -43,7 +111,7 @@ void CublasContext::gemm(const TensorView& x, const TensorView& w, const TensorV
   check_cublas(cublasSetStream(impl_->handle, stream), "set stream");
   // Why: cublasSetStream resets the workspace to cuBLAS's pool, which would allocate
   // under graph capture; our own workspace is set again after it, every call.
-  check_cublas(cublasSetWorkspace(impl_->handle, impl_->workspace, impl_->workspace_bytes), "set workspace");
+  check_cublas(cublasSetWorkspace(impl_->handle, impl_->workspace.get(), impl_->workspace_bytes), "set workspace");
   const float alpha = 1.0f;
   const float beta = 0.0f;
   check_cublas(cublasGemmEx(impl_->handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows), static_cast<int>(x.rows),
@@ -52,5 +120,84 @@ void CublasContext::gemm(const TensorView& x, const TensorView& w, const TensorV
                             static_cast<int>(out.row_stride), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                "gemm");
 }
+
+void CublasContext::gemm_lt(const TensorView& x, const TensorView& w, const TensorView& out, const CublasLtAlgo& algo,
+                            cudaStream_t stream) {
+  const LtProblem p(x, w, out);
+  const cublasLtMatmulAlgo_t a = to_lt(algo);
+  const float alpha = 1.0f;
+  const float beta = 0.0f;
+  check_cublas(cublasLtMatmul(impl_->lt, p.op, &alpha, w.data, p.a, x.data, p.b, &beta, out.data, p.c, out.data, p.c,
+                              &a, impl_->workspace.get(), impl_->workspace_bytes, stream),
+               "Lt matmul");
+}
+
+std::vector<CublasLtAlgo> CublasContext::lt_algorithms(const TensorView& x, const TensorView& w,
+                                                       const TensorView& out, int count) {
+  const LtProblem p(x, w, out);
+  cublasLtMatmulPreference_t pref = nullptr;
+  check_cublas(cublasLtMatmulPreferenceCreate(&pref), "preference");
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<std::size_t>(count));
+  int returned = 0;
+  // Why COMPUTE_TYPE only: the in-place and output-type split-K reductions add
+  // partial sums in BF16 (more than one rounding); the FP32 one keeps the contract.
+  const uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  cublasStatus_t s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                          &impl_->workspace_bytes, sizeof impl_->workspace_bytes);
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reductions,
+                                             sizeof reductions);
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = cublasLtMatmulAlgoGetHeuristic(impl_->lt, p.op, p.a, p.b, p.c, p.c, pref, count, results.data(), &returned);
+  cublasLtMatmulPreferenceDestroy(pref);
+  std::vector<CublasLtAlgo> algos;
+  if (s != CUBLAS_STATUS_SUCCESS) return algos;  // no heuristic answer: no cuBLASLt candidates
+  for (int i = 0; i < returned; ++i)
+    if (results[static_cast<std::size_t>(i)].state == CUBLAS_STATUS_SUCCESS)
+      algos.push_back(from_lt(results[static_cast<std::size_t>(i)].algo));
+  return algos;
+}
+
+bool CublasContext::lt_algorithm_ok(const TensorView& x, const TensorView& w, const TensorView& out,
+                                    const CublasLtAlgo& algo) {
+  const LtProblem p(x, w, out);
+  const cublasLtMatmulAlgo_t a = to_lt(algo);
+  cublasLtMatmulHeuristicResult_t result{};
+  return cublasLtMatmulAlgoCheck(impl_->lt, p.op, p.a, p.b, p.c, p.c, &a, &result) == CUBLAS_STATUS_SUCCESS &&
+         result.workspaceSize <= impl_->workspace_bytes &&
+         algo_config<uint32_t>(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME) != CUBLASLT_REDUCTION_SCHEME_INPLACE &&
+         algo_config<uint32_t>(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME) != CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
+}
+
+std::string CublasContext::describe_lt(const CublasLtAlgo& algo) {
+  const cublasLtMatmulAlgo_t a = to_lt(algo);
+  const int id = algo_config<int>(a, CUBLASLT_ALGO_CONFIG_ID);
+  const uint32_t tile = algo_config<uint32_t>(a, CUBLASLT_ALGO_CONFIG_TILE_ID);
+  const uint32_t splits = algo_config<uint32_t>(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
+  return fmt::format("algo {} tile {} split-K {}", id, tile, splits);
+}
+
+std::string CublasContext::lt_version() { return fmt::format("{}", cublasLtGetVersion()); }
+
+CublasContext::ReductionScratch CublasContext::reduction_scratch(int ctas) {
+  if (ctas > impl_->scratch_ctas) {
+    impl_->partials = DeviceBuffer(static_cast<std::size_t>(stream_k_partial_floats(ctas)) * sizeof(float));
+    impl_->counters = DeviceBuffer(static_cast<std::size_t>(ctas) * sizeof(unsigned));
+    // Why a stream of its own, waited for: the counters must be zero before any
+    // kernel reads them, and the legacy stream would join (and break) a capture of
+    // another thread's blocking stream.
+    cudaStream_t s = nullptr;
+    TPD_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    const cudaError_t set = cudaMemsetAsync(impl_->counters.get(), 0, static_cast<std::size_t>(ctas) * sizeof(unsigned), s);
+    const cudaError_t done = cudaStreamSynchronize(s);
+    cudaStreamDestroy(s);
+    TPD_CUDA(set);
+    TPD_CUDA(done);
+    impl_->scratch_ctas = ctas;
+  }
+  return {impl_->partials.as<float>(), impl_->counters.as<unsigned>()};
+}
+
+int CublasContext::reduction_capacity() const { return impl_->scratch_ctas; }
 
 }  // namespace tpdecode

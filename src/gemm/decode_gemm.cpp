@@ -2,11 +2,14 @@
 
 #include <fmt/format.h>
 
-#include "gemm/warp_splitk_launch.hpp"
-#include "tpdecode/error.hpp"
+#include "core/check.hpp"
+#include "gemm/gemm_paths.hpp"
 
 namespace tpdecode {
 namespace {
+
+// cuBLASLt's heuristic algorithms the tuner times besides cuBLAS's default.
+constexpr int kLtCandidates = 3;
 
 bool capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
@@ -15,90 +18,159 @@ bool capturing(cudaStream_t stream) {
 }
 
 void require_matrix(const TensorView& t, int64_t cols, const char* what) {
-  require(t.data != nullptr, fmt::format("decode_gemm: {} is null", what));
-  require(t.dtype == DType::kBF16, fmt::format("decode_gemm: {} is {} where bf16 is required", what, dtype_name(t.dtype)));
-  require(t.rows >= 1, fmt::format("decode_gemm: {} has {} rows", what, t.rows));
-  require(t.cols == cols, fmt::format("decode_gemm: {} has {} columns where {} are required", what, t.cols, cols));
-  require(t.row_stride >= t.cols, fmt::format("decode_gemm: {} row stride below its columns ({})", what, t.describe()));
-  require(reinterpret_cast<std::uintptr_t>(t.data) % 2 == 0, fmt::format("decode_gemm: {} is not 2-byte aligned", what));
+  check(t.data != nullptr, "decode_gemm: {} is null", what);
+  check(t.dtype == DType::kBF16, "decode_gemm: {} is {} where bf16 is required", what, dtype_name(t.dtype));
+  check(t.rows >= 1, "decode_gemm: {} has {} rows", what, t.rows);
+  check(t.cols == cols, "decode_gemm: {} has {} columns where {} are required", what, t.cols, cols);
+  check(t.row_stride >= t.cols, "decode_gemm: {} row stride below its columns ({})", what, t.describe());
+  check(reinterpret_cast<std::uintptr_t>(t.data) % 2 == 0, "decode_gemm: {} is not 2-byte aligned", what);
+}
+
+// A contiguous [m, cols] operand's shape (cuBLASLt's checks read shapes only).
+TensorView shape_of(int64_t m, int64_t cols) { return {nullptr, DType::kBF16, m, cols, cols}; }
+
+// cuBLASLt algorithms are chosen for contiguous, 16-byte-aligned operands.
+bool lt_operands(const TensorView& x, const TensorView& out) {
+  return x.contiguous() && x.aligned(16) && out.contiguous() && out.aligned(16);
 }
 
 }  // namespace
 
-const char* gemm_path_name(GemmPath p) { return p == GemmPath::kWarpSplitK ? "warp" : "cublas"; }
-
-DecodeGemm::DecodeGemm(const TensorView& weight, std::shared_ptr<CublasContext> cublas)
-    : weight_(weight), cublas_(std::move(cublas)) {
+DecodeGemm::DecodeGemm(const TensorView& weight, std::shared_ptr<CublasContext> cublas,
+                       std::shared_ptr<GemmTuner> tuner)
+    : weight_(weight), cublas_(std::move(cublas)), tuner_(std::move(tuner)) {
   require_matrix(weight, weight.cols, "weight");
-  require(weight.cols >= 1, "decode_gemm: weight has no columns");
+  check(weight.cols >= 1, "decode_gemm: weight has no columns");
   if (!cublas_) cublas_ = std::make_shared<CublasContext>();
-  eligible_ = warp_weight_ok(weight);
-  int device = 0;
-  TPD_CUDA(cudaGetDevice(&device));
-  TPD_CUDA(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device));
+  if (!tuner_) tuner_ = GemmTuner::shared();
+  engines_ = {warp_weight_ok(weight), stream_weight_ok(weight)};
+  TPD_CUDA(cudaGetDevice(&device_));
+  cudaDeviceProp props{};
+  TPD_CUDA(cudaGetDeviceProperties(&props, device_));
+  sms_ = props.multiProcessorCount;
+  device_name_ = props.name;
+}
+
+GemmKey DecodeGemm::key(int m) const {
+  static const std::string version = gemm_library_version();
+  return {device_name_, sms_, version, n(), k(), gemm_m_bucket(m), DType::kBF16};
+}
+
+std::vector<GemmDecision> DecodeGemm::candidates(int m) {
+  std::vector<GemmDecision> all = engine_candidates(n(), k(), m, engines_);
+  GemmDecision lt;
+  lt.path = GemmPath::kCublasLt;
+  lt.source = GemmSource::kTuned;
+  for (const CublasLtAlgo& a : cublas_->lt_algorithms(shape_of(m, k()), weight_, shape_of(m, n()), kLtCandidates)) {
+    lt.lt_algo = a;
+    all.push_back(lt);
+  }
+  return all;
 }
 
 void DecodeGemm::prepare(int m, cudaStream_t stream) {
-  require(!capturing(stream), "decode_gemm: prepare() under stream capture");
-  if (!eligible_ || m < 1 || m > kWarpMaxRows || ready_[m]) return;
-  tactics_[m] = choose_tactic(n(), k(), m, sms_);
-  prepare_warp_splitk(tactics_[m].token_tiles);
-  ready_[m] = true;
+  check(!capturing(stream), "decode_gemm: prepare() under stream capture");
+  if (!engine_eligible() || m < 1 || m > kWarpMaxRows || decisions_[gemm_m_bucket(m)]) return;
+  const int rows = gemm_bucket_max(gemm_m_bucket(m));  // what the bucket is timed and prepared at
+  const GemmDecision rule = rule_decision(n(), k(), rows, sms_, engines_);
+  const GemmMeasure measure = [&](const std::vector<GemmDecision>& c) {
+    return measure_paths(c, weight_, rows, sms_, *cublas_, pdl_, stream,
+                         [this](const std::string& message) { tuner_->warn(message); });
+  };
+  GemmDecision d = resolve_decision(*tuner_, key(m), device_, candidates(rows), measure, rule, agree_);
+  const bool runs = engine_decision_legal(d, n(), k(), rows, sms_, engines_) &&
+                    (d.path != GemmPath::kCublasLt ||
+                     cublas_->lt_algorithm_ok(shape_of(rows, k()), weight_, shape_of(rows, n()), d.lt_algo));
+  if (!runs) {
+    // Why throw for a team's decision: running another path than the peers would
+    // break bitwise agreement of replicated GEMMs silently.
+    check(!agree_, "decode_gemm: the team's decision for {} ({}) cannot run on this rank", key(m).describe(),
+          describe(d));
+    tuner_->warn(fmt::format("decode_gemm: cached decision {} for {} cannot run here; the static rule runs it",
+                             describe(d), key(m).describe()));
+    d = rule;
+  }
+  adopt(m, d);
 }
 
-void DecodeGemm::set_split(int m, int split) {
-  require(eligible_ && m >= 1 && m <= kWarpMaxRows, "decode_gemm: set_split on a shape or M the engine does not take");
-  tactics_[m] = tactic_with_split(n(), k(), m, sms_, split);
-  prepare_warp_splitk(tactics_[m].token_tiles);
-  ready_[m] = true;
+void DecodeGemm::adopt(int m, GemmDecision d) {
+  const RelaxedCaptureMode relaxed;
+  prepare_path(d, weight_, gemm_bucket_max(gemm_m_bucket(m)), sms_, *cublas_);
+  decisions_[gemm_m_bucket(m)] = d;
 }
 
-bool DecodeGemm::prepared(int m) const { return m >= 1 && m <= kWarpMaxRows && ready_[m]; }
-
-const GemmTactic& DecodeGemm::tactic(int m) const {
-  require(prepared(m), fmt::format("decode_gemm: no engine prepared for {} rows", m));
-  return tactics_[m];
+void DecodeGemm::force(int m, const GemmDecision& d) {
+  check(engine_eligible() && m >= 1 && m <= kWarpMaxRows, "decode_gemm: force() for {} rows of {}x{}", m, n(), k());
+  const int rows = gemm_bucket_max(gemm_m_bucket(m));
+  check(engine_decision_legal(d, n(), k(), rows, sms_, engines_), "decode_gemm: {} cannot run {}x{} at {} rows",
+        describe(d), n(), k(), m);
+  check(d.path != GemmPath::kCublasLt ||
+            cublas_->lt_algorithm_ok(shape_of(rows, k()), weight_, shape_of(rows, n()), d.lt_algo),
+        "decode_gemm: {} does not run {}x{} at {} rows", describe(d), n(), k(), m);
+  GemmDecision forced = d;
+  forced.source = GemmSource::kForced;
+  adopt(m, forced);
 }
 
-bool DecodeGemm::engine_for(int64_t m) const {
-  return m >= 1 && m <= kWarpMaxRows && ready_[m] &&
-         (dispatch_ == GemmDispatch::kEngine || tactics_[m].engine_preferred);
+bool DecodeGemm::prepared(int m) const {
+  return m >= 1 && m <= kWarpMaxRows && decisions_[gemm_m_bucket(m)].has_value();
 }
 
-GemmPath DecodeGemm::path(int m) const { return engine_for(m) ? GemmPath::kWarpSplitK : GemmPath::kCublas; }
+const GemmDecision& DecodeGemm::decision(int m) const {
+  check(prepared(m), "decode_gemm: no decision prepared for {} rows", m);
+  return *decisions_[gemm_m_bucket(m)];
+}
+
+GemmDecision DecodeGemm::unprepared_decision(int m) const {
+  const int rows = gemm_bucket_max(gemm_m_bucket(m));
+  const GemmDecision rule = rule_decision(n(), k(), rows, sms_, engines_);
+  if (agree_) return rule;  // every rank's static rule is the same
+  const std::optional<GemmDecision> cached = tuner_->cached(key(m));
+  return cached && engine_decision_legal(*cached, n(), k(), rows, sms_, engines_) ? *cached : rule;
+}
+
+GemmPath DecodeGemm::runnable(const GemmDecision& d, const TensorView& x, const TensorView& out) const {
+  const int m = static_cast<int>(x.rows);
+  if (d.path == GemmPath::kCublasLt)
+    return lt_operands(x, out) && cublas_->lt_algorithm_ok(x, weight_, out, d.lt_algo) ? GemmPath::kCublasLt
+                                                                                        : GemmPath::kCublas;
+  const int rows = gemm_bucket_max(gemm_m_bucket(m));
+  return path_prepared(d, weight_, rows, sms_, *cublas_) ? d.path : GemmPath::kCublas;
+}
+
+GemmPath DecodeGemm::path(int m) const {
+  if (!engine_eligible() || m < 1 || m > kWarpMaxRows) return GemmPath::kCublas;
+  const GemmDecision d = prepared(m) ? *decisions_[gemm_m_bucket(m)] : unprepared_decision(m);
+  return runnable(d, shape_of(m, k()), shape_of(m, n()));
+}
 
 GemmPath DecodeGemm::path(const TensorView& x, const TensorView& out) const {
-  check(x, out);
-  return engine_takes(x) && engine_for(x.rows) ? GemmPath::kWarpSplitK : GemmPath::kCublas;
+  check_operands(x, out);
+  if (!engine_takes(x)) return GemmPath::kCublas;
+  const int m = static_cast<int>(x.rows);
+  return runnable(prepared(m) ? *decisions_[gemm_m_bucket(m)] : unprepared_decision(m), x, out);
 }
 
-void DecodeGemm::check(const TensorView& x, const TensorView& out) const {
+void DecodeGemm::check_operands(const TensorView& x, const TensorView& out) const {
   require_matrix(x, k(), "x");
   require_matrix(out, n(), "out");
-  require(out.rows == x.rows, fmt::format("decode_gemm: out has {} rows, x has {}", out.rows, x.rows));
+  check(out.rows == x.rows, "decode_gemm: out has {} rows, x has {}", out.rows, x.rows);
 }
 
-bool DecodeGemm::engine_takes(const TensorView& x) const { return eligible_ && warp_activations_ok(x); }
+bool DecodeGemm::engine_takes(const TensorView& x) const { return engine_eligible() && warp_activations_ok(x); }
 
 GemmPath DecodeGemm::run(const TensorView& x, const TensorView& out, cudaStream_t stream) {
-  check(x, out);
-  const int64_t m = x.rows;
-  if (engine_takes(x) && !ready_[m] && !capturing(stream)) prepare(static_cast<int>(m), stream);
-  if (engine_takes(x) && engine_for(m)) {
-    WarpSplitKParams p{};
-    p.w = weight_.data;
-    p.x = x.data;
-    p.out = out.data;
-    p.m = static_cast<int>(m);
-    p.chunks = static_cast<int>(k() / kWarpChunkK);
-    p.n = n();
-    p.k = k();
-    p.out_stride = out.row_stride;
-    launch_warp_splitk(p, tactics_[m], pdl_, stream);
-    return GemmPath::kWarpSplitK;
+  check_operands(x, out);
+  if (!engine_takes(x)) {
+    cublas_->gemm(x, weight_, out, stream);
+    return GemmPath::kCublas;
   }
-  cublas_->gemm(x, weight_, out, stream);
-  return GemmPath::kCublas;
+  const int m = static_cast<int>(x.rows);
+  if (!prepared(m) && !capturing(stream)) prepare(m, stream);
+  const GemmDecision d = prepared(m) ? *decisions_[gemm_m_bucket(m)] : unprepared_decision(m);
+  const GemmPath p = runnable(d, x, out);
+  launch_path(p == d.path ? d : cublas_decision(), weight_, x, out, sms_, *cublas_, pdl_, stream);
+  return p;
 }
 
 }  // namespace tpdecode

@@ -1,9 +1,7 @@
 #include "tpdecode/draft_logits.hpp"
 
-#include <fmt/format.h>
-
+#include "core/check.hpp"
 #include "gemm/logits_epilogue_launch.hpp"
-#include "tpdecode/error.hpp"
 
 namespace tpdecode {
 
@@ -11,22 +9,22 @@ void draft_logits(DecodeGemm& head, const TensorView& hidden, const TensorView& 
                   const TensorView& gathered, const LogitsEpilogue& epilogue, const TensorView& out,
                   cudaStream_t stream) {
   const int64_t m = hidden.rows;
-  require(gathered.data != nullptr && gathered.dtype == DType::kBF16 && gathered.rows == m,
-          fmt::format("draft_logits: gathered must be bf16 with {} rows ({})", m, gathered.describe()));
-  require(gathered.row_stride >= gathered.cols, "draft_logits: gathered row stride below its columns");
-  require(gathered.cols % head.n() == 0,
-          fmt::format("draft_logits: gathered has {} columns, not a multiple of the shard's {}", gathered.cols, head.n()));
-  require(gather || (gathered.data == shard.data && gathered.cols == shard.cols &&
-                     gathered.row_stride == shard.row_stride),
-          "draft_logits: without a gather, `gathered` must be the shard itself (TP 1)");
-  require(epilogue.vocab >= 1 && epilogue.vocab <= gathered.cols,
-          fmt::format("draft_logits: vocab {} outside 1..{}", epilogue.vocab, gathered.cols));
-  require(epilogue.soft_cap >= 0.0f, "draft_logits: negative soft cap");
+  check(gathered.data != nullptr && gathered.dtype == DType::kBF16 && gathered.rows == m,
+        "draft_logits: gathered must be bf16 with {} rows ({})", m, gathered.describe());
+  check(gathered.row_stride >= gathered.cols, "draft_logits: gathered row stride below its columns");
+  check(gathered.cols % head.n() == 0, "draft_logits: gathered has {} columns, not a multiple of the shard's {}",
+        gathered.cols, head.n());
+  check(gather || (gathered.data == shard.data && gathered.cols == shard.cols &&
+                   gathered.row_stride == shard.row_stride),
+        "draft_logits: without a gather, `gathered` must be the shard itself (TP 1)");
+  check(epilogue.vocab >= 1 && epilogue.vocab <= gathered.cols, "draft_logits: vocab {} outside 1..{}", epilogue.vocab,
+        gathered.cols);
+  check(epilogue.soft_cap >= 0.0f, "draft_logits: negative soft cap");
   // Why: the epilogue writes single elements, so out's rows need no 16-byte alignment.
-  require(out.data != nullptr && out.dtype == DType::kBF16 && out.cols == epilogue.vocab &&
-              out.row_stride >= out.cols && reinterpret_cast<std::uintptr_t>(out.data) % 2 == 0,
-          fmt::format("draft_logits: out must be bf16 [{}, {}] ({})", m, epilogue.vocab, out.describe()));
-  require(out.rows == m, fmt::format("draft_logits: out has {} rows, hidden has {}", out.rows, m));
+  check(out.data != nullptr && out.dtype == DType::kBF16 && out.cols == epilogue.vocab && out.row_stride >= out.cols &&
+            reinterpret_cast<std::uintptr_t>(out.data) % 2 == 0,
+        "draft_logits: out must be bf16 [{}, {}] ({})", m, epilogue.vocab, out.describe());
+  check(out.rows == m, "draft_logits: out has {} rows, hidden has {}", out.rows, m);
 
   head.run(hidden, shard, stream);
   if (gather) gather(shard, gathered, stream);

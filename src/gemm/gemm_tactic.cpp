@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "tpdecode/error.hpp"
+#include "core/check.hpp"
+#include "gemm/stream_k_plan.hpp"
+#include "tpdecode/hash.hpp"
 
 namespace tpdecode {
 namespace {
@@ -16,8 +18,6 @@ namespace {
 constexpr double kHbmBytesPerUs = 4.0e6;  // what the engine streams at best
 constexpr double kLoadedLatencyUs = 2.5;  // a copy's round trip under load (Little's law)
 constexpr double kLaunchUs = 1.0;         // launch, ring fill and drain
-constexpr int kSmemPerSm = 228 * 1024;
-constexpr int kSmemReservedPerCta = 1024;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -66,7 +66,7 @@ bool warp_activations_ok(const TensorView& x) {
 }
 
 int warp_token_tiles(int m) {
-  require(m >= 1 && m <= kWarpMaxRows, fmt::format("warp split-K: {} rows (1..{})", m, kWarpMaxRows));
+  check(m >= 1 && m <= kWarpMaxRows, "decode gemm engines: {} rows (1..{})", m, kWarpMaxRows);
   return m <= 8 ? 1 : m <= 16 ? 2 : 4;
 }
 
@@ -80,10 +80,10 @@ int warp_smem_bytes(int token_tiles) {
 int warp_ctas_per_sm(int token_tiles) { return kSmemPerSm / (warp_smem_bytes(token_tiles) + kSmemReservedPerCta); }
 
 GemmTactic tactic_with_split(int64_t n, int64_t k, int m, int sms, int split) {
-  require(warp_eligible(n, k), fmt::format("warp split-K: shape {}x{} is not eligible", n, k));
-  require(sms >= 1, "warp split-K: no SMs");
-  require((split == 1 || split == 2 || split == 4 || split == 8) && split_legal(k, split),
-          fmt::format("warp split-K: split {} for K {}", split, k));
+  check(warp_eligible(n, k), "warp split-K: shape {}x{} is not eligible", n, k);
+  check(sms >= 1, "warp split-K: no SMs");
+  check((split == 1 || split == 2 || split == 4 || split == 8) && split_legal(k, split),
+        "warp split-K: split {} for K {}", split, k);
   return model(n, k, m, sms, split);
 }
 
@@ -97,8 +97,170 @@ GemmTactic choose_tactic(int64_t n, int64_t k, int m, int sms) {
 }
 
 std::string GemmTactic::describe() const {
-  return fmt::format("{} blocks x split {}, {} token tile{}{}", blocks, split, token_tiles, token_tiles > 1 ? "s" : "",
-                     engine_preferred ? "" : " (rule: cuBLAS)");
+  return fmt::format("{} blocks x split {}, {} token tile{}", blocks, split, token_tiles, token_tiles > 1 ? "s" : "");
+}
+
+// ---- Decisions and buckets ------------------------------------------------------
+
+const char* gemm_path_name(GemmPath p) {
+  switch (p) {
+    case GemmPath::kWarpSplitK: return "warp";
+    case GemmPath::kCublas: return "cublas";
+    case GemmPath::kStreamK: return "stream";
+    case GemmPath::kCublasLt: return "cublaslt";
+  }
+  return "?";
+}
+
+const char* gemm_source_name(GemmSource s) {
+  switch (s) {
+    case GemmSource::kRule: return "rule";
+    case GemmSource::kTuned: return "tuned";
+    case GemmSource::kCache: return "cache";
+    case GemmSource::kAgreed: return "agreed";
+    case GemmSource::kForced: return "forced";
+  }
+  return "?";
+}
+
+std::string describe(const GemmDecision& d) {
+  switch (d.path) {
+    case GemmPath::kWarpSplitK: return fmt::format("warp split {}", int{d.split});
+    case GemmPath::kStreamK: return fmt::format("stream v{}", int{d.variant});
+    case GemmPath::kCublasLt: {
+      uint64_t h = 0;  // a short name for the algorithm's bytes
+      for (uint64_t word : d.lt_algo) h = hash::mix64(h ^ word);
+      return fmt::format("cublaslt #{:06x}", h & 0xffffff);
+    }
+    case GemmPath::kCublas: break;
+  }
+  return "cublas";
+}
+
+GemmDecision warp_decision(int split) {
+  GemmDecision d;
+  d.path = GemmPath::kWarpSplitK;
+  d.split = static_cast<uint8_t>(split);
+  return d;
+}
+
+GemmDecision stream_decision(int variant) {
+  GemmDecision d;
+  d.path = GemmPath::kStreamK;
+  d.variant = static_cast<uint8_t>(variant);
+  return d;
+}
+
+GemmDecision cublas_decision() { return GemmDecision{}; }
+
+namespace {
+constexpr std::array<int, kGemmBuckets + 1> kBucketEdges = {1, 2, 3, 5, 9, 13, 17, 25, 33};  // [edge, next edge)
+}  // namespace
+
+int gemm_m_bucket(int m) {
+  check(m >= 1 && m <= kWarpMaxRows, "decode gemm: no bucket for {} rows (1..{})", m, kWarpMaxRows);
+  return static_cast<int>(std::upper_bound(kBucketEdges.begin(), kBucketEdges.end(), m) - kBucketEdges.begin()) - 1;
+}
+
+int gemm_bucket_min(int bucket) {
+  check(bucket >= 0 && bucket < kGemmBuckets, "decode gemm: bucket {}", bucket);
+  return kBucketEdges[bucket];
+}
+
+int gemm_bucket_max(int bucket) {
+  check(bucket >= 0 && bucket < kGemmBuckets, "decode gemm: bucket {}", bucket);
+  return kBucketEdges[bucket + 1] - 1;
+}
+
+// ---- The stream-K engine ---------------------------------------------------------
+
+bool stream_eligible(int64_t n, int64_t k) {
+  return n > 0 && k > 0 && n % 16 == 0 && k % 128 == 0 && n <= (int64_t{1} << 40) / k;
+}
+
+bool stream_weight_ok(const TensorView& weight) {
+  return weight.data != nullptr && weight.dtype == DType::kBF16 && weight.contiguous() && weight.aligned(16) &&
+         stream_eligible(weight.rows, weight.cols);
+}
+
+namespace {
+
+// The ring's stage count for a variant at `token_tiles` (0 where not even one fits).
+int stream_stages(int token_tiles, int variant) {
+  const StreamVariant& v = kStreamVariants[static_cast<std::size_t>(variant)];
+  const int budget =
+      v.smem_share == 1 ? kSmemPerCtaMax : (kSmemPerSm - v.smem_share * kSmemReservedPerCta) / v.smem_share;
+  int stages = 0;
+  while (stages < kStreamMaxStages && stream_k::layout(token_tiles, v.stage_cols, stages + 1).total <= budget) ++stages;
+  return stages;
+}
+
+}  // namespace
+
+bool stream_variant_fits(int m, int variant) {
+  return variant >= 0 && variant < static_cast<int>(kStreamVariants.size()) &&
+         stream_stages(warp_token_tiles(m), variant) >= kStreamMinStages;
+}
+
+StreamTactic stream_tactic(int64_t n, int64_t k, int m, int sms, int variant) {
+  check(stream_eligible(n, k), "stream-K: shape {}x{} is not eligible", n, k);
+  check(sms >= 1, "stream-K: no SMs");
+  check(stream_variant_fits(m, variant), "stream-K: variant {} does not fit {} rows", variant, m);
+  const StreamVariant& v = kStreamVariants[static_cast<std::size_t>(variant)];
+  StreamTactic t;
+  t.variant = variant;
+  t.token_tiles = warp_token_tiles(m);
+  t.stage_cols = v.stage_cols;
+  t.stages = stream_stages(t.token_tiles, variant);
+  t.l2_prefetch_bytes = v.l2_prefetch_kb * 1024;
+  t.tiles = ceil_div(n, stream_k::kRows);
+  t.steps_per_tile = k / stream_k::kStepCols;
+  t.total_steps = t.tiles * t.steps_per_tile;
+  t.ctas = static_cast<int>(
+      std::min<int64_t>(int64_t{v.ctas_per_sm} * sms, std::max<int64_t>(1, t.total_steps / stream_k::kMinStepsPerCta)));
+  t.smem_bytes = stream_k::layout(t.token_tiles, t.stage_cols, t.stages).total;
+  return t;
+}
+
+std::string StreamTactic::describe() const {
+  return fmt::format("v{}: {} CTAs, {} stages of {} columns{}", variant, ctas, stages, stage_cols,
+                     l2_prefetch_bytes ? fmt::format(", {} KB to L2 early", l2_prefetch_bytes / 1024) : "");
+}
+
+// ---- Candidates and the static rule -------------------------------------------
+
+std::vector<GemmDecision> engine_candidates(int64_t n, int64_t k, int m, GemmEngines engines) {
+  std::vector<GemmDecision> out;
+  if (engines.warp && warp_eligible(n, k))
+    for (int split = 1; split <= 8; split *= 2)
+      if (split_legal(k, split)) out.push_back(warp_decision(split));
+  if (engines.stream && stream_eligible(n, k))
+    for (int v = 0; v < static_cast<int>(kStreamVariants.size()); ++v)
+      if (stream_variant_fits(m, v)) out.push_back(stream_decision(v));
+  out.push_back(cublas_decision());
+  for (GemmDecision& d : out) d.source = GemmSource::kTuned;
+  return out;
+}
+
+GemmDecision rule_decision(int64_t n, int64_t k, int m, int sms, GemmEngines engines) {
+  if (engines.warp && warp_eligible(n, k)) {
+    const GemmTactic t = choose_tactic(n, k, m, sms);
+    if (t.engine_preferred) return warp_decision(t.split);
+  }
+  return cublas_decision();
+}
+
+bool engine_decision_legal(const GemmDecision& d, int64_t n, int64_t k, int m, int sms, GemmEngines engines) {
+  if (m < 1 || m > kWarpMaxRows || sms < 1) return d.path == GemmPath::kCublas;
+  switch (d.path) {
+    case GemmPath::kCublas:
+    case GemmPath::kCublasLt: return true;
+    case GemmPath::kWarpSplitK:
+      return engines.warp && warp_eligible(n, k) && (d.split == 1 || d.split == 2 || d.split == 4 || d.split == 8) &&
+             split_legal(k, d.split);
+    case GemmPath::kStreamK: return engines.stream && stream_eligible(n, k) && stream_variant_fits(m, d.variant);
+  }
+  return false;
 }
 
 }  // namespace tpdecode

@@ -1,20 +1,8 @@
+#include "gemm/token_tiles.hpp"
 #include "tpdecode/launch.cuh"
 #include "gemm/warp_splitk.cuh"
 
 namespace tpdecode {
-namespace {
-
-template <class F>
-void with_token_tiles(int tiles, F&& f) {
-  switch (tiles) {
-    case 1: return f(std::integral_constant<int, 1>{});
-    case 2: return f(std::integral_constant<int, 2>{});
-    case 4: return f(std::integral_constant<int, 4>{});
-    default: throw InvalidArgument("warp split-K: token tiles must be 1, 2 or 4");
-  }
-}
-
-}  // namespace
 
 void prepare_warp_splitk(int token_tiles) {
   with_token_tiles(token_tiles, [&](auto tiles) {

@@ -37,23 +37,6 @@ inline constexpr int kThreads = kWarpWarps * 32;
 inline constexpr int kWPieces = 8;  // 16-byte W copies per thread per stage: 2 rows x 4
 inline constexpr int kMaxSplit = 8;  // cluster ranks (the portable cluster size)
 
-__device__ __forceinline__ uint4 load_shared16(const uint4* p) {
-  uint4 v;
-  const uint32_t a = dev::shared_address(p);
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
-  return v;
-}
-
-// d += a * b, m16n8k16, BF16 in, FP32 accumulate.
-__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
@@ -106,6 +89,11 @@ __global__ void __launch_bounds__(kThreads) warp_splitk_kernel(const WarpSplitKP
     }
   };
 
+  // Why: the next kernel in the stream may launch as soon as every CTA of this one
+  // runs, so its weight prefetch overlaps this kernel's tail (it reads this
+  // kernel's output only after its own griddepcontrol.wait, which waits for all of
+  // this grid to complete).
+  dev::pdl_launch_dependents();
   // Why: the weights do not depend on the previous kernel, so their copies start
   // before the grid-dependency wait; the activations are read only after it.
 #pragma unroll
@@ -146,21 +134,20 @@ __global__ void __launch_bounds__(kThreads) warp_splitk_kernel(const WarpSplitKP
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) ws[r][i] = load_shared16(sw + (r * 4 + i) * 32);
+      for (int i = 0; i < 4; ++i) ws[r][i] = dev::load_shared16(sw + (r * 4 + i) * 32);
     if (!active) continue;
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) {
-        const uint4 xs = load_shared16(sx + (i * kTokens + 8 * j + g) * 4 + t);  // token 8 j + g
+        const uint4 xs = dev::load_shared16(sx + (i * kTokens + 8 * j + g) * 4 + t);  // token 8 j + g
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          mma_bf16(acc[j], word(ws[0][i], 2 * h), word(ws[1][i], 2 * h), word(ws[0][i], 2 * h + 1),
+          dev::mma_bf16(acc[j], word(ws[0][i], 2 * h), word(ws[1][i], 2 * h), word(ws[0][i], 2 * h + 1),
                    word(ws[1][i], 2 * h + 1), word(xs, 2 * h), word(xs, 2 * h + 1));
       }
   }
   dev::copy_wait<0>();
-  dev::pdl_launch_dependents();
 
   // acc[j]: rows g (0, 1) and g + 8 (2, 3) of this warp's tile, tokens 8 j + 2 t (+1).
 #pragma unroll

@@ -1,0 +1,100 @@
+// Measured dispatch for DecodeGemm: one decision per (GPU, N, K, M bucket), timed
+// on the first eager call and kept in memory (shared by every DecodeGemm of the
+// process, thread-safe) and, when TPDECODE_TUNE_CACHE names a file, on disk.
+//
+// Environment (read once, by GemmTuner::shared()):
+//   TPDECODE_TUNE=0          no tuning: the cached decision, else the static rule
+//   TPDECODE_TUNE_CACHE=FILE JSON decisions keyed by GPU name, SM count, library
+//                            version, N, K, M bucket and dtype; loaded at start,
+//                            rewritten after each new decision. A corrupt file is
+//                            reported and ignored (never overwritten); an
+//                            unwritable one is reported once; neither stops a run.
+//
+// Teams: a rank's decision may differ from its peers' (timing noise), and
+// replicated GEMMs must stay bitwise identical on every rank. DecodeGemm::
+// set_agreement takes a GemmAgreement, called once per bucket on every rank at the
+// same point of the program (the first eager call), that returns the decision all
+// ranks run (e.g. rank 0's, broadcast with NCCL). Ranks that are threads of one
+// process share GemmTuner::shared() and agree without it.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tpdecode/gemm_tactic.hpp"
+
+namespace tpdecode {
+
+// What a decision is keyed by: it carries over between processes and GPUs only
+// where every field matches.
+struct GemmKey {
+  std::string device;   // GPU name, e.g. "NVIDIA H200"
+  int sms = 0;
+  std::string version;  // gemm_library_version()
+  int64_t n = 0;
+  int64_t k = 0;
+  int bucket = 0;       // gemm_m_bucket(m)
+  DType dtype = DType::kBF16;
+  bool operator==(const GemmKey&) const = default;
+  std::string describe() const;  // e.g. "NVIDIA H200 (132 SMs) 2112x7168 M 5-8 bf16"
+};
+
+// The tpdecode engines' revision and the cuBLASLt version: decisions made under
+// another version are not used.
+std::string gemm_library_version();
+
+// Times the candidates: microseconds per call for each, in order (a value that is
+// not finite and positive marks a candidate that failed).
+using GemmMeasure = std::function<std::vector<double>(const std::vector<GemmDecision>& candidates)>;
+// A team's agreement: this rank's decision in, the one every rank runs out.
+using GemmAgreement = std::function<GemmDecision(const GemmKey& key, const GemmDecision& local)>;
+using GemmWarning = std::function<void(const std::string& message)>;
+
+struct GemmTunerOptions {
+  bool enabled = true;     // false: the cached decision, else the static rule
+  std::string cache_path;  // empty: decisions stay in memory
+  GemmWarning warn;        // empty: "tpdecode: warning: ..." on stderr
+  static GemmTunerOptions from_env();
+};
+
+class GemmTuner {
+ public:
+  explicit GemmTuner(GemmTunerOptions options = {});
+  ~GemmTuner();
+  GemmTuner(const GemmTuner&) = delete;
+  GemmTuner& operator=(const GemmTuner&) = delete;
+
+  // The process's tuner (options from the environment at first use).
+  static std::shared_ptr<GemmTuner> shared();
+
+  bool enabled() const;
+  // The decision made or loaded for `key`, if any.
+  std::optional<GemmDecision> cached(const GemmKey& key) const;
+  // The decision for `key`: the cached one; else, with tuning enabled, the fastest
+  // of `candidates` as timed by `measure` (source kTuned, with its time and the
+  // tuning cost; kept, and written to the cache file); else `rule`. A key is decided
+  // once: a concurrent caller of the same key waits for the first; measurements on
+  // one device never overlap. A measurement that throws, or where no candidate ran,
+  // is reported and gives `rule` (kept in memory for the key).
+  GemmDecision decide(const GemmKey& key, int device, const std::vector<GemmDecision>& candidates,
+                      const GemmMeasure& measure, const GemmDecision& rule);
+  // Records a decision for `key` as if tuned (tools, tests); written to the file.
+  void insert(const GemmKey& key, const GemmDecision& d);
+  // Reports through the options' warning sink.
+  void warn(const std::string& message) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// What a rank runs for `key`: tuner.decide(...), then, if `agree` is set, the
+// team's agreed decision (source kAgreed where it differs from this rank's).
+GemmDecision resolve_decision(GemmTuner& tuner, const GemmKey& key, int device,
+                              const std::vector<GemmDecision>& candidates, const GemmMeasure& measure,
+                              const GemmDecision& rule, const GemmAgreement& agree);
+
+}  // namespace tpdecode

@@ -1,0 +1,183 @@
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <numeric>
+
+#include "gemm/gemm_paths.hpp"
+#include "tpdecode/bf16.hpp"
+#include "tpdecode/device_buffer.hpp"
+#include "tpdecode/error.hpp"
+#include "tpdecode/random_fill.hpp"
+
+namespace tpdecode {
+namespace {
+
+// How candidates are timed, and why.
+constexpr double kRotateL2s = 3.0;     // weight copies total >= 3 x L2 (at most kMaxCalls copies: below
+                                       // ~3 MB a weight may partly hit L2; such calls are launch-bound)
+constexpr double kGraphBytes = 384e6;  // weight bytes per timed graph (~85 us at 4.5 TB/s): the events'
+                                       // ~0.5 us resolution stays below 1 %
+constexpr int kMaxCalls = 64;          // calls per graph at most (the smallest weights)
+constexpr int kRounds = 5;             // timed replays per candidate, interleaved; the median is kept
+constexpr int kRoundsLarge = 3;        // where one graph streams more than kLargeGraphBytes
+constexpr double kLargeGraphBytes = 1e9;  // (keeps the largest weights near 50 ms of tuning)
+// A candidate whose output is farther than this from cuBLAS's (relative, Frobenius)
+// is wrong and never chosen. Both round once to BF16 from FP32 sums: they differ by
+// ~1e-3; a wrong sum or an unwritten element is O(1) or NaN.
+constexpr double kMismatch = 2e-2;
+
+struct OwnStream {
+  cudaStream_t s = nullptr;
+  OwnStream() { TPD_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~OwnStream() {
+    cudaStreamSynchronize(s);
+    cudaStreamDestroy(s);
+  }
+};
+
+struct OwnEvent {
+  cudaEvent_t e = nullptr;
+  OwnEvent() { TPD_CUDA(cudaEventCreate(&e)); }
+  ~OwnEvent() { cudaEventDestroy(e); }
+};
+
+struct OwnGraph {
+  cudaGraphExec_t exec = nullptr;
+  ~OwnGraph() {
+    if (exec) cudaGraphExecDestroy(exec);
+  }
+};
+
+// Captures `body`'s launches on `s` into an executable graph.
+void capture(cudaStream_t s, const std::function<void()>& body, OwnGraph& out) {
+  cudaGraph_t graph = nullptr;
+  TPD_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  try {
+    body();
+  } catch (...) {
+    cudaStreamEndCapture(s, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    throw;
+  }
+  TPD_CUDA(cudaStreamEndCapture(s, &graph));
+  const cudaError_t e = cudaGraphInstantiate(&out.exec, graph, 0);
+  cudaGraphDestroy(graph);
+  TPD_CUDA(e);
+}
+
+// ||a - ref|| / ||ref|| over BF16 values (0 where ref is all zeros; NaN propagates).
+double distance(const std::vector<uint16_t>& a, const std::vector<uint16_t>& ref) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double r = bf16::to_float(ref[i]);
+    const double d = bf16::to_float(a[i]) - r;
+    num += d * d;
+    den += r * r;
+  }
+  return den > 0 ? std::sqrt(num / den) : 0.0;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+}  // namespace
+
+std::vector<double> measure_paths(const std::vector<GemmDecision>& candidates, const TensorView& weight, int m,
+                                  int sms, CublasContext& ctx, bool pdl, cudaStream_t stream, const GemmWarning& warn) {
+  const RelaxedCaptureMode relaxed;
+  TPD_CUDA(cudaStreamSynchronize(stream));
+  const int64_t n = weight.rows;
+  const int64_t k = weight.cols;
+  const std::size_t bytes = static_cast<std::size_t>(n * k) * 2;
+  int device = 0, l2 = 0;
+  TPD_CUDA(cudaGetDevice(&device));
+  TPD_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+  int copies = static_cast<int>(std::clamp(std::ceil(kRotateL2s * l2 / static_cast<double>(bytes)), 1.0,
+                                           static_cast<double>(kMaxCalls)));
+  DeviceBuffer pool;  // [copies - 1, N, K] bf16: copies of the weight
+  if (copies > 1) {
+    try {
+      pool = DeviceBuffer(bytes * static_cast<std::size_t>(copies - 1));
+    } catch (const CudaError&) {  // short of memory: the weight alone (L2 may flatter small ones)
+      cudaGetLastError();
+      copies = 1;
+    }
+  }
+  const OwnStream s;
+  for (int c = 1; c < copies; ++c)
+    TPD_CUDA(cudaMemcpyAsync(pool.as<char>() + bytes * static_cast<std::size_t>(c - 1), weight.data, bytes,
+                             cudaMemcpyDeviceToDevice, s.s));
+  DeviceBuffer x(static_cast<std::size_t>(m * k) * 2), out(static_cast<std::size_t>(m * n) * 2);
+  fill_uniform_bf16(x.get(), m * k, 0x7e57, 1.0f, s.s);
+  const TensorView xv = TensorView::bf16(x.get(), m, k);
+  const TensorView ov = TensorView::bf16(out.get(), m, n);
+  auto copy = [&](int c) {
+    return c % copies == 0 ? weight
+                           : TensorView::bf16(pool.as<char>() + bytes * static_cast<std::size_t>(c % copies - 1), n, k);
+  };
+  const int calls = std::max(
+      copies, std::min(kMaxCalls, static_cast<int>(std::ceil(kGraphBytes / static_cast<double>(bytes)))));
+  const int rounds = static_cast<double>(bytes) * calls > kLargeGraphBytes ? kRoundsLarge : kRounds;
+
+  // A candidate that cannot be prepared, captured or run, or whose output is not
+  // cuBLAS's, is marked failed (infinite time). cuBLAS runs first: its output is
+  // the reference (every call of a graph computes the same product: the copies are
+  // the same bytes).
+  std::vector<std::size_t> order(candidates.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_partition(order.begin(), order.end(),
+                        [&](std::size_t i) { return candidates[i].path == GemmPath::kCublas; });
+  std::vector<uint16_t> reference, got(static_cast<std::size_t>(m * n));
+  std::vector<OwnGraph> graphs(candidates.size());
+  for (std::size_t i : order) {
+    try {
+      prepare_path(candidates[i], weight, m, sms, ctx);
+      capture(
+          s.s,
+          [&] {
+            for (int c = 0; c < calls; ++c) launch_path(candidates[i], copy(c), xv, ov, sms, ctx, pdl, s.s);
+          },
+          graphs[i]);
+      TPD_CUDA(cudaMemsetAsync(out.get(), 0xff, out.bytes(), s.s));  // NaN: an unwritten element shows
+      TPD_CUDA(cudaGraphLaunch(graphs[i].exec, s.s));                // warm-up
+      TPD_CUDA(cudaMemcpyAsync(got.data(), out.get(), out.bytes(), cudaMemcpyDeviceToHost, s.s));
+      TPD_CUDA(cudaStreamSynchronize(s.s));
+      if (reference.empty() && candidates[i].path == GemmPath::kCublas) {
+        reference = got;
+      } else if (const double d = reference.empty() ? 0.0 : distance(got, reference); !(d <= kMismatch)) {
+        warn(fmt::format("decode gemm tuning: {} on {}x{} at {} rows is {:.3g} (relative) from cuBLAS's result; "
+                         "never chosen",
+                         describe(candidates[i]), n, k, m, d));
+        throw Error("wrong result");
+      }
+    } catch (const Error&) {
+      cudaGetLastError();
+      if (graphs[i].exec) cudaGraphExecDestroy(graphs[i].exec);
+      graphs[i].exec = nullptr;
+    }
+  }
+  std::vector<std::vector<double>> us(candidates.size());
+  const OwnEvent start, stop;
+  for (int r = 0; r < rounds; ++r)
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      if (!graphs[i].exec) continue;
+      TPD_CUDA(cudaEventRecord(start.e, s.s));
+      TPD_CUDA(cudaGraphLaunch(graphs[i].exec, s.s));
+      TPD_CUDA(cudaEventRecord(stop.e, s.s));
+      TPD_CUDA(cudaEventSynchronize(stop.e));
+      float ms = 0;
+      TPD_CUDA(cudaEventElapsedTime(&ms, start.e, stop.e));
+      us[i].push_back(1000.0 * ms / calls);
+    }
+  std::vector<double> result(candidates.size(), std::numeric_limits<double>::infinity());
+  for (std::size_t i = 0; i < candidates.size(); ++i)
+    if (!us[i].empty()) result[i] = median(us[i]);
+  return result;
+}
+
+}  // namespace tpdecode

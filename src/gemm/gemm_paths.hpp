@@ -1,0 +1,51 @@
+// Running a decision (gemm_paths.cpp): what each path needs prepared and its
+// launch; and timing candidates for the tuner (gemm_measure.cpp). Operands are
+// checked by the caller (decode_gemm.cpp).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <vector>
+
+#include "tpdecode/cublas_context.hpp"
+#include "tpdecode/error.hpp"
+#include "tpdecode/gemm_tactic.hpp"
+#include "tpdecode/gemm_tuner.hpp"
+#include "tpdecode/tensor.hpp"
+
+namespace tpdecode {
+
+// Host work outside any capture (tuning, preparing) runs in relaxed capture mode.
+// Why: another thread may be capturing in global mode (a rank of a team); our
+// allocations and synchronisations must neither fail nor break its capture.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { TPD_CUDA(cudaThreadExchangeStreamCaptureMode(&mode_)); }
+  ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
+// Host work `d` needs before it launches m rows of `weight` (kernel attributes,
+// the stream-K workspace on `ctx`). Never under capture.
+void prepare_path(const GemmDecision& d, const TensorView& weight, int m, int sms, CublasContext& ctx);
+// Whether the preparation `d` needs is in place (so it can launch under capture).
+bool path_prepared(const GemmDecision& d, const TensorView& weight, int m, int sms, CublasContext& ctx);
+// Launches `d` (prepared) for out = x * weight^T on `stream`.
+void launch_path(const GemmDecision& d, const TensorView& weight, const TensorView& x, const TensorView& out, int sms,
+                 CublasContext& ctx, bool pdl, cudaStream_t stream);
+
+// Microseconds per call of each candidate on m rows of `weight` (not finite: it
+// failed): CUDA graphs of back-to-back calls over rotating copies of the weight (at
+// least 3 x L2 in all, so no call finds its weight in L2; one copy where the weight
+// alone is that large), candidates interleaved, the median of a few replays. A
+// candidate whose output differs from cuBLAS's is reported through `warn` and
+// marked failed. Waits for `stream` first (the weight is ready, nothing of the
+// caller's overlaps); times on a stream of its own. Host only; never under capture.
+std::vector<double> measure_paths(const std::vector<GemmDecision>& candidates, const TensorView& weight, int m,
+                                  int sms, CublasContext& ctx, bool pdl, cudaStream_t stream, const GemmWarning& warn);
+
+}  // namespace tpdecode

@@ -1,0 +1,344 @@
+// GemmTuner on the CPU, with fake timers: it keeps the measured-fastest candidate,
+// decides a key once however many threads ask, never measures twice at once on a
+// device, round-trips its cache file, survives a corrupt or unwritable file, and
+// lets the ranks of a team agree on one decision.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "gemm/tune_file.hpp"
+#include "tpdecode/error.hpp"
+#include "tpdecode/gemm_tuner.hpp"
+
+namespace tpdecode {
+namespace {
+
+GemmKey key_of(int64_t n, int bucket = 3, std::string device = "NVIDIA H200") {
+  return {std::move(device), 132, "tpdecode test", n, 7168, bucket, DType::kBF16};
+}
+
+GemmDecision lt(uint64_t word) {
+  GemmDecision d;
+  d.path = GemmPath::kCublasLt;
+  d.lt_algo = {word, 1, 2, 3, 4, 5, 6, ~word};
+  return d;
+}
+
+const std::vector<GemmDecision> kCandidates = {warp_decision(1), warp_decision(8), stream_decision(0), stream_decision(2), cublas_decision(), lt(0x1234)};
+
+// A fake timer: fixed times per candidate, counting its calls.
+struct FakeTimer {
+  std::vector<double> us;
+  std::atomic<int> calls{0};
+  GemmMeasure measure() {
+    return [this](const std::vector<GemmDecision>& c) {
+      ++calls;
+      EXPECT_EQ(c.size(), us.size());
+      return us;
+    };
+  }
+};
+
+// Warnings captured instead of printed.
+struct Warnings {
+  std::mutex mutex;
+  std::vector<std::string> seen;
+  GemmWarning sink() {
+    return [this](const std::string& m) {
+      std::lock_guard lock(mutex);
+      seen.push_back(m);
+    };
+  }
+  std::size_t count() {
+    std::lock_guard lock(mutex);
+    return seen.size();
+  }
+};
+
+// A file path of its own, removed at the end.
+struct TempFile {
+  std::string path;
+  explicit TempFile(const char* name)
+      : path((std::filesystem::temp_directory_path() / (std::string(name) + "." + std::to_string(::getpid()))).string()) {
+    std::filesystem::remove(path);
+  }
+  ~TempFile() { std::filesystem::remove(path); }
+  std::string text() const {
+    std::ifstream in(path);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+};
+
+TEST(GemmTuner, PicksTheMeasuredFastest) {
+  GemmTuner tuner;
+  FakeTimer timer{{20.0, 12.0, 10.5, 11.0, 10.6, 30.0}};
+  const GemmDecision d = tuner.decide(key_of(4608), 0, kCandidates, timer.measure(), cublas_decision());
+  EXPECT_TRUE(d.same_path(stream_decision(0)));
+  EXPECT_EQ(d.source, GemmSource::kTuned);
+  EXPECT_FLOAT_EQ(d.measured_us, 10.5f);
+  EXPECT_GE(d.tune_ms, 0.0f);
+  // Decided once: the next call, and cached(), give it without measuring.
+  EXPECT_TRUE(tuner.decide(key_of(4608), 0, kCandidates, timer.measure(), cublas_decision()).same_path(d));
+  EXPECT_EQ(timer.calls, 1);
+  ASSERT_TRUE(tuner.cached(key_of(4608)).has_value());
+  EXPECT_TRUE(tuner.cached(key_of(4608))->same_path(d));
+  // Another bucket, another device name or another shape is another key.
+  EXPECT_FALSE(tuner.cached(key_of(4608, 4)).has_value());
+  EXPECT_FALSE(tuner.cached(key_of(4608, 3, "NVIDIA H100")).has_value());
+  EXPECT_FALSE(tuner.cached(key_of(4609)).has_value());
+  // The fastest wins wherever it is in the list.
+  FakeTimer last{{20.0, 12.0, 10.5, 11.0, 10.6, 9.9}};
+  EXPECT_TRUE(tuner.decide(key_of(2112), 0, kCandidates, last.measure(), cublas_decision()).same_path(lt(0x1234)));
+}
+
+TEST(GemmTuner, SkipsFailedCandidatesAndFallsBackToTheRule) {
+  Warnings warnings;
+  GemmTunerOptions o;
+  o.warn = warnings.sink();
+  GemmTuner tuner(o);
+  const double inf = std::numeric_limits<double>::infinity();
+  FakeTimer some{{inf, std::nan(""), 0.0, -1.0, 15.0, 14.0}};
+  EXPECT_TRUE(tuner.decide(key_of(1), 0, kCandidates, some.measure(), cublas_decision()).same_path(lt(0x1234)));
+  EXPECT_EQ(warnings.count(), 0u);
+
+  FakeTimer none{{inf, inf, inf, inf, inf, inf}};
+  const GemmDecision rule = warp_decision(8);
+  const GemmDecision d = tuner.decide(key_of(2), 0, kCandidates, none.measure(), rule);
+  EXPECT_TRUE(d.same_path(rule));
+  EXPECT_EQ(d.source, GemmSource::kRule);
+  EXPECT_EQ(warnings.count(), 1u);
+
+  auto throwing = [](const std::vector<GemmDecision>&) -> std::vector<double> { throw Error("device lost"); };
+  EXPECT_TRUE(tuner.decide(key_of(3), 0, kCandidates, throwing, rule).same_path(rule));
+  EXPECT_EQ(warnings.count(), 2u);
+  // The failure is remembered: no second attempt for the key.
+  FakeTimer later{{1, 1, 1, 1, 1, 1}};
+  EXPECT_TRUE(tuner.decide(key_of(3), 0, kCandidates, later.measure(), rule).same_path(rule));
+  EXPECT_EQ(later.calls, 0);
+}
+
+TEST(GemmTuner, DisabledTuningUsesTheRule) {
+  GemmTunerOptions o;
+  o.enabled = false;
+  GemmTuner tuner(o);
+  FakeTimer timer{{1, 2, 3, 4, 5, 6}};
+  const GemmDecision d = tuner.decide(key_of(4608), 0, kCandidates, timer.measure(), warp_decision(4));
+  EXPECT_TRUE(d.same_path(warp_decision(4)));
+  EXPECT_EQ(d.source, GemmSource::kRule);
+  EXPECT_EQ(timer.calls, 0);
+  EXPECT_FALSE(tuner.cached(key_of(4608)).has_value());
+}
+
+TEST(GemmTuner, OptionsFromTheEnvironment) {
+  ::setenv("TPDECODE_TUNE", "0", 1);
+  ::setenv("TPDECODE_TUNE_CACHE", "/tmp/somewhere.json", 1);
+  GemmTunerOptions o = GemmTunerOptions::from_env();
+  EXPECT_FALSE(o.enabled);
+  EXPECT_EQ(o.cache_path, "/tmp/somewhere.json");
+  ::setenv("TPDECODE_TUNE", "1", 1);
+  ::unsetenv("TPDECODE_TUNE_CACHE");
+  o = GemmTunerOptions::from_env();
+  EXPECT_TRUE(o.enabled);
+  EXPECT_TRUE(o.cache_path.empty());
+  ::unsetenv("TPDECODE_TUNE");
+  EXPECT_TRUE(GemmTunerOptions::from_env().enabled);
+}
+
+TEST(GemmTuner, ConcurrentCallersOfOneKeyDecideOnce) {
+  GemmTuner tuner;
+  std::atomic<int> calls{0};
+  auto slow = [&](const std::vector<GemmDecision>& c) {
+    ++calls;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::vector<double> us(c.size(), 20.0);
+    us[3] = 10.0;
+    return us;
+  };
+  std::vector<GemmDecision> got(8);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] { got[static_cast<std::size_t>(t)] = tuner.decide(key_of(4608), 0, kCandidates, slow, cublas_decision()); });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(calls, 1);
+  for (const GemmDecision& d : got) EXPECT_TRUE(d.same_path(stream_decision(2)));
+}
+
+TEST(GemmTuner, MeasurementsOnOneDeviceNeverOverlap) {
+  GemmTuner tuner;
+  std::atomic<int> active{0}, most{0};
+  auto measure = [&](const std::vector<GemmDecision>& c) {
+    const int now = ++active;
+    most = std::max(most.load(), now);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    --active;
+    return std::vector<double>(c.size(), 1.0);
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t)
+    threads.emplace_back([&, t] { tuner.decide(key_of(1000 + t), /*device*/ 0, kCandidates, measure, cublas_decision()); });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(most, 1);
+}
+
+TEST(GemmTuner, CacheRoundTrips) {
+  const TempFile file("tpdecode_tune_roundtrip");
+  GemmTunerOptions o;
+  o.cache_path = file.path;
+  GemmDecision a, b;
+  {
+    GemmTuner first(o);
+    FakeTimer ta{{9, 8, 7, 6, 5, 4}};  // the cuBLASLt algorithm wins
+    a = first.decide(key_of(4608, 0), 0, kCandidates, ta.measure(), cublas_decision());
+    FakeTimer tb{{9, 8, 3, 6, 5, 4}};  // stream v0 wins
+    b = first.decide(key_of(2112, 7), 0, kCandidates, tb.measure(), cublas_decision());
+  }
+  ASSERT_TRUE(std::filesystem::exists(file.path));
+  GemmTuner second(o);
+  FakeTimer never{{1, 1, 1, 1, 1, 1}};
+  const GemmDecision a2 = second.decide(key_of(4608, 0), 0, kCandidates, never.measure(), cublas_decision());
+  const GemmDecision b2 = second.decide(key_of(2112, 7), 0, kCandidates, never.measure(), cublas_decision());
+  EXPECT_EQ(never.calls, 0);
+  EXPECT_TRUE(a2.same_path(a));
+  EXPECT_TRUE(a2.same_path(lt(0x1234)));
+  EXPECT_EQ(a2.lt_algo, lt(0x1234).lt_algo);
+  EXPECT_TRUE(b2.same_path(stream_decision(0)));
+  EXPECT_EQ(a2.source, GemmSource::kCache);
+  EXPECT_FLOAT_EQ(a2.measured_us, a.measured_us);
+  EXPECT_FLOAT_EQ(b2.tune_ms, b.tune_ms);
+  // Keyed by every field: another version finds nothing.
+  GemmKey other = key_of(4608, 0);
+  other.version = "tpdecode next";
+  EXPECT_FALSE(second.cached(other).has_value());
+}
+
+TEST(GemmTuner, SavingKeepsWhatOtherProcessesWrote) {
+  const TempFile file("tpdecode_tune_merge");
+  write_tune_file(file.path, {{key_of(777, 2, "NVIDIA H100"), warp_decision(2)}});
+  GemmTunerOptions o;
+  o.cache_path = file.path;
+  GemmTuner tuner(o);
+  FakeTimer t{{9, 8, 7, 6, 5, 4}};
+  tuner.decide(key_of(4608), 0, kCandidates, t.measure(), cublas_decision());
+  // Another process adds an entry meanwhile; our next save keeps it.
+  std::vector<TuneEntry> now = read_tune_file(file.path);
+  now.push_back({key_of(888), stream_decision(3)});
+  write_tune_file(file.path, now);
+  tuner.insert(key_of(999), warp_decision(4));
+  const std::vector<TuneEntry> all = read_tune_file(file.path);
+  EXPECT_EQ(all.size(), 4u);
+  int found = 0;
+  for (const TuneEntry& e : all)
+    found += (e.key == key_of(777, 2, "NVIDIA H100") && e.decision.same_path(warp_decision(2))) +
+             (e.key == key_of(888) && e.decision.same_path(stream_decision(3))) + (e.key == key_of(4608)) +
+             (e.key == key_of(999) && e.decision.same_path(warp_decision(4)));
+  EXPECT_EQ(found, 4);
+}
+
+TEST(GemmTuner, CorruptCacheWarnsIsIgnoredAndKept) {
+  const TempFile file("tpdecode_tune_corrupt");
+  for (const std::string& bad :
+       {std::string("{ not json"), std::string(R"({"format": "other", "entries": []})"),
+        std::string(R"({"format": "tpdecode-gemm-tune/1", "entries": [{"device": "x"}]})"),
+        std::string(R"({"format": "tpdecode-gemm-tune/1", "entries": [{"device": "NVIDIA H200", "sms": 132,
+           "version": "v", "n": 16, "k": 128, "m_min": 3, "m_max": 5, "dtype": "bf16", "path": "stream",
+           "split": 1, "variant": 0, "lt_algo": "00", "us": 1, "tune_ms": 1}]})")}) {
+    SCOPED_TRACE(bad);
+    { std::ofstream(file.path) << bad; }
+    Warnings warnings;
+    GemmTunerOptions o;
+    o.cache_path = file.path;
+    o.warn = warnings.sink();
+    GemmTuner tuner(o);
+    EXPECT_EQ(warnings.count(), 1u);
+    FakeTimer t{{9, 8, 7, 6, 5, 4}};
+    EXPECT_TRUE(tuner.decide(key_of(4608), 0, kCandidates, t.measure(), cublas_decision()).same_path(lt(0x1234)));
+    EXPECT_EQ(t.calls, 1);
+    EXPECT_EQ(file.text(), bad);  // never overwritten
+
+    o.enabled = false;  // no tuning: the static rule
+    GemmTuner off(o);
+    EXPECT_TRUE(off.decide(key_of(4608), 0, kCandidates, t.measure(), warp_decision(8)).same_path(warp_decision(8)));
+  }
+}
+
+TEST(GemmTuner, UnwritableCacheWarnsOnce) {
+  Warnings warnings;
+  GemmTunerOptions o;
+  o.cache_path = "/nonexistent-directory-of-tpdecode/tune.json";
+  o.warn = warnings.sink();
+  GemmTuner tuner(o);
+  EXPECT_EQ(warnings.count(), 0u);  // a missing file is an empty cache
+  FakeTimer t{{9, 8, 7, 6, 5, 4}};
+  EXPECT_TRUE(tuner.decide(key_of(1), 0, kCandidates, t.measure(), cublas_decision()).same_path(lt(0x1234)));
+  EXPECT_TRUE(tuner.decide(key_of(2), 0, kCandidates, t.measure(), cublas_decision()).same_path(lt(0x1234)));
+  EXPECT_EQ(warnings.count(), 1u);
+  EXPECT_TRUE(tuner.cached(key_of(2)).has_value());
+}
+
+// Ranks as separate processes (a tuner each), measuring different winners; the
+// agreement broadcasts rank 0's decision, as an NCCL broadcast would.
+TEST(GemmTuner, EveryRankOfATeamRunsTheSameDecision) {
+  constexpr int kRanks = 4;
+  struct Broadcast {
+    std::mutex mutex;
+    std::condition_variable cv;
+    std::optional<GemmDecision> root;
+    GemmDecision exchange(int rank, const GemmDecision& mine) {
+      std::unique_lock lock(mutex);
+      if (rank == 0) {
+        root = mine;
+        cv.notify_all();
+      }
+      cv.wait(lock, [&] { return root.has_value(); });
+      return *root;
+    }
+  } broadcast;
+  std::vector<GemmDecision> local(kRanks), agreed(kRanks);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < kRanks; ++r)
+    ranks.emplace_back([&, r] {
+      GemmTuner tuner;  // this rank's process
+      std::vector<double> us(kCandidates.size(), 50.0);
+      us[static_cast<std::size_t>(r)] = 10.0;  // each rank measures another winner
+      const GemmMeasure measure = [us](const std::vector<GemmDecision>&) { return us; };
+      local[static_cast<std::size_t>(r)] = tuner.decide(key_of(4608), 0, kCandidates, measure, cublas_decision());
+      const GemmAgreement agree = [&, r](const GemmKey&, const GemmDecision& mine) {
+        return broadcast.exchange(r, mine);
+      };
+      agreed[static_cast<std::size_t>(r)] =
+          resolve_decision(tuner, key_of(4608), 0, kCandidates, measure, cublas_decision(), agree);
+    });
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_TRUE(local[static_cast<std::size_t>(r)].same_path(kCandidates[static_cast<std::size_t>(r)]));
+    EXPECT_TRUE(agreed[static_cast<std::size_t>(r)].same_path(kCandidates[0])) << "rank " << r;
+    EXPECT_EQ(agreed[static_cast<std::size_t>(r)].source, r == 0 ? GemmSource::kTuned : GemmSource::kAgreed);
+  }
+  // Without an agreement, resolve_decision is the rank's own decision.
+  GemmTuner alone;
+  FakeTimer t{{9, 8, 7, 6, 5, 4}};
+  EXPECT_TRUE(resolve_decision(alone, key_of(1), 0, kCandidates, t.measure(), cublas_decision(), {}).same_path(lt(0x1234)));
+}
+
+TEST(GemmTuner, KeysDescribeThemselves) {
+  EXPECT_EQ(key_of(2112, 3).describe(), "NVIDIA H200 (132 SMs) 2112x7168 M 5-8 bf16");
+  EXPECT_NE(gemm_library_version().find("cuBLASLt"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tpdecode

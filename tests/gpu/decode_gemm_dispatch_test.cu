@@ -1,0 +1,222 @@
+// DecodeGemm's dispatch on the GPU: the tuner times the candidates on the real
+// weight and keeps one (reused by the next DecodeGemm of the shape), ranks agree
+// through the hook and replicated GEMMs match bitwise, what no engine takes runs on
+// cuBLAS, bad input is refused, and without tuning the static rule runs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <random>
+#include <condition_variable>
+#include <iostream>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpu/gemm_problem.hpp"
+#include "tpdecode/bf16.hpp"
+#include "tpdecode/decode_gemm.hpp"
+#include "reference/gemm.hpp"
+
+namespace tpdecode {
+namespace {
+
+using namespace test;  // the GEMM test helpers (gemm_problem.hpp)
+
+// The measured dispatch on the GPU: the first eager call times the candidates and
+// keeps one of them; the next DecodeGemm of the shape reuses the decision.
+TEST(DecodeGemm, TuningPicksACandidateAndReusesIt) {
+  TPD_REQUIRE_GPU();
+  std::mt19937_64 rng(test::fresh_seed());
+  auto tuner = private_tuner(true);
+  Problem p(4608, 7168, rng);
+  DecodeGemm gemm(p.weight(), nullptr, tuner);
+  const int m = 4;
+  DeviceBuffer out(static_cast<std::size_t>(m * p.n) * 2);
+  const GemmPath taken = gemm.run(p.rows(m), TensorView::bf16(out.get(), m, p.n), nullptr);
+  TPD_CUDA(cudaDeviceSynchronize());
+  ASSERT_TRUE(gemm.prepared(m));
+  const GemmDecision d = gemm.decision(m);
+  EXPECT_EQ(d.source, GemmSource::kTuned);
+  EXPECT_EQ(taken, d.path);
+  EXPECT_GT(d.measured_us, 0.0f);
+  EXPECT_LT(p.error(out, m), 1e-2);
+  const std::vector<GemmDecision> candidates = gemm.candidates(gemm_bucket_max(gemm_m_bucket(m)));
+  EXPECT_TRUE(std::any_of(candidates.begin(), candidates.end(), [&](const GemmDecision& c) { return c.same_path(d); }));
+  std::cout << "[ tuned    ] 4608x7168 M " << m << ": " << describe(d) << ", " << d.measured_us << " us, tuning took "
+            << d.tune_ms << " ms over " << candidates.size() << " candidates\n";
+
+  Problem q(4608, 7168, rng);
+  DecodeGemm other(q.weight(), nullptr, tuner);
+  other.prepare(3);  // same bucket (3-4)
+  EXPECT_TRUE(other.decision(3).same_path(d));
+  EXPECT_EQ(other.decision(3).tune_ms, d.tune_ms);  // not re-timed
+  CublasContext cublas;
+  check_rows(q, other, cublas, 3, 2);
+}
+
+// Ranks with their own tuners (as separate processes would be) agree through the
+// hook; on replicated weights their outputs are then bitwise identical.
+TEST(DecodeGemm, RanksAgreeAndReplicatedGemmsMatchBitwise) {
+  TPD_REQUIRE_GPU();
+  std::mt19937_64 rng(test::fresh_seed());
+  constexpr int kRanks = 2;
+  const int64_t n = 2112, k = 7168;
+  const int m = 8;
+  DeviceBuffer w(static_cast<std::size_t>(n * k) * 2), x(static_cast<std::size_t>(m * k) * 2);
+  fill_uniform(w.get(), n * k, rng);
+  fill_uniform(x.get(), m * k, rng);
+  struct Broadcast {
+    std::mutex mutex;
+    std::condition_variable cv;
+    std::optional<GemmDecision> root;
+  } broadcast;
+  std::vector<DeviceBuffer> outs;
+  for (int r = 0; r < kRanks; ++r) outs.emplace_back(static_cast<std::size_t>(m * n) * 2);
+  std::vector<GemmDecision> decided(kRanks);
+  std::vector<GemmPath> undecided(kRanks);
+  std::vector<std::string> failed(kRanks);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < kRanks; ++r)
+    ranks.emplace_back([&, r] {
+      const std::size_t i = static_cast<std::size_t>(r);
+      try {
+        TPD_CUDA(cudaSetDevice(0));
+        DeviceBuffer copy(static_cast<std::size_t>(n * k) * 2);  // this rank's replica of the weight
+        TPD_CUDA(cudaMemcpy(copy.get(), w.get(), copy.bytes(), cudaMemcpyDeviceToDevice));
+        DecodeGemm gemm(TensorView::bf16(copy.get(), n, k), nullptr, private_tuner(true));
+        gemm.set_agreement([&, r](const GemmKey&, const GemmDecision& mine) {
+          std::unique_lock lock(broadcast.mutex);
+          if (r == 0) {
+            broadcast.root = mine;
+            broadcast.cv.notify_all();
+          }
+          broadcast.cv.wait(lock, [&] { return broadcast.root.has_value(); });
+          return *broadcast.root;
+        });
+        cudaStream_t stream;
+        TPD_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        gemm.run(TensorView::bf16(x.get(), m, k), TensorView::bf16(outs[i].get(), m, n), stream);
+        TPD_CUDA(cudaStreamSynchronize(stream));
+        TPD_CUDA(cudaStreamDestroy(stream));
+        decided[i] = gemm.decision(m);
+        // With an agreement set, an undecided bucket (as under capture) runs the static rule.
+        undecided[i] = gemm.path(20);
+      } catch (const std::exception& e) {
+        failed[i] = e.what();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < kRanks; ++r) ASSERT_EQ(failed[static_cast<std::size_t>(r)], "") << "rank " << r;
+  for (int r = 1; r < kRanks; ++r) {
+    EXPECT_TRUE(decided[static_cast<std::size_t>(r)].same_path(decided[0]))
+        << describe(decided[0]) << " vs " << describe(decided[static_cast<std::size_t>(r)]);
+    EXPECT_EQ(count_differences(outs[0].get(), outs[static_cast<std::size_t>(r)].get(), m * n), 0u);
+  }
+  const int sms = sm_count();
+  for (GemmPath p : undecided) EXPECT_EQ(p, rule_decision(n, k, 20, sms, {true, true}).path);
+}
+
+// What the engines do not take runs on cuBLAS, and is right.
+void expect_fallback(const TensorView& w, const TensorView& x, const std::vector<uint16_t>& w_host,
+                     const std::vector<uint16_t>& x_host, const char* what) {
+  SCOPED_TRACE(what);
+  DecodeGemm gemm(w, nullptr, private_tuner(true));
+  DeviceBuffer out(static_cast<std::size_t>(x.rows * w.rows) * 2);
+  test::poison(out);
+  const TensorView o = TensorView::bf16(out.get(), x.rows, w.rows);
+  EXPECT_EQ(gemm.path(x, o), GemmPath::kCublas);
+  EXPECT_EQ(gemm.run(x, o, nullptr), GemmPath::kCublas);
+  TPD_CUDA(cudaDeviceSynchronize());
+  const std::vector<uint16_t> got = test::to_host<uint16_t>(out, static_cast<std::size_t>(x.rows * w.rows));
+  std::vector<double> a(got.size());
+  for (std::size_t i = 0; i < got.size(); ++i) a[i] = bf16::to_float(got[i]);
+  EXPECT_LT(reference::relative_error(a, reference::gemm_bf16(x_host, w_host, x.rows, w.rows, w.cols)), 1e-2);
+}
+
+TEST(DecodeGemm, IneligibleCasesRunOnCublas) {
+  TPD_REQUIRE_GPU();
+  std::mt19937_64 rng(test::fresh_seed());
+  auto dense = [&](int64_t rows, int64_t cols, int64_t stride, int64_t offset) {
+    std::vector<uint16_t> host = test::random_bf16(static_cast<std::size_t>(rows * cols), rng);
+    std::vector<uint16_t> padded(static_cast<std::size_t>(offset + rows * stride), 0);
+    for (int64_t r = 0; r < rows; ++r) std::copy_n(host.begin() + r * cols, cols, padded.begin() + offset + r * stride);
+    return std::make_pair(std::move(host), test::to_device(padded));
+  };
+  {
+    auto [wh, w] = dense(2120, 512, 512, 0);  // N % 16 != 0
+    auto [xh, x] = dense(4, 512, 512, 0);
+    expect_fallback(TensorView::bf16(w.get(), 2120, 512), TensorView::bf16(x.get(), 4, 512), wh, xh, "N % 16");
+  }
+  {
+    auto [wh, w] = dense(256, 1000, 1000, 0);  // K % 128 != 0
+    auto [xh, x] = dense(4, 1000, 1000, 0);
+    expect_fallback(TensorView::bf16(w.get(), 256, 1000), TensorView::bf16(x.get(), 4, 1000), wh, xh, "K % 128");
+  }
+  auto [wh, w] = dense(512, 1024, 1024, 0);
+  const TensorView wv = TensorView::bf16(w.get(), 512, 1024);
+  {
+    auto [xh, x] = dense(33, 1024, 1024, 0);
+    expect_fallback(wv, TensorView::bf16(x.get(), 33, 1024), wh, xh, "M = 33");
+  }
+  {
+    auto [xh, x] = dense(4, 1024, 1024, 1);  // 2-byte aligned
+    expect_fallback(wv, TensorView::bf16(x.as<uint16_t>() + 1, 4, 1024), wh, xh, "misaligned x");
+  }
+  {
+    auto [xh, x] = dense(4, 1024, 1032, 0);
+    TensorView xv = TensorView::bf16(x.get(), 4, 1024);
+    xv.row_stride = 1032;
+    expect_fallback(wv, xv, wh, xh, "strided x");
+  }
+}
+
+TEST(DecodeGemm, BadInputIsRefused) {
+  TPD_REQUIRE_GPU();
+  DeviceBuffer w(512 * 1024 * 2), x(4 * 1024 * 2), out(4 * 512 * 2);
+  DecodeGemm gemm(TensorView::bf16(w.get(), 512, 1024), nullptr, private_tuner(false));
+  const TensorView xv = TensorView::bf16(x.get(), 4, 1024);
+  const TensorView ov = TensorView::bf16(out.get(), 4, 512);
+  EXPECT_THROW(gemm.run(TensorView::bf16(nullptr, 4, 1024), ov, nullptr), InvalidArgument);
+  EXPECT_THROW(gemm.run(TensorView::f32(x.get(), 4, 1024), ov, nullptr), InvalidArgument);
+  EXPECT_THROW(gemm.run(TensorView::bf16(x.get(), 4, 1000), ov, nullptr), InvalidArgument);
+  EXPECT_THROW(gemm.run(xv, TensorView::bf16(out.get(), 3, 512), nullptr), InvalidArgument);
+  EXPECT_THROW(gemm.run(xv, TensorView::bf16(out.get(), 4, 500), nullptr), InvalidArgument);
+  EXPECT_THROW(DecodeGemm(TensorView::bf16(nullptr, 16, 128)), InvalidArgument);
+  EXPECT_EQ(gemm.path(4), GemmPath::kCublas);  // the static rule for K = 1024
+  EXPECT_THROW(gemm.decision(4), InvalidArgument);
+  gemm.force(4, stream_decision(0));
+  EXPECT_EQ(gemm.path(4), GemmPath::kStreamK);
+  EXPECT_EQ(gemm.path(3), GemmPath::kStreamK);  // same bucket
+  EXPECT_EQ(gemm.path(33), GemmPath::kCublas);
+  EXPECT_THROW(gemm.force(16, stream_decision(1)), InvalidArgument);  // 1 KB stages hold 8 rows at most
+  EXPECT_THROW(gemm.force(4, stream_decision(17)), InvalidArgument);
+  EXPECT_THROW(gemm.force(4, warp_decision(3)), InvalidArgument);
+  EXPECT_THROW(gemm.force(33, stream_decision(0)), InvalidArgument);
+}
+
+// With tuning off, the dispatch is the static rule: the warp engine where it was
+// measured ahead of cuBLAS, else cuBLAS.
+TEST(DecodeGemm, StaticRuleWithoutTuning) {
+  TPD_REQUIRE_GPU();
+  std::mt19937_64 rng(test::fresh_seed());
+  Problem p(2112, 7168, rng);
+  DecodeGemm gemm(p.weight(), nullptr, private_tuner(false));
+  for (int m : {1, 8, 16, 32}) {
+    DeviceBuffer out(static_cast<std::size_t>(m * p.n) * 2);
+    const GemmPath taken = gemm.run(p.rows(m), TensorView::bf16(out.get(), m, p.n), nullptr);
+    ASSERT_TRUE(gemm.prepared(m));
+    EXPECT_EQ(gemm.decision(m).source, GemmSource::kRule);
+    EXPECT_EQ(taken, choose_tactic(p.n, p.k, m, sm_count()).engine_preferred ? GemmPath::kWarpSplitK
+                                                                              : GemmPath::kCublas)
+        << m;
+    EXPECT_EQ(taken, gemm.path(m)) << m;
+    TPD_CUDA(cudaDeviceSynchronize());
+    EXPECT_LT(p.error(out, m), 1e-2) << m;
+  }
+}
+
+}  // namespace
+}  // namespace tpdecode

@@ -1,0 +1,65 @@
+#include "gemm_shapes.hpp"
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include "core/check.hpp"
+#include "tpdecode/cublas_context.hpp"
+
+namespace tpdecode::cli {
+
+std::vector<GemmShape> drafter_shapes(int tp) {
+  check(tp == 1 || tp == 2 || tp == 4 || tp == 8, "drafter shapes: TP {} (1, 2, 4, 8)", tp);
+  const std::string set = fmt::format("tp{}", tp);
+  return {{set, "fused_qkv_a", 2112, 7168},     {set, "q_b", 18432 / tp, 1536},
+          {set, "o_proj", 7168, 12288 / tp},    {set, "gate_up", 36864 / tp, 7168},
+          {set, "down", 7168, 18432 / tp},      {set, "lm_head", 163840 / tp, 7168},
+          {set, "context", 7168 / tp, 35840}};
+}
+
+std::vector<GemmShape> layer_shapes(int tp) {
+  std::vector<GemmShape> s = drafter_shapes(tp);
+  s.resize(5);
+  return s;
+}
+
+std::vector<GemmShape> mid_shapes() {
+  return {{"mid", "1152x1536", 1152, 1536},    {"mid", "7168x3072", 7168, 3072},
+          {"mid", "6288x7168", 6288, 7168},    {"mid", "10240x7168", 10240, 7168},
+          {"mid", "12448x7168", 12448, 7168},  {"mid", "7168x8448", 7168, 8448},
+          {"mid", "7168x14336", 7168, 14336},  {"mid", "16896x7168", 16896, 7168},
+          {"mid", "40960x7168", 40960, 7168}};
+}
+
+GemmShape parse_shape(const std::string& text) {
+  const auto x = text.find('x');
+  check(x != std::string::npos, "--shape {} is not NxK", text);
+  GemmShape s{"custom", text, std::stoll(text.substr(0, x)), std::stoll(text.substr(x + 1))};
+  check(s.n > 0 && s.k > 0, "--shape {} must be positive", text);
+  return s;
+}
+
+Gpu require_gpu(const char* command) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    throw Unavailable(fmt::format("{} needs a CUDA GPU; none is visible here", command));
+  }
+  int d = 0;
+  TPD_CUDA(cudaGetDevice(&d));
+  cudaDeviceProp p{};
+  TPD_CUDA(cudaGetDeviceProperties(&p, d));
+  return {p.name, p.multiProcessorCount, static_cast<std::size_t>(p.l2CacheSize)};
+}
+
+std::string tactic_of(const GemmDecision& d, int64_t n, int64_t k, int m, int sms) {
+  switch (d.path) {
+    case GemmPath::kWarpSplitK: return fmt::format("warp {}", tactic_with_split(n, k, m, sms, d.split).describe());
+    case GemmPath::kStreamK: return fmt::format("stream {}", stream_tactic(n, k, m, sms, d.variant).describe());
+    case GemmPath::kCublasLt: return fmt::format("cublaslt {}", CublasContext::describe_lt(d.lt_algo));
+    case GemmPath::kCublas: break;
+  }
+  return "cublas default";
+}
+
+}  // namespace tpdecode::cli

@@ -1,0 +1,42 @@
+// What the GEMM commands (bench gemm, bench chain, tune) share: the synthetic
+// drafter's per-rank linears at a TP, the issue's mid-size weights, --shape parsing,
+// the GPU they run on, and a decision's description with its launch shape.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tpdecode/gemm_tactic.hpp"
+
+namespace tpdecode::cli {
+
+struct GemmShape {
+  std::string set, name;
+  int64_t n, k;
+  double bytes() const { return 2.0 * static_cast<double>(n) * static_cast<double>(k); }
+};
+
+// The per-rank linears of DESIGN.md section 1 at TP `tp` (1, 2, 4, 8): fused_qkv_a
+// (replicated), q_b, o_proj, gate_up, down, lm_head, context projection.
+std::vector<GemmShape> drafter_shapes(int tp);
+// The first five: one draft layer's GEMMs.
+std::vector<GemmShape> layer_shapes(int tp);
+// Mid-size weights where cuBLAS streamed at 73-85 % of the read ceiling, and shapes
+// where the old rule picked the slower path (issue 13).
+std::vector<GemmShape> mid_shapes();
+GemmShape parse_shape(const std::string& text);  // "NxK"
+
+struct Gpu {
+  std::string name;
+  int sms = 0;
+  std::size_t l2 = 0;
+};
+// The current GPU; Unavailable naming `command` where there is none.
+Gpu require_gpu(const char* command);
+
+// e.g. "stream v0: 132 CTAs, 5 stages of 256 columns", "cublaslt algo 21 tile 18 split-K 1".
+std::string tactic_of(const GemmDecision& d, int64_t n, int64_t k, int m, int sms);
+
+}  // namespace tpdecode::cli

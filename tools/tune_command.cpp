@@ -1,0 +1,124 @@
+// tpdecode tune: pre-tunes DecodeGemm for a list of shapes (the drafter's per-rank
+// linears at the given TPs, any --shape) and every M bucket, and writes the
+// decisions to the tuning cache file that TPDECODE_TUNE_CACHE names at run time.
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "core/check.hpp"
+#include "gemm_shapes.hpp"
+#include "tpdecode/decode_gemm.hpp"
+#include "tpdecode/device_buffer.hpp"
+#include "tpdecode/random_fill.hpp"
+
+namespace tpdecode::cli {
+namespace {
+
+struct Options {
+  std::vector<int> tps;
+  std::vector<std::string> shapes;
+  std::vector<int> ms = {1, 2, 4, 8, 12, 16, 24, 32};  // one per bucket
+  std::string cache;
+  bool fresh = false;
+  std::string json;
+};
+
+struct Row {
+  GemmShape shape;
+  GemmKey key;
+  GemmDecision decision;
+  std::string tactic;
+};
+
+void run(const Options& o) {
+  const Gpu gpu = require_gpu("tune");
+  std::string cache = o.cache;
+  if (cache.empty())
+    if (const char* env = std::getenv("TPDECODE_TUNE_CACHE")) cache = env;
+  check(!cache.empty(), "tune: name the cache file with --cache or TPDECODE_TUNE_CACHE");
+  std::vector<GemmShape> shapes;
+  for (int tp : o.tps)
+    for (const GemmShape& s : drafter_shapes(tp)) shapes.push_back(s);
+  for (const std::string& t : o.shapes) shapes.push_back(parse_shape(t));
+  check(!shapes.empty(), "tune: no shapes (--tp or --shape)");
+  for (int m : o.ms) check(m >= 1 && m <= kWarpMaxRows, "tune: --m {} (1..{})", m, kWarpMaxRows);
+
+  GemmTunerOptions file_options;
+  file_options.cache_path = cache;
+  auto file = std::make_shared<GemmTuner>(file_options);
+  // --fresh: decide in memory, ignoring what the file holds, then record there.
+  auto tuner = o.fresh ? std::make_shared<GemmTuner>(GemmTunerOptions{}) : file;
+  cudaStream_t stream;
+  TPD_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  auto cublas = std::make_shared<CublasContext>();
+  std::vector<Row> rows;
+  double total_ms = 0;
+  for (const GemmShape& s : shapes) {
+    fmt::print(stderr, "{} {} {}x{}\n", s.set, s.name, s.n, s.k);
+    const DeviceBuffer w(static_cast<std::size_t>(s.bytes()));
+    fill_uniform_bf16(w.get(), s.n * s.k, 42, 0.05f, stream);
+    DecodeGemm gemm(TensorView::bf16(w.get(), s.n, s.k), cublas, tuner);
+    if (!gemm.engine_eligible()) {
+      fmt::print(stderr, "  no engine takes {}x{}: cuBLAS runs it, nothing to tune\n", s.n, s.k);
+      continue;
+    }
+    for (int m : o.ms) {
+      if (gemm.prepared(m)) continue;  // an earlier M of the same bucket
+      gemm.prepare(m, stream);
+      Row r{s, gemm.key(m), gemm.decision(m), tactic_of(gemm.decision(m), s.n, s.k, m, gpu.sms)};
+      if (o.fresh) file->insert(r.key, r.decision);
+      total_ms += r.decision.tune_ms;
+      rows.push_back(r);
+    }
+  }
+  TPD_CUDA(cudaStreamDestroy(stream));
+
+  fmt::print("\n{:<5} {:<12} {:>6} {:>5} {:>5} {:<7} {:>9} {:>6} {:>8}  {}\n", "set", "linear", "N", "K", "M", "source",
+             "us", "TB/s", "tune ms", "decision");
+  for (const Row& r : rows)
+    fmt::print("{:<5} {:<12} {:>6} {:>5} {:>2}-{:<2} {:<7} {:>9.2f} {:>6.2f} {:>8.1f}  {}\n", r.shape.set, r.shape.name,
+               r.shape.n, r.shape.k, gemm_bucket_min(r.key.bucket), gemm_bucket_max(r.key.bucket),
+               gemm_source_name(r.decision.source), r.decision.measured_us,
+               r.decision.measured_us > 0 ? r.shape.bytes() / (r.decision.measured_us * 1e6) : 0.0,
+               r.decision.tune_ms, r.tactic);
+  fmt::print("\n{} decisions in {} ({:.0f} ms of tuning; 'cache': already there, not re-timed — --fresh re-times).\n",
+             rows.size(), cache, total_ms);
+  if (!o.json.empty()) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const Row& r : rows)
+      j.push_back({{"set", r.shape.set},
+                   {"linear", r.shape.name},
+                   {"n", r.shape.n},
+                   {"k", r.shape.k},
+                   {"m_min", gemm_bucket_min(r.key.bucket)},
+                   {"m_max", gemm_bucket_max(r.key.bucket)},
+                   {"source", gemm_source_name(r.decision.source)},
+                   {"path", gemm_path_name(r.decision.path)},
+                   {"tactic", r.tactic},
+                   {"us", r.decision.measured_us},
+                   {"tune_ms", r.decision.tune_ms}});
+    std::ofstream(o.json) << j.dump(2) << "\n";
+  }
+}
+
+}  // namespace
+
+void register_tune(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand("tune", "pre-tune DecodeGemm for a list of shapes and write the tuning cache");
+  auto o = std::make_shared<Options>();
+  cmd->add_option("--tp", o->tps, "the drafter's per-rank linears at this TP (repeatable: 1 2 4 8)");
+  cmd->add_option("--shape", o->shapes, "a shape NxK (repeatable)");
+  cmd->add_option("--m", o->ms, "rows (repeatable; default one per bucket: 1 2 4 8 12 16 24 32)");
+  cmd->add_option("--cache", o->cache, "the cache file (default: $TPDECODE_TUNE_CACHE)");
+  cmd->add_flag("--fresh", o->fresh, "re-time shapes the file already holds");
+  cmd->add_option("--json", o->json, "also write the decisions as JSON to this file");
+  cmd->callback([o] { run(*o); });
+}
+
+}  // namespace tpdecode::cli
