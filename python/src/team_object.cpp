@@ -72,7 +72,6 @@ void TeamObj::set_algorithm(const ffi::String& algorithm) {
 std::string TeamObj::dtype_refusal(const std::string& op, const std::string& dtype) const {
   if (op == "gather")
     return gather_view(dtype) ? "" : fmt::format("gather: dtype {}; tpdecode gathers bfloat16, float16, float32 and int32", dtype);
-  if (op != "all_reduce" && op != "ar_norm") raise(kind::kValue, fmt::format("no operation '{}'", op));
   return dtype == "bfloat16" ? "" : fmt::format("{}: dtype {}; tpdecode reduces bfloat16", op, dtype);
 }
 
@@ -95,18 +94,6 @@ std::string TeamObj::shape_refusal(const std::string& op, int64_t rows, int64_t 
   }
   if (rows > c.rows_cap) return fmt::format("{}: {} rows; the team was built for {} (rows)", op, rows, c.rows_cap);
   return "";
-}
-
-ffi::Array<ffi::String> TeamObj::refusal(const ffi::String& op, int64_t rows, int64_t cols,
-                                         const ffi::String& dtype) const {
-  return translated([&] {
-    comm();
-    if (std::string why = dtype_refusal(op, dtype); !why.empty()) return ffi::Array<ffi::String>{kind::kUnsupportedDType, why};
-    const auto view = gather_view(dtype);
-    const int64_t bytes = view ? static_cast<int64_t>(dtype_size(*view)) : 2;
-    if (std::string why = shape_refusal(op, rows, cols, bytes); !why.empty()) return ffi::Array<ffi::String>{kind::kNotServed, why};
-    return ffi::Array<ffi::String>{"", ""};
-  });
 }
 
 TpComm& TeamObj::comm() const {
@@ -231,7 +218,6 @@ TVM_FFI_STATIC_INIT_BLOCK() {
       .def_ro("description", &TeamObj::description)
       .def("build_comm", &TeamObj::build_comm)
       .def("set_algorithm", &TeamObj::set_algorithm)
-      .def("refusal", &TeamObj::refusal)
       .def("all_reduce", &TeamObj::all_reduce)
       .def("ar_norm", &TeamObj::ar_norm)
       .def("gather", &TeamObj::gather)

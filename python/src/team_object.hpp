@@ -2,7 +2,6 @@
 // the collectives taking DLPack tensors and PyTorch's current stream.
 #pragma once
 
-#include <tvm/ffi/container/array.h>
 #include <tvm/ffi/object.h>
 #include <tvm/ffi/optional.h>
 #include <tvm/ffi/string.h>
@@ -34,12 +33,6 @@ class TeamObj : public tvm::ffi::Object {
   void build_comm(int64_t hidden, int64_t rows, int64_t gather_row_bytes, const tvm::ffi::String& algorithm);
   void set_algorithm(const tvm::ffi::String& algorithm);
 
-  // Why the comm does not serve `op` ("all_reduce", "ar_norm", "gather") on rows of
-  // `dtype` (PyTorch's name): [kind, why], both "" when it does. The one rule the
-  // calls apply, asked by torch.compile's trace too (python/tpdecode/team.py).
-  tvm::ffi::Array<tvm::ffi::String> refusal(const tvm::ffi::String& op, int64_t rows, int64_t cols,
-                                            const tvm::ffi::String& dtype) const;
-
   // Each returns the CommPath taken (comm.hpp); last_why() says why not a mailbox.
   int64_t all_reduce(DLView x, DLView out);
   int64_t ar_norm(DLView x, tvm::ffi::Optional<DLView> residual, DLView weight, double eps, DLView out,
@@ -56,8 +49,9 @@ class TeamObj : public tvm::ffi::Object {
 
  private:
   TpComm& comm() const;
-  // The two halves of refusal(): the dtype (UnsupportedDType), then the rows of a
-  // validated tensor (NotServed); "" where served.
+  // Why the comm does not serve `op` ("all_reduce", "ar_norm", "gather"), "" where
+  // it does: for `dtype` (PyTorch's name; raised as UnsupportedDType), then for the
+  // rows of a validated tensor (NotServed). The caller may then run torch instead.
   std::string dtype_refusal(const std::string& op, const std::string& dtype) const;
   std::string shape_refusal(const std::string& op, int64_t rows, int64_t cols, int64_t element_bytes) const;
   // Runs `call` for every driven rank on the caller's stream; the local team's ranks

@@ -37,7 +37,7 @@ __all__ = [
 
 
 def __getattr__(name):
-    # Why lazily: Team and DecodeGemm need torch; info() and the errors do not.
+    # Why lazily: Team, DecodeGemm and tpdecode.torch need torch; info() and the errors do not.
     if name == "Team":
         from .team import Team
 
@@ -46,4 +46,8 @@ def __getattr__(name):
         from .gemm import DecodeGemm
 
         return DecodeGemm
+    if name == "torch":
+        import importlib
+
+        return importlib.import_module(".torch", __name__)
     raise AttributeError(f"module 'tpdecode' has no attribute {name!r}")

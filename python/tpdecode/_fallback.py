@@ -22,6 +22,8 @@ class TorchFallback:
         self.ranks = ranks
 
     def _reduced(self, x):
+        if self.ranks == 1:
+            return x
         if self.group is None:
             return x.float().sum(0, keepdim=True).to(x.dtype).expand_as(x)
         y = x.clone()
@@ -35,6 +37,9 @@ class TorchFallback:
         add_rms_norm(self._reduced(x), residual, weight, eps, out, residual_out)
 
     def gather(self, shard, out):
+        if self.ranks == 1:
+            out.copy_(shard)
+            return
         if self.group is None:
             out.copy_(torch.cat(shard.unbind(0), dim=-1).expand_as(out))
             return

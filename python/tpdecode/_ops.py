@@ -1,8 +1,8 @@
-"""PyTorch custom ops over the extension's objects, so torch.compile traces tpdecode
-calls and CUDA graphs capture them. Every op writes into tensors it is given (the
-fake implementations have nothing to infer); an op names its object by the id
-``register`` gave it, and is named like the object's method. Eager calls skip the
-dispatcher and call the object directly: the op is what a trace records."""
+"""PyTorch custom ops, so torch.compile traces tpdecode calls and CUDA graphs capture
+them. Every op writes into tensors it is given (the fake implementations have nothing
+to infer) and names what runs it by the id ``register`` gave it: a team's runner
+(called with the op's name: the C++ call, or the fallback) or a DecodeGemm's call.
+Eager calls skip the dispatcher and run the same thing directly."""
 
 import itertools
 from typing import Optional
@@ -13,9 +13,9 @@ objects: dict = {}
 _ids = itertools.count(1)
 
 
-def register(handle) -> int:
+def register(run) -> int:
     i = next(_ids)
-    objects[i] = handle
+    objects[i] = run
     return i
 
 
@@ -25,7 +25,7 @@ def unregister(i: int) -> None:
 
 @torch.library.custom_op("tpdecode::all_reduce", mutates_args=("out",))
 def _all_reduce(x: torch.Tensor, out: torch.Tensor, team: int) -> None:
-    objects[team].all_reduce(x, out)
+    objects[team]("all_reduce", x, out)
 
 
 @torch.library.custom_op("tpdecode::ar_norm", mutates_args=("out", "residual_out"))
@@ -38,17 +38,17 @@ def _ar_norm(
     residual_out: torch.Tensor,
     team: int,
 ) -> None:
-    objects[team].ar_norm(x, residual, weight, eps, out, residual_out)
+    objects[team]("ar_norm", x, residual, weight, eps, out, residual_out)
 
 
 @torch.library.custom_op("tpdecode::gather", mutates_args=("out",))
 def _gather(shard: torch.Tensor, out: torch.Tensor, team: int) -> None:
-    objects[team].gather(shard, out)
+    objects[team]("gather", shard, out)
 
 
 @torch.library.custom_op("tpdecode::decode_gemm", mutates_args=("out",))
 def _decode_gemm(x: torch.Tensor, out: torch.Tensor, gemm: int) -> None:
-    objects[gemm].decode_gemm(x, out)
+    objects[gemm](x, out)
 
 
 def _writes_only(*args) -> None:

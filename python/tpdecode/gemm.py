@@ -27,7 +27,7 @@ class DecodeGemm:
         self.weight = weight
         # Why detach: DLPack does not export tensors that require grad (parameters).
         self._handle = _lib.module.decode_gemm(weight.detach(), shared_cublas)
-        self._id = _ops.register(self._handle)
+        self._id = _ops.register(self._handle.decode_gemm)
         self.n, self.k = self._handle.n, self._handle.k
 
     def __del__(self):

@@ -7,9 +7,7 @@ import torch
 
 from . import _lib, _multicast, _ops
 from ._fallback import TorchFallback
-from .errors import NotServed, UnsupportedDType
-
-_REFUSALS = {"tpdecode.NotServed": NotServed, "tpdecode.UnsupportedDType": UnsupportedDType}
+from .errors import NotServed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,12 +30,23 @@ class CommConfig:
     pdl: bool = True
 
 
-@torch.compiler.assume_constant_result
-def _refusal(obj_id: int, op: str, rows: int, cols: int, dtype: torch.dtype):
-    """The team's refusal() ([kind, why]), run once while torch.compile traces: a
-    constant of the shapes, so the trace records the op or the fallback."""
-    kind, why = _ops.objects[obj_id].refusal(op, rows, cols, str(dtype).removeprefix("torch."))
-    return str(kind), str(why)
+class _Runner:
+    """Runs a collective eagerly: the team's C++ call, or the torch fallback where that
+    raises NotServed. The custom ops run it too (their trace records only the op)."""
+
+    def __init__(self, handle, fallback):
+        self.handle = handle
+        self.fallback = fallback
+        self.path = "none"  # of the last call
+
+    def __call__(self, op, *args):
+        try:
+            self.path = _lib.COMM_PATHS[getattr(self.handle, op)(*args)]
+        except NotServed:
+            if self.fallback is None:
+                raise
+            getattr(self.fallback, op)(*args)
+            self.path = "torch"
 
 
 def _not_capturing(what):
@@ -78,11 +87,10 @@ class Team:
             raise ValueError(f"fallback={fallback!r}: None (raise NotServed) or 'torch'")
         handle.build_comm(config.hidden, config.rows, config.gather_row_bytes, config.algorithm)
         self._handle = handle
-        self._id = _ops.register(handle)
-        self._driven = int(handle.driven)
+        self._run = _Runner(handle, TorchFallback(group, handle.size) if fallback else None)
+        self._id = _ops.register(self._run)
         self.config = config
         self.group = group
-        self._fallback = TorchFallback(group, handle.size) if fallback else None
 
     # ---- construction ----
     @classmethod
@@ -140,10 +148,10 @@ class Team:
 
     @property
     def last_path(self):
-        """(path, why) of the last call: "one-shot", "two-shot" or "stock", and why not a mailbox."""
-        return self._last_path, self._handle.last_why()
-
-    _last_path = "none"
+        """(path, why) of the last eager call: "one-shot", "two-shot", "stock" (NCCL on
+        tpdecode's communicator, or its local equivalent) or "torch" (the fallback),
+        and why not a mailbox path."""
+        return self._run.path, self._handle.last_why()
 
     def set_algorithm(self, algorithm: str) -> None:
         """Switch all_reduce / ar_norm between "auto", "one-shot", "two-shot" and "stock"."""
@@ -154,7 +162,7 @@ class Team:
         """Sum of every rank's ``x`` (BF16 partials summed in FP32 in rank order, rounded
         once: the same bits on every rank). Returns ``out`` (new unless given; may be x)."""
         out = torch.empty_like(x) if out is None else out
-        self._run("all_reduce", x, (x, out))
+        self._call("all_reduce", x, out)
         return out
 
     def ar_norm(
@@ -173,7 +181,7 @@ class Team:
         ``residual`` itself for an in-place update)."""
         out = torch.empty_like(x) if out is None else out
         residual_out = torch.empty_like(x) if residual_out is None else residual_out
-        self._run("ar_norm", x, (x, residual, weight, float(eps), out, residual_out))
+        self._call("ar_norm", x, residual, weight, float(eps), out, residual_out)
         return out, residual_out
 
     def gather(self, shard: torch.Tensor, *, out: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -181,27 +189,14 @@ class Team:
         columns r·S. Bytes move unchanged, except a -0.0 word may arrive as +0.0."""
         if out is None:
             out = shard.new_empty((*shard.shape[:-1], self.size * shard.shape[-1]))
-        self._run("gather", shard, (shard, out))
+        self._call("gather", shard, out)
         return out
 
-    def _run(self, op, x, args):
+    def _call(self, op, *args):
         if torch.compiler.is_compiling():
-            cols = x.shape[-1]
-            kind, why = _refusal(self._id, op, x.numel() // (cols * self._driven), cols, x.dtype)
-            if not kind:
-                getattr(torch.ops.tpdecode, op)(*args, self._id)
-            elif self._fallback is not None:
-                getattr(self._fallback, op)(*args)
-            else:
-                raise _REFUSALS[kind](why)
-            return
-        try:
-            self._last_path = _lib.COMM_PATHS[getattr(self._handle, op)(*args)]
-        except NotServed:
-            if self._fallback is None:
-                raise
-            getattr(self._fallback, op)(*args)
-            self._last_path = "torch"
+            getattr(torch.ops.tpdecode, op)(*args, self._id)
+        else:
+            self._run(op, *args)
 
     # ---- failures ----
     def check_errors(self) -> None:
@@ -221,10 +216,13 @@ class Team:
         self._handle.reset()
 
     def close(self) -> None:
-        """Releases the team's buffers and communicator (collective on an NCCL team)."""
-        if self._handle is not None:
+        """Releases the team's buffers and communicator (collective on an NCCL team:
+        every rank closes, or drops its last reference, at the same point)."""
+        if getattr(self, "_handle", None) is not None:
             _ops.unregister(self._id)
             self._handle = None
+
+    __del__ = close
 
 
 def _broadcast_unique_id(group, device: int) -> bytes:
