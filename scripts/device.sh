@@ -2,6 +2,7 @@
 # On the GPU machine: configure, build (ninja, all cores), run the GPU tests, the
 # sanitizers and the benchmarks; logs and JSON go under $OUT.
 #   bash scripts/device.sh [steps...]   steps: build test sanitize bench-gemm bench-comm drafter info all
+#                                       python (only when named: the Python package, below)
 #   TESTS='regex'  limits which gtest cases run (ctest -R); default: all
 set -uo pipefail
 # Everything is written under $LOG and packed into $OUT/logs.tgz at exit (the
@@ -27,7 +28,7 @@ export NCCL_ROOT
 export LD_LIBRARY_PATH="$NCCL_ROOT/lib:${LD_LIBRARY_PATH:-}"
 BUILD=${BUILD:-build-device}
 
-if has build || [[ ! -x $BUILD/tools/tpdecode ]]; then
+if has build || [[ ! -x $BUILD/tools/tpdecode && $steps != python ]]; then
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$LOG/gpu.txt" 2>&1
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCL_ROOT="$NCCL_ROOT" \
     -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc > "$LOG/configure.log" 2>&1 || { tail -30 "$LOG/configure.log"; exit 1; }
@@ -65,4 +66,32 @@ if has bench-comm && $CLI bench comm --help > /dev/null 2>&1; then
 fi
 if has drafter && $CLI drafter --help > /dev/null 2>&1; then
   $CLI drafter --json "$LOG/drafter.json" ${DRAFTER_ARGS:-} 2>&1 | tee "$LOG/drafter.txt" | tail -60
+fi
+
+# The Python package (named explicitly; not part of "all"): the tvm-ffi wheel carried
+# in .whl/ (this machine has no package index), `pip install .` without build
+# isolation (scikit-build-core is in the venv), the tests on one GPU (a local team of
+# 2), under torchrun on 2 GPUs (an NCCL team), and the examples.
+if [[ " $steps " == *" python "* ]]; then
+  SITE=$(mktemp -d)
+  python3 -m pip install -q --no-index --no-deps --target "$SITE" .whl/apache_tvm_ffi-*.whl || exit 1
+  export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+  CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) python3 -m pip install -v --no-build-isolation --no-deps . > "$LOG/pip.log" 2>&1 \
+    || { tail -40 "$LOG/pip.log"; exit 1; }
+  echo "pip install ok"
+  python3 -c "import tpdecode, json; print(json.dumps(tpdecode.info(), indent=1))" > "$LOG/py_info.json" 2>&1
+  GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
+  timeout 240 python3 -m pytest -q -rs tests/python > "$LOG/pytest_1gpu.log" 2>&1
+  echo "pytest (1 GPU, local team) rc=$?"; tail -4 "$LOG/pytest_1gpu.log"
+  if [[ $GPUS -ge 2 ]]; then
+    timeout 240 torchrun --nproc-per-node 2 -m pytest -q -rs tests/python/gpu > "$LOG/pytest_2gpu.log" 2>&1
+    echo "pytest (torchrun 2, NCCL team) rc=$?"; grep -E "passed|failed|error" "$LOG/pytest_2gpu.log" | tail -4
+  fi
+  timeout 180 python3 examples/install_decode.py 2>&1 | tee "$LOG/install_decode.txt" | tail -8
+  if [[ $GPUS -ge 2 ]]; then
+    timeout 180 torchrun --nproc-per-node 2 examples/llama_tp_layer.py 2>&1 | tee "$LOG/llama_tp_layer.txt" | tail -8
+    timeout 120 torchrun --nproc-per-node 2 examples/bench_ops.py 2>&1 | tee "$LOG/bench_ops_2gpu.txt" | tail -14
+  else
+    timeout 120 python3 examples/bench_ops.py 2>&1 | tee "$LOG/bench_ops_local.txt" | tail -14
+  fi
 fi
