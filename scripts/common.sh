@@ -31,3 +31,17 @@ configure_and_build() {
   fi
   cmake --build "$dir" --parallel "$(nproc)" ${1:+--target "$@"}
 }
+
+# python_tests VENV: `pip install .` into a fresh venv, then pytest tests/python (the
+# CPU tests must run: pytest's "no tests collected", exit 5, is a failure; the GPU
+# tests skip without torch or a GPU).
+python_tests() {
+  local venv=$1
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$venv/bin/pip" install -q ".[test]"
+  local rc=0
+  "$venv/bin/python" -m pytest -q tests/python || rc=$?
+  if [[ $rc -eq 5 ]]; then echo "pytest collected no Python tests" >&2; fi
+  return $rc
+}

@@ -4,7 +4,7 @@
 # $OUT/logs.tgz: the device tool returns at most 8 files).
 #   bash scripts/device.sh [steps...]
 #   steps: build test nccl-nop2p sanitize sanitize-gemm tune bench-gemm bench-chain bench-comm
-#          bench-comm-nccl drafter peers info all
+#          bench-comm-nccl drafter peers info all; python (only when named: the Python package)
 #   TESTS='regex'   which tests `test` runs (ctest -R); default: all
 #   GEMM_ARGS, CHAIN_ARGS, TUNE_ARGS, COMM_ARGS, NCCL_COMM_ARGS, DRAFTER_ARGS: extra arguments of those steps
 set -uo pipefail
@@ -37,7 +37,7 @@ export LD_LIBRARY_PATH="$NCCL_ROOT/lib:${LD_LIBRARY_PATH:-}"
 BUILD=${BUILD:-build-device}
 GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
 
-if has build || [[ ! -x $BUILD/tools/tpdecode ]]; then
+if has build || [[ ! -x $BUILD/tools/tpdecode && $steps != python ]]; then
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$LOG/gpu.txt" 2>&1
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCL_ROOT="$NCCL_ROOT" \
     -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc > "$LOG/configure.log" 2>&1 || { tail -30 "$LOG/configure.log"; exit 1; }
@@ -90,5 +90,27 @@ if has peers && [[ -d .tools ]]; then
   # The peers' figures in the same call (../shared/tools, carried as .tools).
   [[ $GPUS -ge 2 ]] && OUT=$LOG step peer-comm 300 torchrun --nproc-per-node 2 .tools/peer_comm.py
   step cublas-chain 300 python3 .tools/cublas_chain.py
+fi
+
+# The Python package (named explicitly; not part of "all"): the tvm-ffi wheel carried
+# in .whl/ (this machine has no package index), `pip install .` without build
+# isolation (scikit-build-core is in the venv), the tests on one GPU (a local team of
+# 2), under torchrun on 2 GPUs (an NCCL team), and the examples.
+if [[ " $steps " == *" python "* ]]; then
+  SITE=$(mktemp -d)
+  python3 -m pip install -q --no-index --no-deps --target "$SITE" .whl/apache_tvm_ffi-*.whl || exit 1
+  export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+  export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
+  step pip 400 python3 -m pip install -v --no-build-isolation --no-deps .
+  step py-info 60 python3 -c "import tpdecode, json; print(json.dumps(tpdecode.info(), indent=1))"
+  step pytest-1gpu 240 python3 -m pytest -q -rs tests/python
+  [[ $GPUS -ge 2 ]] && step pytest-2gpu 240 torchrun --nproc-per-node 2 -m pytest -q -rs tests/python/gpu
+  step install-decode 180 python3 examples/install_decode.py
+  if [[ $GPUS -ge 2 ]]; then
+    step llama-tp-layer 180 torchrun --nproc-per-node 2 examples/llama_tp_layer.py
+    step bench-ops-2gpu 120 torchrun --nproc-per-node 2 examples/bench_ops.py
+  else
+    step bench-ops-local 120 python3 examples/bench_ops.py
+  fi
 fi
 exit 0

@@ -1,0 +1,68 @@
+// tpdecode.Team on the Python side: one Team (local or NCCL) and its TpComm, with
+// the collectives taking DLPack tensors and PyTorch's current stream.
+#pragma once
+
+#include <tvm/ffi/object.h>
+#include <tvm/ffi/optional.h>
+#include <tvm/ffi/string.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensor_args.hpp"
+#include "tpdecode/comm.hpp"
+#include "tpdecode/team.hpp"
+
+namespace tpdecode::python {
+
+class TeamObj : public tvm::ffi::Object {
+ public:
+  // Fields Python reads (set once).
+  int64_t rank = 0;
+  int64_t size = 1;
+  int64_t driven = 1;  // ranks this object drives: the local team's every rank, else 1
+  int64_t device = 0;
+  bool shares_memory = false;
+  tvm::ffi::String kind;
+  tvm::ffi::String description;
+
+  explicit TeamObj(std::unique_ptr<Team> team);
+
+  // Collective: the TpComm every call runs on (before any capture).
+  void build_comm(int64_t hidden, int64_t rows, int64_t gather_row_bytes, const tvm::ffi::String& algorithm);
+  void set_algorithm(const tvm::ffi::String& algorithm);
+
+  // Each returns the CommPath taken (comm.hpp); last_why() says why not a mailbox.
+  int64_t all_reduce(DLView x, DLView out);
+  int64_t ar_norm(DLView x, tvm::ffi::Optional<DLView> residual, DLView weight, double eps, DLView out,
+                  DLView residual_out);
+  int64_t gather(DLView shard, DLView out);
+  tvm::ffi::String last_why() const { return last_why_; }
+
+  void check_errors() const;
+  void synchronize(int64_t limit_ms);
+  void reset();
+
+  static constexpr bool _type_mutable = true;
+  TVM_FFI_DECLARE_OBJECT_INFO_FINAL("tpdecode.Team", TeamObj, tvm::ffi::Object);
+
+ private:
+  TpComm& comm() const;
+  // Why the comm does not serve `op` ("all_reduce", "ar_norm", "gather"), "" where
+  // it does: for `dtype` (PyTorch's name; raised as UnsupportedDType), then for the
+  // rows of a validated tensor (NotServed). The caller may then run torch instead.
+  std::string dtype_refusal(const std::string& op, const std::string& dtype) const;
+  std::string shape_refusal(const std::string& op, int64_t rows, int64_t cols, int64_t element_bytes) const;
+  // Runs `call` for every driven rank on the caller's stream; the local team's ranks
+  // run on the team's streams, forked from and joined back to it.
+  template <class Io, class Call>
+  int64_t run(const std::vector<Io>& io, Call call);
+
+  std::unique_ptr<Team> team_;
+  std::unique_ptr<TpComm> comm_;  // declared after team_: destroyed first
+  std::vector<cudaStream_t> streams_;
+  std::string last_why_;
+};
+
+}  // namespace tpdecode::python

@@ -1,0 +1,53 @@
+"""tpdecode: decode-time tensor-parallel collectives and skinny GEMMs for PyTorch.
+
+``Team`` (``Team.from_process_group`` under torchrun, ``Team.local(n)`` on one GPU)
+runs ``all_reduce``, ``ar_norm`` and ``gather``; ``DecodeGemm`` runs one linear;
+``tpdecode.torch.install`` routes a model's BF16 linears through it. Importing
+tpdecode keeps NVLink multicast off (``tpdecode._multicast`` says what that needs)."""
+
+from . import _multicast
+
+_multicast.keep_off()
+
+from .errors import (  # noqa: E402
+    CapacityError,
+    CudaError,
+    Error,
+    NotServed,
+    TeamBroken,
+    TimeoutError,
+    Unavailable,
+    UnsupportedDType,
+)
+from .info import info  # noqa: E402
+
+__all__ = [
+    "CapacityError",
+    "CudaError",
+    "DecodeGemm",
+    "Error",
+    "NotServed",
+    "Team",
+    "TeamBroken",
+    "TimeoutError",
+    "Unavailable",
+    "UnsupportedDType",
+    "info",
+]
+
+
+def __getattr__(name):
+    # Why lazily: Team, DecodeGemm and tpdecode.torch need torch; info() and the errors do not.
+    if name == "Team":
+        from .team import Team
+
+        return Team
+    if name == "DecodeGemm":
+        from .gemm import DecodeGemm
+
+        return DecodeGemm
+    if name == "torch":
+        import importlib
+
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module 'tpdecode' has no attribute {name!r}")

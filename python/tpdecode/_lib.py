@@ -1,0 +1,34 @@
+"""Loads the extension (python/src, a shared library tvm-ffi loads) and names its
+object types."""
+
+import os
+
+try:
+    # Why first: the extension needs libcudart, libcublas and libnccl; with PyTorch's
+    # copies already loaded it binds to those (one CUDA runtime and one NCCL in the
+    # process) instead of the ones the build found.
+    import torch  # noqa: F401
+except ImportError:
+    pass
+
+import tvm_ffi
+
+from . import errors  # noqa: F401  (registers the error kinds first)
+
+PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libtpdecode_ffi.so")
+module = tvm_ffi.load_module(PATH)
+
+
+@tvm_ffi.register_object("tpdecode.Team")
+class TeamHandle(tvm_ffi.Object):
+    """A C++ team and its comm (python/src/team_object.hpp)."""
+
+
+@tvm_ffi.register_object("tpdecode.DecodeGemm")
+class GemmHandle(tvm_ffi.Object):
+    """A C++ DecodeGemm (python/src/gemm_object.hpp)."""
+
+
+# CommPath and GemmPath of the C++ API, by value.
+COMM_PATHS = ("one-shot", "two-shot", "stock")
+GEMM_PATHS = ("warp", "cublas")

@@ -1,0 +1,59 @@
+"""PyTorch custom ops, so torch.compile traces tpdecode calls and CUDA graphs capture
+them. Every op writes into tensors it is given (the fake implementations have nothing
+to infer) and names what runs it by the id ``register`` gave it: a team's runner
+(called with the op's name: the C++ call, or the fallback) or a DecodeGemm's call.
+Eager calls skip the dispatcher and run the same thing directly."""
+
+import itertools
+from typing import Optional
+
+import torch
+
+objects: dict = {}
+_ids = itertools.count(1)
+
+
+def register(run) -> int:
+    i = next(_ids)
+    objects[i] = run
+    return i
+
+
+def unregister(i: int) -> None:
+    objects.pop(i, None)
+
+
+@torch.library.custom_op("tpdecode::all_reduce", mutates_args=("out",))
+def _all_reduce(x: torch.Tensor, out: torch.Tensor, team: int) -> None:
+    objects[team]("all_reduce", x, out)
+
+
+@torch.library.custom_op("tpdecode::ar_norm", mutates_args=("out", "residual_out"))
+def _ar_norm(
+    x: torch.Tensor,
+    residual: Optional[torch.Tensor],
+    weight: torch.Tensor,
+    eps: float,
+    out: torch.Tensor,
+    residual_out: torch.Tensor,
+    team: int,
+) -> None:
+    objects[team]("ar_norm", x, residual, weight, eps, out, residual_out)
+
+
+@torch.library.custom_op("tpdecode::gather", mutates_args=("out",))
+def _gather(shard: torch.Tensor, out: torch.Tensor, team: int) -> None:
+    objects[team]("gather", shard, out)
+
+
+@torch.library.custom_op("tpdecode::decode_gemm", mutates_args=("out",))
+def _decode_gemm(x: torch.Tensor, out: torch.Tensor, gemm: int) -> None:
+    objects[gemm](x, out)
+
+
+def _writes_only(*args) -> None:
+    """Fake implementation: outputs are the caller's tensors, nothing to infer."""
+
+
+for _op in (_all_reduce, _ar_norm, _gather, _decode_gemm):
+    _op.register_fake(_writes_only)

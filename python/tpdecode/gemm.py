@@ -1,0 +1,65 @@
+"""DecodeGemm: one linear's ``x · Wᵀ`` for decode-sized row counts."""
+
+from typing import Iterable, Union
+
+import torch
+
+from . import _lib, _ops
+
+
+class DecodeGemm:
+    """``out[M, N] = x[M, K] · weight[N, K]ᵀ`` (BF16 operands, FP32 accumulation, one
+    BF16 rounding) on the current torch stream.
+
+    The warp split-K engine runs M ≤ ``max_rows`` rows once M is prepared, where the
+    tactic rule expects it to beat cuBLAS (its result is bitwise identical run to
+    run); cuBLAS runs everything else. ``prepare`` the row counts before CUDA-graph
+    capture: a call under capture never prepares (an unprepared M runs cuBLAS).
+
+    weight: [N, K] bfloat16 on a CUDA device (kept referenced by this object).
+    shared_cublas: use the device's shared cuBLAS context (one 32 MB workspace for
+    all DecodeGemms; they must not run concurrently on different streams), else a
+    private one."""
+
+    max_rows = 32
+
+    def __init__(self, weight: torch.Tensor, *, shared_cublas: bool = True):
+        self.weight = weight
+        # Why detach: DLPack does not export tensors that require grad (parameters).
+        self._handle = _lib.module.decode_gemm(weight.detach(), shared_cublas)
+        self._id = _ops.register(self._handle.decode_gemm)
+        self.n, self.k = self._handle.n, self._handle.k
+
+    def __del__(self):
+        _ops.unregister(getattr(self, "_id", 0))
+
+    @property
+    def engine_eligible(self) -> bool:
+        """The weight's shape, layout and alignment suit the engine."""
+        return self._handle.engine_eligible
+
+    def prepare(self, ms: Union[int, Iterable[int]]) -> "DecodeGemm":
+        """Prepares the engine for each row count in ``ms`` (host work; not under capture)."""
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("DecodeGemm.prepare under CUDA-graph capture: prepare before capturing")
+        for m in [ms] if isinstance(ms, int) else ms:
+            self._handle.prepare(int(m))
+        return self
+
+    def path(self, m: int) -> str:
+        """"warp" or "cublas": what a call of m contiguous rows runs now."""
+        return _lib.GEMM_PATHS[self._handle.path(int(m))]
+
+    def tactic(self, m: int) -> str:
+        """The engine's launch shape for a prepared m."""
+        return self._handle.tactic(int(m))
+
+    def __call__(self, x: torch.Tensor, *, out: torch.Tensor = None) -> torch.Tensor:
+        """x: [..., K] bfloat16 on the weight's device; returns [..., N] (``out`` if given)."""
+        if out is None:
+            out = x.new_empty((*x.shape[:-1], self.n))
+        if torch.compiler.is_compiling():
+            torch.ops.tpdecode.decode_gemm(x, out, self._id)
+        else:
+            self._handle.decode_gemm(x, out)
+        return out

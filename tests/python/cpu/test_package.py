@@ -1,0 +1,99 @@
+"""The package without a GPU: import, info(), the error kinds, argument checks that
+fail before any GPU work. Runs in CI (no torch there: torch cases skip) and on the
+GPU machine (with torch)."""
+
+import builtins
+import os
+
+import numpy as np
+import pytest
+
+import tpdecode
+from tpdecode import _lib
+
+
+def test_import_keeps_multicast_off():
+    assert os.environ["NCCL_NVLS_ENABLE"] == "0"
+    assert os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+    assert os.environ["NVSHMEM_DISABLE_NVLS"] == "1"
+
+
+def test_info_describes_the_machine():
+    d = tpdecode.info()
+    assert d["version"]
+    assert d["runtime_version"] >= 13000
+    assert isinstance(d["gpus"], list) and isinstance(d["backends"], list)
+    assert {b["name"] for b in d["backends"]} >= {"local team", "NCCL team"}
+    assert all(isinstance(b["serves"], bool) and b["why"] for b in d["backends"])
+    # Either GPUs are listed or the reason there are none is given.
+    assert bool(d["gpus"]) != bool(d["no_gpu_reason"])
+    for g in d["gpus"]:
+        assert g["sms"] > 0 and g["memory_bytes"] > 0
+
+
+def test_error_classes():
+    assert issubclass(tpdecode.TimeoutError, builtins.TimeoutError)
+    assert issubclass(tpdecode.NotServed, ValueError)
+    assert issubclass(tpdecode.UnsupportedDType, TypeError) and issubclass(tpdecode.UnsupportedDType, tpdecode.NotServed)
+    assert issubclass(tpdecode.CapacityError, tpdecode.NotServed)
+    for cls in (tpdecode.TeamBroken, tpdecode.Unavailable, tpdecode.CudaError):
+        assert issubclass(cls, tpdecode.Error)
+
+
+def test_gemm_weight_checks_before_any_gpu_work():
+    with pytest.raises(ValueError, match="is on cpu; a CUDA tensor is required"):
+        _lib.module.decode_gemm(np.zeros((64, 128), np.float32), True)
+    with pytest.raises(ValueError, match="must be 2-D"):
+        _lib.module.decode_gemm(np.zeros((4, 64, 128), np.float32), True)
+
+
+def test_nccl_unique_id_length_is_checked():
+    with pytest.raises(ValueError, match="128 expected"):
+        _lib.module.nccl_team(b"\0" * 7, 0, 2, 0, 0, True)
+
+
+def test_local_team_without_gpu_says_why():
+    if tpdecode.info()["gpus"]:
+        pytest.skip("a GPU is visible")
+    with pytest.raises(tpdecode.Unavailable, match="needs a CUDA GPU"):
+        _lib.module.local_team(2, 0, 0, True)
+
+
+# ---- with torch (the GPU machine's venv; CI has none) ----
+
+
+def test_torch_surface_checks_arguments():
+    torch = pytest.importorskip("torch")
+    from tpdecode.team import CommConfig, _device_index
+
+    w = torch.zeros(64, 128, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="is on cpu"):
+        tpdecode.DecodeGemm(w)
+    with pytest.raises(TypeError):
+        CommConfig(hiden=4096)
+    with pytest.raises(ValueError, match="CUDA device"):
+        _device_index("cpu")
+
+
+def test_custom_ops_trace_with_fake_tensors():
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import tpdecode.team  # noqa: F401  (registers the ops)
+
+    with FakeTensorMode():
+        x = torch.empty(4, 4096, dtype=torch.bfloat16)
+        out = torch.empty_like(x)
+        torch.ops.tpdecode.all_reduce(x, out, 0)
+        torch.ops.tpdecode.ar_norm(x, None, x[0], 1e-6, out, torch.empty_like(x), 0)
+        torch.ops.tpdecode.gather(x, torch.empty(4, 8192, dtype=torch.bfloat16), 0)
+        torch.ops.tpdecode.decode_gemm(x, out, 0)
+
+
+def test_install_skips_what_it_cannot_route():
+    torch = pytest.importorskip("torch")
+    from tpdecode.torch import install, uninstall
+
+    model = torch.nn.Sequential(torch.nn.Linear(128, 64).bfloat16(), torch.nn.Linear(64, 64))
+    assert install(model) == 0  # CPU weights: nothing routed
+    assert uninstall(model) == 0

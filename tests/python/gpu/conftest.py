@@ -1,0 +1,81 @@
+"""GPU tests: under torchrun (WORLD_SIZE > 1) on an NCCL team of the world, else on
+a local team of 2 ranks on one GPU. Skipped without torch or a GPU.
+
+The `world` fixture hides the difference: on the NCCL team a tensor is this rank's
+[rows, cols]; on the local team [ranks, rows, cols] holds every rank's block."""
+
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA GPU", allow_module_level=True)
+
+import torch.distributed as dist  # noqa: E402
+
+import tpdecode  # noqa: E402
+
+HIDDEN = 4096
+ROWS = 32
+TIMEOUT_MS = 1500
+
+
+class World:
+    def __init__(self, team):
+        self.team = team
+        self.local = team.kind == "local"
+        self.size = team.size
+        self.device = team.device
+
+    def random(self, seed, *shape, dtype=torch.bfloat16):
+        """This process's tensor: every rank its own values (seeded by rank)."""
+        g = torch.Generator(device=self.device).manual_seed(seed * 1000 + self.team.rank)
+        lead = (self.size,) if self.local else ()
+        t = torch.randn(*lead, *shape, generator=g, device=self.device, dtype=torch.float32)
+        return t.to(dtype) if dtype.is_floating_point else (t * 1000).to(dtype)
+
+    def shared(self, seed, *shape):
+        """The same values on every rank (e.g. a norm weight)."""
+        g = torch.Generator(device=self.device).manual_seed(seed)
+        return torch.randn(*shape, generator=g, device=self.device).to(torch.bfloat16)
+
+    def every_rank(self, t):
+        """[size, ...]: every rank's block of t."""
+        if self.local:
+            return t
+        parts = [torch.empty_like(t) for _ in range(self.size)]
+        dist.all_gather(parts, t.contiguous())
+        return torch.stack(parts)
+
+    def mine(self, expected):
+        """What this process should hold when every rank gets `expected`."""
+        return expected.expand(self.size, *expected.shape) if self.local else expected
+
+    def barrier(self):
+        if not self.local:
+            dist.barrier()
+
+
+@pytest.fixture(scope="session")
+def world():
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
+        team = tpdecode.Team.from_process_group(hidden=HIDDEN, rows=ROWS, timeout_ms=TIMEOUT_MS)
+    else:
+        team = tpdecode.Team.local(2, hidden=HIDDEN, rows=ROWS, timeout_ms=TIMEOUT_MS)
+    yield World(team)
+    torch.cuda.synchronize()
+    team.close()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def rank_order_sum(parts):
+    """The contract's all-reduce: FP32 sum in rank order 0..TP-1, rounded once to BF16."""
+    acc = parts[0].float()
+    for p in parts[1:]:
+        acc = acc + p.float()
+    return acc.to(torch.bfloat16)

@@ -1,0 +1,103 @@
+"""DecodeGemm and tpdecode.torch.install on this process's GPU."""
+
+import pytest
+import torch
+
+import tpdecode
+from tpdecode.torch import install, uninstall
+
+SHAPES = [(1024, 4096), (4096, 4096), (512, 7168), (2048, 1536)]
+
+
+def weight(n, k, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return (torch.randn(n, k, generator=g, device="cuda") / k**0.5).to(torch.bfloat16)
+
+
+def reference(x, w):
+    return (x.float() @ w.float().t()).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("n,k", SHAPES)
+def test_decode_gemm_matches_torch(n, k):
+    w = weight(n, k)
+    gemm = tpdecode.DecodeGemm(w).prepare(range(1, 9))
+    for m in (1, 2, 5, 8, 17, 32, 40):
+        x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+        y = gemm(x)
+        torch.testing.assert_close(y.float(), reference(x, w).float(), rtol=2**-7, atol=2**-6)
+        if gemm.path(m) == "warp":
+            assert torch.equal(gemm(x), y)  # bitwise run to run
+    x3 = torch.randn(2, 3, k, device="cuda").to(torch.bfloat16)  # leading dimensions are rows
+    assert gemm(x3).shape == (2, 3, n)
+
+
+def test_decode_gemm_argument_errors():
+    gemm = tpdecode.DecodeGemm(weight(1024, 4096))
+    with pytest.raises(ValueError, match="columns"):
+        gemm(torch.zeros(2, 2048, device="cuda", dtype=torch.bfloat16))
+    with pytest.raises(TypeError, match="bfloat16 is required"):
+        gemm(torch.zeros(2, 4096, device="cuda", dtype=torch.float16))
+    with pytest.raises(ValueError, match="is on cpu"):
+        gemm(torch.zeros(2, 4096, dtype=torch.bfloat16))
+
+
+def test_decode_gemm_in_a_cuda_graph():
+    w = weight(1024, 4096, seed=1)
+    gemm = tpdecode.DecodeGemm(w).prepare([4])
+    x = torch.randn(4, 4096, device="cuda").to(torch.bfloat16)
+    out = torch.empty(4, 1024, device="cuda", dtype=torch.bfloat16)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        gemm(x, out=out)
+        with pytest.raises(RuntimeError, match="capture"):
+            gemm.prepare(5)
+    for _ in range(3):
+        x.copy_(torch.randn(4, 4096, device="cuda"))
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(out.float(), reference(x, w).float(), rtol=2**-7, atol=2**-6)
+
+
+def make_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(4096, 1024, bias=True),
+        torch.nn.GELU(),
+        torch.nn.Linear(1024, 4096, bias=False),
+        torch.nn.Linear(4096, 512, bias=False),
+    ).to("cuda", torch.bfloat16)
+
+
+@torch.inference_mode()
+def test_install_routes_bf16_linears_and_uninstall_restores():
+    model = make_model()
+    model[3].float()  # an FP32 linear: never routed
+    head = model[:3]
+    xs = {m: torch.randn(m, 4096, device="cuda").to(torch.bfloat16) for m in (1, 4, 8, 33)}
+    before = {m: head(x) for m, x in xs.items()}
+    assert install(model, exclude=["2"]) == 1  # model[2] excluded, model[3] FP32
+    assert install(model, exclude=["2"]) == 1  # idempotent
+    for m, x in xs.items():
+        torch.testing.assert_close(head(x).float(), before[m].float(), rtol=2**-6, atol=2**-6)
+    assert torch.equal(head(xs[33]), before[33])  # 33 rows: the original forward
+    assert uninstall(model) == 1
+    assert "forward" not in vars(model[0])
+    assert torch.equal(head(xs[4]), before[4])
+
+
+@torch.inference_mode()
+def test_installed_model_in_a_cuda_graph():
+    model = make_model()[:3]
+    x = torch.randn(2, 3, 4096, device="cuda").to(torch.bfloat16)  # 6 rows
+    want = model(x)
+    assert install(model, rows=[6]) == 2
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = model(x)
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out.float(), want.float(), rtol=2**-6, atol=2**-6)
+    uninstall(model)
