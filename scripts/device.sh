@@ -92,6 +92,18 @@ if has peers && [[ -d .tools ]]; then
   step cublas-chain 300 python3 .tools/cublas_chain.py
 fi
 
+# The same benchmarks at an earlier commit, for a same-run before/after table
+# (named explicitly; the tree is carried in .old/, e.g. `git archive 8266a8e`).
+if [[ " $steps " == *" before "* && -d .old ]]; then
+  cmake -S .old -B build-old -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCL_ROOT="$NCCL_ROOT" \
+    -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc > "$LOG/configure-old.log" 2>&1 &&
+    ninja -C build-old -j"$(nproc)" tpdecode_cli > "$LOG/build-old.log" 2>&1 || { echo "old build failed"; tail -20 "$LOG/build-old.log"; }
+  OLD=build-old/tools/tpdecode
+  step before-bench-comm 300 $OLD bench comm --team local ${OLD_COMM_ARGS:-}
+  [[ $GPUS -ge 2 ]] && step before-bench-comm-nccl 300 $OLD bench comm --team nccl --tp 2 ${OLD_NCCL_COMM_ARGS:-}
+  step before-drafter 420 $OLD drafter ${DRAFTER_ARGS:-}
+fi
+
 # The Python package (named explicitly; not part of "all"): the tvm-ffi wheel carried
 # in .whl/ (this machine has no package index), `pip install .` without build
 # isolation (scikit-build-core is in the venv), the tests on one GPU (a local team of
