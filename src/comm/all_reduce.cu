@@ -21,19 +21,21 @@ __global__ void __launch_bounds__(kThreads) one_shot_kernel(const OneShotParams 
   const int row = blockIdx.y;
   if (p.trigger_early) dev::pdl_launch_dependents();
   dev::pdl_wait();  // no mailbox store, and no read of x, before the previous kernel completed
+  const long at = static_cast<long>(row) * p.frags + frag;
+  // Why before the entry: the partial's load and the entry's round trip overlap.
+  const Fragment mine = frag < p.frags ? static_cast<const Fragment*>(p.x)[at] : Fragment{};
   Memory mem(p.team.timeout_ns);
   uint32_t epoch = 0;
   if (threadIdx.x == 0) entry = begin(mem, p.team, p.box, Op::kAllReduce, &epoch);
   __syncthreads();
   if (frag >= p.frags) return;
-  const long at = static_cast<long>(row) * p.frags + frag;
   Fragment* out = static_cast<Fragment*>(p.out) + at;
   if (entry == kAbortedEntry) {
     *out = poisoned();
     return;
   }
   const Call call{Op::kAllReduce, static_cast<int>(entry)};
-  one_shot_push<kRanks>(mem, p.team, p.box, call, row, frag, static_cast<const Fragment*>(p.x)[at]);
+  one_shot_push<kRanks>(mem, p.team, p.box, call, row, frag, mine);
   if (threadIdx.x == 0) arrive(mem, p.team, p.box, epoch, gridDim.x * gridDim.y);
   Fragment sum;
   const bool ok = one_shot_collect<kRanks>(mem, p.team, p.box, call, row, frag, &sum);

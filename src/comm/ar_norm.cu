@@ -33,6 +33,12 @@ __global__ void __launch_bounds__(kArNormMaxThreads) ar_norm_kernel(const ArNorm
   if (active) weight = static_cast<const Fragment*>(p.weight)[frag];
   if (p.trigger_early) dev::pdl_launch_dependents();
   dev::pdl_wait();
+  // Why before the entry: the inputs' loads and the entry's round trip overlap.
+  Fragment mine{}, old{};
+  if (active) {
+    mine = static_cast<const Fragment*>(p.x)[at];
+    if (p.residual) old = static_cast<const Fragment*>(p.residual)[at];
+  }
   Memory mem(p.team.timeout_ns);
   uint32_t epoch = 0;
   if (threadIdx.x == 0) entry = begin(mem, p.team, p.box, Op::kArNorm, &epoch);
@@ -41,9 +47,8 @@ __global__ void __launch_bounds__(kArNormMaxThreads) ar_norm_kernel(const ArNorm
   Fragment fresh{};  // the new residual (zeros in threads without a fragment)
   if (active && ok) {
     const Call call{Op::kArNorm, static_cast<int>(entry)};
-    one_shot_push<kRanks>(mem, p.team, p.box, call, row, frag, static_cast<const Fragment*>(p.x)[at]);
+    one_shot_push<kRanks>(mem, p.team, p.box, call, row, frag, mine);
     if (threadIdx.x == 0) arrive(mem, p.team, p.box, epoch, gridDim.x * gridDim.y);
-    const Fragment old = p.residual ? static_cast<const Fragment*>(p.residual)[at] : Fragment{};
     ok = one_shot_collect<kRanks>(mem, p.team, p.box, call, row, frag, &fresh);
     if (ok && p.residual) fresh = rownorm::add_residual(fresh, old);
   }

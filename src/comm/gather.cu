@@ -30,6 +30,9 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(const GatherParams p) 
   Fragment* out = static_cast<Fragment*>(p.out) + static_cast<long>(row) * row_frags;
   if (p.trigger_early) dev::pdl_launch_dependents();
   dev::pdl_wait();
+  const Fragment* shard = static_cast<const Fragment*>(p.shard) + static_cast<long>(row) * p.shard_frags;
+  // Why before the entry: the first shard fragment's load and the entry's round trip overlap.
+  const Fragment head = first < p.shard_frags ? shard[first] : Fragment{};
   Memory mem(p.team.timeout_ns);
   uint32_t epoch = 0;
   if (threadIdx.x == 0) entry = begin(mem, p.team, p.box, Op::kGather, &epoch);
@@ -37,9 +40,8 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(const GatherParams p) 
   bool ok = entry != kAbortedEntry;
   const Call call{Op::kGather, static_cast<int>(entry)};
   if (ok) {
-    const Fragment* shard = static_cast<const Fragment*>(p.shard) + static_cast<long>(row) * p.shard_frags;
     for (int f = first; f < p.shard_frags; f += step)
-      gather_push<kRanks>(mem, p.team, p.box, call, row, f, p.shard_frags, shard[f]);
+      gather_push<kRanks>(mem, p.team, p.box, call, row, f, p.shard_frags, f == first ? head : shard[f]);
     if (threadIdx.x == 0) arrive(mem, p.team, p.box, epoch, gridDim.x * gridDim.y);
   }
   for (int f = first; f < row_frags; f += step) {

@@ -84,20 +84,9 @@ class Memory {
 #endif
   }
 
-  // A load that orders this thread's later memory operations after it (GPU scope).
-  TPD_HD uint32_t load_acquire_word(const uint32_t* p) const {
-#if defined(__CUDA_ARCH__)
-    uint32_t v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-#else
-    return host_load(p);
-#endif
-  }
-
   // Arrival on a counter of this GPU: returns the old value. Relaxed on the device
-  // (what orders it is protocol.hpp's business: an acquire load before it, and a
-  // store after it that depends on its result); acquire-release on the host.
+  // (what orders it is protocol.hpp's business: see begin() and arrive());
+  // acquire-release on the host.
   TPD_HD uint32_t arrive(uint32_t* p) const {
 #if defined(__CUDA_ARCH__)
     uint32_t old;

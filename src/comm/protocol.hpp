@@ -162,19 +162,21 @@ inline constexpr uint32_t kAbortedEntry = 0xffffffffu;
 // stays off the critical path:
 //  begin(): the abort word and the epoch in one round trip: the parity to use, or
 //    kAbortedEntry (nothing may be touched; the caller poisons its outputs).
-//  arrive(): once per CTA, any time after begin() (kernels do it after their
-//    pushes, while their polls wait). The `ctas` CTAs of the call each arrive once;
-//    the last one resets the count and advances the epoch. Why no CTA can read the
-//    advanced epoch: each CTA's epoch load is an acquire, so its arrival comes after
-//    it; the last CTA's stores are issued only once its arrival has returned the
-//    count of all the others (they depend on its result).
+//  arrive(): once per CTA, after the CTA has published the parity to its threads
+//    (kernels: a shared-memory store, a barrier, then the arrival after the pushes,
+//    while the polls wait). The `ctas` CTAs of the call each arrive once; the last
+//    one resets the count and advances the epoch. Why no CTA can read the advanced
+//    epoch: a CTA arrives only after its epoch load has returned (the value was
+//    stored and a barrier passed before the arrival is issued), and the last CTA's
+//    stores are issued only once its arrival has returned the count of all the
+//    others (they depend on its result).
 // The next call reads the advanced epoch after the kernel boundary (griddepcontrol
 // .wait under PDL), as everything else in the reuse argument.
 template <class Memory>
 TPD_HD uint32_t begin(Memory& mem, const TeamRef& team, const MailboxRef& box, Op op, uint32_t* epoch) {
   ControlBlock* own = team.control[team.rank];
   const uint32_t abort = mem.load_word(&own->abort);
-  *epoch = mem.load_acquire_word(&own->mailbox[box.index].epoch);
+  *epoch = mem.load_word(&own->mailbox[box.index].epoch);
   if (abort != 0) {
     note_abort(mem, team, op, -1, abort, -1, -1);
     return kAbortedEntry;
