@@ -36,9 +36,10 @@ __global__ void __launch_bounds__(kThreads) one_shot_kernel(const OneShotParams 
   }
   const Call call{Op::kAllReduce, static_cast<int>(entry)};
   one_shot_push<kRanks>(mem, p.team, p.box, call, row, frag, mine);
-  if (threadIdx.x == 0) arrive(mem, p.team, p.box, epoch, gridDim.x * gridDim.y);
+  const uint32_t ticket = threadIdx.x == 0 ? take_ticket(mem, p.team, p.box) : 0u;
   Fragment sum;
   const bool ok = one_shot_collect<kRanks>(mem, p.team, p.box, call, row, frag, &sum);
+  if (threadIdx.x == 0) advance_if_last(mem, p.team, p.box, epoch, ticket, gridDim.x * gridDim.y);
   // Why late with several ranks on one GPU: a dependent grid launched early could
   // hold SM slots that a peer's grid of this call still needs; once this thread has
   // seen every peer's push, every peer's grid of this call is resident.

@@ -48,8 +48,9 @@ __global__ void __launch_bounds__(kArNormMaxThreads) ar_norm_kernel(const ArNorm
   if (active && ok) {
     const Call call{Op::kArNorm, static_cast<int>(entry)};
     one_shot_push<kRanks>(mem, p.team, p.box, call, row, frag, mine);
-    if (threadIdx.x == 0) arrive(mem, p.team, p.box, epoch, gridDim.x * gridDim.y);
+    const uint32_t ticket = threadIdx.x == 0 ? take_ticket(mem, p.team, p.box) : 0u;
     ok = one_shot_collect<kRanks>(mem, p.team, p.box, call, row, frag, &fresh);
+    if (threadIdx.x == 0) advance_if_last(mem, p.team, p.box, epoch, ticket, gridDim.x * gridDim.y);
     if (ok && p.residual) fresh = rownorm::add_residual(fresh, old);
   }
   if (active) static_cast<Fragment*>(p.residual_out)[at] = ok ? fresh : poisoned();

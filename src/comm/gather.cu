@@ -42,13 +42,15 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(const GatherParams p) 
   if (ok) {
     for (int f = first; f < p.shard_frags; f += step)
       gather_push<kRanks>(mem, p.team, p.box, call, row, f, p.shard_frags, f == first ? head : shard[f]);
-    if (threadIdx.x == 0) arrive(mem, p.team, p.box, epoch, gridDim.x * gridDim.y);
   }
+  const uint32_t ticket = threadIdx.x == 0 && ok ? take_ticket(mem, p.team, p.box) : 0u;
   for (int f = first; f < row_frags; f += step) {
     Fragment got = poisoned();
     if (ok) ok = gather_collect(mem, p.team, p.box, call, row, f, p.shard_frags, &got);
     out[f] = ok ? got : poisoned();
   }
+  if (threadIdx.x == 0 && entry != kAbortedEntry)
+    advance_if_last(mem, p.team, p.box, epoch, ticket, gridDim.x * gridDim.y);
   if (!p.trigger_early) dev::pdl_launch_dependents();
 }
 

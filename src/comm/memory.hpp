@@ -32,12 +32,14 @@ enum class PollCheck : int { kContinue = 0, kExpired, kAborted };
 
 class Memory {
  public:
-  // Why every 32 polls: a timer or abort-word read costs more than a poll of an
-  // L2-resident line; 32 keeps both off the critical path (the abort word is read
-  // within a few microseconds of being set).
+  // Why every 32 polls: a timer read costs more than a poll of an L2-resident line.
   static constexpr uint32_t kCheckEvery = 32;
+  // Why only after 20 us of polling: the abort word is a load the loop must wait
+  // for; a call whose peers are alive is done in a few microseconds and never pays
+  // it, and a peer's abort is still seen within microseconds of the 20.
+  static constexpr uint64_t kAbortCheckAfterNs = 20000;
 
-  TPD_HD explicit Memory(uint64_t timeout_ns) : deadline_ns_(now_ns() + timeout_ns) {}
+  TPD_HD explicit Memory(uint64_t timeout_ns) : start_ns_(now_ns()), deadline_ns_(start_ns_ + timeout_ns) {}
 
   // A poll of the caller's own memory, which peers store into.
   TPD_HD Fragment poll(const Fragment* p) const {
@@ -114,15 +116,16 @@ class Memory {
 #endif
   }
 
-  // Called once per round of polls: every kCheckEvery rounds, the abort word, then
-  // the deadline.
+  // Called once per round of polls: every kCheckEvery rounds, the abort word (once
+  // the poll has waited kAbortCheckAfterNs), then the deadline.
   TPD_HD PollCheck check(const uint32_t* abort_word) {
 #if !defined(__CUDA_ARCH__)
     std::this_thread::yield();  // more rank threads than cores: let the writers run
 #endif
     if ((++polls_ % kCheckEvery) != 0) return PollCheck::kContinue;
-    if (load_word(abort_word) != 0) return PollCheck::kAborted;
-    return now_ns() > deadline_ns_ ? PollCheck::kExpired : PollCheck::kContinue;
+    const uint64_t now = now_ns();
+    if (now > start_ns_ + kAbortCheckAfterNs && load_word(abort_word) != 0) return PollCheck::kAborted;
+    return now > deadline_ns_ ? PollCheck::kExpired : PollCheck::kContinue;
   }
 
  private:
@@ -143,6 +146,7 @@ class Memory {
   }
 #endif
 
+  uint64_t start_ns_;
   uint64_t deadline_ns_;
   uint32_t polls_ = 0;
 };

@@ -158,18 +158,20 @@ TPD_HD void note_abort(Memory& mem, const TeamRef& team, Op op, int parity, uint
 
 inline constexpr uint32_t kAbortedEntry = 0xffffffffu;
 
-// Entry of one CTA of a call (one thread per CTA), in two parts so that the atomic
-// stays off the critical path:
+// Entry of one CTA of a call (one thread per CTA), in three parts so that the
+// atomic stays off the critical path:
 //  begin(): the abort word and the epoch in one round trip: the parity to use, or
 //    kAbortedEntry (nothing may be touched; the caller poisons its outputs).
-//  arrive(): once per CTA, after the CTA has published the parity to its threads
-//    (kernels: a shared-memory store, a barrier, then the arrival after the pushes,
-//    while the polls wait). The `ctas` CTAs of the call each arrive once; the last
-//    one resets the count and advances the epoch. Why no CTA can read the advanced
-//    epoch: a CTA arrives only after its epoch load has returned (the value was
-//    stored and a barrier passed before the arrival is issued), and the last CTA's
-//    stores are issued only once its arrival has returned the count of all the
-//    others (they depend on its result).
+//  take_ticket(): the CTA's arrival (an atomic increment), once per CTA, after the
+//    CTA has published the parity to its threads (kernels: a shared-memory store
+//    and a barrier; then the ticket after the pushes). Its result is not waited
+//    for until advance_if_last(), at the end of the thread's work.
+//  advance_if_last(): the CTA that arrived last resets the count and advances the
+//    epoch.
+// Why no CTA can read the advanced epoch: a CTA arrives only after its epoch load
+// has returned (the value was stored and a barrier passed before the ticket is
+// taken), and the last CTA's stores are issued only once its ticket has returned
+// the count of all the others (they depend on its value).
 // The next call reads the advanced epoch after the kernel boundary (griddepcontrol
 // .wait under PDL), as everything else in the reuse argument.
 template <class Memory>
@@ -185,20 +187,25 @@ TPD_HD uint32_t begin(Memory& mem, const TeamRef& team, const MailboxRef& box, O
 }
 
 template <class Memory>
-TPD_HD void arrive(Memory& mem, const TeamRef& team, const MailboxRef& box, uint32_t epoch, unsigned ctas) {
-  EpochCounter& c = team.control[team.rank]->mailbox[box.index];
-  if (mem.arrive(&c.arrivals) + 1 == ctas) {
-    mem.store_word(&c.arrivals, 0u);
-    mem.store_word(&c.epoch, epoch + 1);
-  }
+TPD_HD uint32_t take_ticket(Memory& mem, const TeamRef& team, const MailboxRef& box) {
+  return mem.arrive(&team.control[team.rank]->mailbox[box.index].arrivals);
 }
 
-// begin() and arrive() at once (callers with nothing to overlap).
+template <class Memory>
+TPD_HD void advance_if_last(Memory& mem, const TeamRef& team, const MailboxRef& box, uint32_t epoch, uint32_t ticket,
+                            unsigned ctas) {
+  if (ticket + 1 != ctas) return;
+  EpochCounter& c = team.control[team.rank]->mailbox[box.index];
+  mem.store_word(&c.arrivals, 0u);
+  mem.store_word(&c.epoch, epoch + 1);
+}
+
+// The three parts at once (callers with nothing to overlap).
 template <class Memory>
 TPD_HD uint32_t enter(Memory& mem, const TeamRef& team, const MailboxRef& box, Op op, unsigned ctas) {
   uint32_t epoch = 0;
   const uint32_t parity = begin(mem, team, box, op, &epoch);
-  if (parity != kAbortedEntry) arrive(mem, team, box, epoch, ctas);
+  if (parity != kAbortedEntry) advance_if_last(mem, team, box, epoch, take_ticket(mem, team, box), ctas);
   return parity;
 }
 

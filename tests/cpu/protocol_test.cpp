@@ -48,7 +48,7 @@ void one_round(HostTeam& team, int ar_box, int gather_box, int rank, int cta, in
   const lamport::TeamRef t = team.team_ref(rank);
   const lamport::MailboxRef ar = team.box_ref(ar_box);
   const lamport::MailboxRef ga = team.box_ref(gather_box);
-  // As the kernels: begin, push, arrive (while the polls wait), collect.
+  // As the kernels: begin, push, take a ticket, collect, advance the epoch if last.
   uint32_t ar_epoch = 0, ga_epoch = 0;
   const uint32_t ar_entry = lamport::begin(mem, t, ar, Op::kAllReduce, &ar_epoch);
   const uint32_t ga_entry = lamport::begin(mem, t, ga, Op::kGather, &ga_epoch);
@@ -63,8 +63,12 @@ void one_round(HostTeam& team, int ar_box, int gather_box, int rank, int cta, in
     lamport::gather_push<kRanks>(mem, t, ga, ga_call, i / kFrags, i % kFrags, kFrags,
                                  round_data(u + 1000, rank, i / kFrags, i % kFrags));
   }
-  lamport::arrive(mem, t, ar, ar_epoch, static_cast<unsigned>(ctas));
-  lamport::arrive(mem, t, ga, ga_epoch, static_cast<unsigned>(ctas));
+  const uint32_t ar_ticket = lamport::take_ticket(mem, t, ar);
+  const uint32_t ga_ticket = lamport::take_ticket(mem, t, ga);
+  const auto advance = [&] {
+    lamport::advance_if_last(mem, t, ar, ar_epoch, ar_ticket, static_cast<unsigned>(ctas));
+    lamport::advance_if_last(mem, t, ga, ga_epoch, ga_ticket, static_cast<unsigned>(ctas));
+  };
   if ((rng() & 15u) == 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 200));
   for (int i = cta; i < kRows * kFrags; i += ctas) {
     const int row = i / kFrags, frag = i % kFrags;
@@ -84,6 +88,7 @@ void one_round(HostTeam& team, int ar_box, int gather_box, int rank, int cta, in
     }
     if (!same(got, lamport::clean(round_data(u + 1000, col / kFrags, row, col % kFrags)))) n.wrong.fetch_add(1);
   }
+  advance();
 }
 
 // `rounds` rounds on kRanks ranks of `ctas` CTAs each (one thread per CTA; the
