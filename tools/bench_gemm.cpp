@@ -1,5 +1,5 @@
 // tpdecode bench gemm: DecodeGemm's measured dispatch against every path it could
-// have taken, forced, on the drafter's linears (DESIGN.md section 1, TP 8 and TP 1),
+// have taken, forced, on the drafter's linears (docs/drafter.md, TP 8 and TP 1),
 // the mid-size weights and any --shape, for each M. CUDA graphs over
 // rotating weight copies (>= 5 x L2, so every call reads HBM), median of many
 // replays, and the HBM read ceiling measured in the same run.

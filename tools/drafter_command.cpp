@@ -1,5 +1,5 @@
 // tpdecode drafter: the main job. Builds the synthetic K3-DSpark-shaped drafter
-// (DESIGN.md section 1) on the visible GPUs and runs its decode step on the stock
+// (docs/drafter.md) on the visible GPUs and runs its decode step on the stock
 // path (cuBLAS + stock collectives + separate norms) and the specialised path
 // (DecodeGemm + DrafterComm + PDL): per-step time, breakdown, token agreement,
 // bitwise repeatability. Several GPUs: an NCCL team at that TP (one thread per

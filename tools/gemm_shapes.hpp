@@ -18,7 +18,7 @@ struct GemmShape {
   double bytes() const { return 2.0 * static_cast<double>(n) * static_cast<double>(k); }
 };
 
-// The per-rank linears of DESIGN.md section 1 at TP `tp` (1, 2, 4, 8): fused_qkv_a
+// The per-rank linears of docs/drafter.md at TP `tp` (1, 2, 4, 8): fused_qkv_a
 // (replicated), q_b, o_proj, gate_up, down, lm_head, context projection.
 std::vector<GemmShape> drafter_shapes(int tp);
 // The first five: one draft layer's GEMMs.

@@ -1,4 +1,4 @@
-// The synthetic K3-DSpark-shaped drafter (DESIGN.md section 1): its shapes, and
+// The synthetic K3-DSpark-shaped drafter (docs/drafter.md): its shapes, and
 // what each rank of a TP team holds of them.
 #pragma once
 
@@ -22,7 +22,7 @@ struct DrafterConfig {
   float eps = 1e-6f;
   uint64_t seed = 1;
 
-  // The reference shapes (DESIGN.md section 1).
+  // The reference shapes (docs/drafter.md).
   static DrafterConfig reference();
   // Small enough for the CPU reference step in CI: hidden 512, 2 layers, 8 heads.
   static DrafterConfig reduced_cpu();

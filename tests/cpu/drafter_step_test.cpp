@@ -81,7 +81,7 @@ TEST(DrafterStepCpu, ShapesPerTeamSize) {
     EXPECT_EQ(shape(Tensor::kEmbedding), P(163840 / tp, 7168));
     EXPECT_EQ(shape(Tensor::kContextProj), P(7168 / tp, 35840));
   }
-  // DESIGN.md's per-rank table at TP 8.
+  // docs/drafter.md's per-rank table at TP 8.
   EXPECT_EQ(weight_fill(c, {Tensor::kQB, 0}, 8, 0).map.rows, 2304);
   EXPECT_EQ(weight_fill(c, {Tensor::kContextProj, 0}, 8, 0).map.rows, 896);
   EXPECT_TRUE(shard_refusal(c, 16).empty());
