@@ -70,7 +70,13 @@ GpuDrafter::GpuDrafter(Team& team, const DrafterConfig& config, int rows_cap, co
     r->tokens_out = DeviceBuffer(tokens.size() * sizeof(int32_t));
     r->cublas = std::make_shared<CublasContext>();
     for (const WeightId& id : ids)
-      if (is_linear(id.tensor)) r->gemms[id.key()] = std::make_unique<DecodeGemm>(r->weight(id), r->cublas);
+      if (is_linear(id.tensor)) {
+        auto g = std::make_unique<DecodeGemm>(r->weight(id), r->cublas);
+        // Why: fused_qkv_a is replicated; every rank must run the same path for the
+        // same shape, or the ranks' outputs (and the draft tokens) could differ.
+        g->set_agreement(team.gemm_agreement());
+        r->gemms[id.key()] = std::move(g);
+      }
     TPD_CUDA(cudaStreamSynchronize(s));  // the host token copy must land before `tokens` goes
     weight_bytes_ += bytes;
     if (progress)

@@ -56,6 +56,9 @@ class NcclTeam final : public Team {
   void all_gather_bytes(const void* in, void* out, std::size_t bytes_per_rank, cudaStream_t stream) const;
   // Rank 0's `bytes` at `data` (device memory) on every rank, on `stream`.
   void broadcast_bytes(void* data, std::size_t bytes, cudaStream_t stream) const;
+  // Rank 0's decision, broadcast (collective: every rank calls it at the same point,
+  // eager, bounded by the team's timeout).
+  GemmAgreement gemm_agreement() override;
 
  private:
   void init(int rank, int device);

@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "tpdecode/gemm_tuner.hpp"
+
 namespace tpdecode {
 
 inline constexpr int kMaxRanks = 16;
@@ -118,6 +120,12 @@ class Team {
   SymmetricBuffer allocate(std::size_t bytes, uint32_t fill_word);
   // An epoch counter in the control block, for one mailbox (same order on every rank).
   int take_epoch_counter();
+
+  // What DecodeGemm::set_agreement needs so that every rank of the team runs the
+  // same GEMM decisions (replicated GEMMs then stay bitwise identical): rank 0's
+  // decision, broadcast, on the NCCL team; empty where the ranks are threads of one
+  // process driven by one object (they share one tuner already).
+  virtual GemmAgreement gemm_agreement() { return {}; }
 
  protected:
   Team(int size, const TeamOptions& options);

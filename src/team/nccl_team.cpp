@@ -6,10 +6,12 @@
 #include <exception>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 
 #include "core/check.hpp"
 #include "team/lsa_pointers.hpp"
 #include "team/rank_context.hpp"
+#include "tpdecode/device_buffer.hpp"
 #include "tpdecode/nccl_team.hpp"
 
 namespace tpdecode {
@@ -238,6 +240,19 @@ void NcclTeam::all_gather_bytes(const void* in, void* out, std::size_t bytes_per
 void NcclTeam::broadcast_bytes(void* data, std::size_t bytes, cudaStream_t stream) const {
   TPD_NCCL(ncclBroadcast(data, data, bytes, ncclUint8, 0, comm_, stream));
   settle("broadcast", default_limit());
+}
+
+GemmAgreement NcclTeam::gemm_agreement() {
+  static_assert(std::is_trivially_copyable_v<GemmDecision>);
+  return [this](const GemmKey&, const GemmDecision& local) {
+    DeviceBuffer word(sizeof(GemmDecision));
+    GemmDecision agreed = local;
+    TPD_CUDA(cudaMemcpyAsync(word.get(), &local, sizeof local, cudaMemcpyHostToDevice, stream()));
+    broadcast_bytes(word.get(), sizeof local, stream());
+    TPD_CUDA(cudaMemcpyAsync(&agreed, word.get(), sizeof agreed, cudaMemcpyDeviceToHost, stream()));
+    synchronize();  // bounded: a rank that never gets here aborts the communicator
+    return agreed;
+  };
 }
 
 void NcclTeam::run_threads(const std::vector<int>& devices, const std::function<void(NcclTeam&)>& fn,

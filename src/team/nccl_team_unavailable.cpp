@@ -31,6 +31,7 @@ void NcclTeam::run_threads(const std::vector<int>&, const std::function<void(Ncc
 void NcclTeam::all_reduce_bf16(const void*, void*, std::size_t, cudaStream_t) const {}
 void NcclTeam::all_gather_bytes(const void*, void*, std::size_t, cudaStream_t) const {}
 void NcclTeam::broadcast_bytes(void*, std::size_t, cudaStream_t) const {}
+GemmAgreement NcclTeam::gemm_agreement() { return {}; }
 void NcclTeam::init(int, int) {}
 void NcclTeam::allocate_symmetric(std::size_t, std::vector<void*>&, std::vector<PeerPointers>&) {}
 void NcclTeam::free_symmetric(const std::vector<void*>&) {}
