@@ -40,6 +40,7 @@ struct Options {
   int64_t vocab_shard = 20480;
   int replays = 200;
   int calls = 20;  // calls per graph
+  bool system_fence = false;
   std::string json;
 };
 
@@ -172,6 +173,7 @@ void measure(Team& team, const Options& o, bool record, std::vector<Row>& out) {
     cc.hidden = hidden;
     cc.rows_cap = kRowsCap;
     cc.gather_row_bytes = std::max(hidden, o.vocab_shard * team.size()) * 2;
+    cc.system_fence = o.system_fence;
     TpComm comm(team, cc);
     Workload w(team, hidden, o.vocab_shard);
     for (const std::string& op : o.ops) {
@@ -288,6 +290,7 @@ void register_bench_comm(CLI::App& app) {
   cmd->add_option("--vocab-shard", o->vocab_shard, "lm_head columns per rank")->capture_default_str()->check(CLI::Range(8, 1 << 20));
   cmd->add_option("--replays", o->replays, "timed graph replays per measurement")->capture_default_str()->check(CLI::Range(1, 100000));
   cmd->add_option("--calls", o->calls, "calls per graph")->capture_default_str()->check(CLI::Range(1, 1000));
+  cmd->add_flag("--system-fence", o->system_fence, "a fence.acq_rel.sys before each thread's first push (its cost)");
   cmd->add_option("--json", o->json, "also write the rows as JSON to this file");
   cmd->callback([o] { run(*o); });
 }

@@ -98,6 +98,11 @@ struct CommConfig {
   int64_t gather_row_bytes = 0;  // widest gathered row (TP · shard bytes); 0: hidden · 2
   int parities = 2;              // 2, or 3 for callers that re-arm lazily (two-shot)
   CommAlgorithm algorithm = CommAlgorithm::kAuto;
+  // A fence.acq_rel.sys in every pushing thread before its first push of an
+  // all-reduce. Off: the kernel boundary already orders a rank's re-arms before its
+  // next pushes (src/comm/protocol.hpp); kept to measure what the fence costs
+  // (docs/performance.md) and for callers who want the belt and braces.
+  bool system_fence = false;
 };
 
 class TpComm {

@@ -23,6 +23,10 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 // visible. No read of its outputs and no mailbox store may precede this.
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
+// Orders this thread's earlier memory operations before its later ones for every
+// observer in the system (other GPUs, the host).
+__device__ __forceinline__ void fence_acq_rel_sys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
+
 __device__ __forceinline__ uint64_t global_timer_ns() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));

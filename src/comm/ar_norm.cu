@@ -47,6 +47,7 @@ __global__ void __launch_bounds__(kArNormMaxThreads) ar_norm_kernel(const ArNorm
   Fragment fresh{};  // the new residual (zeros in threads without a fragment)
   if (active && ok) {
     const Call call{Op::kArNorm, static_cast<int>(entry)};
+    if (p.system_fence) dev::fence_acq_rel_sys();
     one_shot_push<kRanks>(mem, p.team, p.box, call, row, frag, mine);
     const uint32_t ticket = threadIdx.x == 0 ? take_ticket(mem, p.team, p.box) : 0u;
     ok = one_shot_collect<kRanks>(mem, p.team, p.box, call, row, frag, &fresh);

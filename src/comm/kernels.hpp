@@ -20,6 +20,7 @@ struct OneShotParams {
   void* out;                // [rows, width] bf16
   int frags;                // width / 8
   bool trigger_early;       // launch dependents before the polls (one rank per GPU)
+  bool system_fence;        // CommConfig::system_fence
 };
 void launch_one_shot(const RankContext& ctx, cudaStream_t stream, const OneShotParams& p, int rows);
 // Rows of `width` columns whose grids every rank on ctx's GPU can hold at once.
@@ -43,6 +44,7 @@ struct ArNormParams {
   float eps;
   int hidden;
   bool trigger_early;
+  bool system_fence;  // CommConfig::system_fence
 };
 void launch_ar_norm(const RankContext& ctx, cudaStream_t stream, const ArNormParams& p, int rows);
 int ar_norm_resident_rows(const RankContext& ctx, int64_t hidden);

@@ -33,7 +33,7 @@ void check_same_shapes(std::span<const Io> io, Shape shape, const char* op) {
 
 class TpComm::Impl {
  public:
-  Impl(Team& team, const CommConfig& config) : team_(team) {
+  Impl(Team& team, const CommConfig& config) : team_(team), system_fence_(config.system_fence) {
     check(config.rows_cap >= 1, "comm: rows_cap {} (at least 1)", config.rows_cap);
     check(config.hidden >= 8 && config.hidden % 8 == 0, "comm: hidden {} (a positive multiple of 8)", config.hidden);
     check(config.parities == 2 || config.parities == 3, "comm: {} parities (2 or 3)", config.parities);
@@ -75,6 +75,7 @@ class TpComm::Impl {
       p.out = io[i].out.data;
       p.frags = static_cast<int>(io[i].x.cols / 8);
       p.trigger_early = ctx.ranks_on_device == 1;
+      p.system_fence = system_fence_;
       launch_one_shot(ctx, streams[i], p, static_cast<int>(io[i].x.rows));
     }
   }
@@ -94,6 +95,7 @@ class TpComm::Impl {
       p.eps = a.eps;
       p.hidden = static_cast<int>(a.x.cols);
       p.trigger_early = ctx.ranks_on_device == 1;
+      p.system_fence = system_fence_;
       launch_ar_norm(ctx, streams[i], p, static_cast<int>(a.x.rows));
     }
   }
@@ -116,6 +118,7 @@ class TpComm::Impl {
 
  private:
   Team& team_;
+  bool system_fence_;
   CommLimits limits_;
   std::optional<Mailbox> one_shot_;   // [parities, TP, rows_cap, hidden] bf16: all_reduce and ar_norm
   std::optional<Mailbox> gather_box_;  // [parities, 1, rows_cap, gather_row_bytes]
