@@ -2,6 +2,7 @@
 # On the GPU machine: configure, build (ninja, all cores), run the GPU tests, the
 # sanitizers and the benchmarks; logs and JSON go under $OUT.
 #   bash scripts/device.sh [steps...]   steps: build test sanitize bench-gemm bench-comm drafter info all
+#                                       two-shot (only when named: its tests, sanitizers and benchmarks)
 #   TESTS='regex'  limits which gtest cases run (ctest -R); default: all
 set -uo pipefail
 # Everything is written under $LOG and packed into $OUT/logs.tgz at exit (the
@@ -65,4 +66,23 @@ if has bench-comm && $CLI bench comm --help > /dev/null 2>&1; then
 fi
 if has drafter && $CLI drafter --help > /dev/null 2>&1; then
   $CLI drafter --json "$LOG/drafter.json" ${DRAFTER_ARGS:-} 2>&1 | tee "$LOG/drafter.txt" | tail -60
+fi
+
+if [[ " $steps " == *" two-shot "* ]]; then
+  # The two-shot all-reduce: its GPU and CPU tests, memcheck and racecheck on them
+  # (reduced counts), bench comm at local TP 8 and, with 2 GPUs, on the NCCL team of 2.
+  (cd "$BUILD" && ctest --output-on-failure -R 'TwoShot' -j1 --timeout 900) > "$LOG/two_shot_ctest.log" 2>&1
+  echo "two-shot ctest rc=$?"; grep -E "tests passed|tests failed|\*\*\*Failed|Not Run|Timeout" "$LOG/two_shot_ctest.log" | tail -25
+  TPDECODE_QUICK=1 timeout "${SANITIZE_TIMEOUT:-400}" compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
+    "$BUILD/tests/gpu_tests" --gtest_filter='TwoShot.*:Failure.TwoShot*' > "$LOG/two_shot_memcheck.log" 2>&1
+  echo "two-shot memcheck rc=$?"; tail -3 "$LOG/two_shot_memcheck.log"
+  TPDECODE_QUICK=1 timeout "${SANITIZE_TIMEOUT:-400}" compute-sanitizer --tool racecheck --error-exitcode 9 \
+    "$BUILD/tests/gpu_tests" --gtest_filter='TwoShot.AllReduceAndArNorm*:TwoShot.Graph*' > "$LOG/two_shot_racecheck.log" 2>&1
+  echo "two-shot racecheck rc=$?"; tail -3 "$LOG/two_shot_racecheck.log"
+  $CLI bench comm --team local --tp 8 --op all_reduce ar_norm --rows 1 2 4 8 16 32 64 \
+    --json "$LOG/bench_two_shot_local_tp8.json" 2>&1 | tee "$LOG/bench_two_shot_local_tp8.txt" | tail -25
+  if [[ $(nvidia-smi -L 2>/dev/null | wc -l) -ge 2 ]]; then
+    $CLI bench comm --team nccl --tp 2 --op all_reduce ar_norm --rows 1 2 4 8 16 32 64 \
+      --json "$LOG/bench_two_shot_nccl_tp2.json" 2>&1 | tee "$LOG/bench_two_shot_nccl_tp2.txt" | tail -25
+  fi
 fi
