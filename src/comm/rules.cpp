@@ -120,7 +120,9 @@ int two_shot_from_rows(const CommLimits& limits, int64_t width, bool norm) {
   const CommTransport transport = limits.one_gpu ? CommTransport::kOneGpu : CommTransport::kNvlink;
   const CrossoverPoint* nearest = nullptr;
   // Nearest width by ratio, so 4096 and 8192 are as far from 5792.
-  const auto distance = [&](const CrossoverPoint& c) { return std::abs(std::log(static_cast<double>(c.width) / width)); };
+  const auto distance = [&](const CrossoverPoint& c) {
+    return std::abs(std::log(static_cast<double>(c.width) / static_cast<double>(width)));
+  };
   for (const CrossoverPoint& c : kCrossover)
     if (c.tp == limits.team_size && c.transport == transport && c.norm == norm &&
         (nearest == nullptr || distance(c) < distance(*nearest)))

@@ -160,6 +160,35 @@ TEST(TwoShotProtocol, OwnersSumInRankOrder) {
   EXPECT_TRUE(team.all_armed());
 }
 
+TEST(TwoShotProtocol, ASumEqualToTheSentinelArrivesAsZero) {
+  // (1, -0) + (-1, -0) = (+0, -0): the sentinel word. The owner must clean its sum,
+  // or the gather never sees it published.
+  constexpr int kRanks = 2;
+  const uint32_t word[kRanks] = {bf16::pack(bf16::from_float(1.0f), 0x8000),
+                                 bf16::pack(bf16::from_float(-1.0f), 0x8000)};
+  HostTeam team(kRanks, std::chrono::seconds(2));
+  const int recv = team.add_mailbox(2, kRanks, 1, 1);
+  const int gather = team.add_mailbox(2, 1, 1, kRanks, recv);
+  std::vector<Fragment> got(kRanks * kRanks);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < kRanks; ++rank)
+    threads.emplace_back([&, rank] {
+      lamport::Memory mem(2'000'000'000ull);
+      const lamport::TeamRef t = team.team_ref(rank);
+      const lamport::MailboxRef r = team.box_ref(recv), g = team.box_ref(gather);
+      const Call call{Op::kTwoShotReduce, static_cast<int>(lamport::enter(mem, t, r, Op::kTwoShotReduce, 1))};
+      const uint32_t w = word[rank];
+      for (int frag = 0; frag < kRanks; ++frag)
+        lamport::two_shot_push(mem, t, r, call, 0, frag, 1, Fragment{{w, w, w, w}});
+      EXPECT_TRUE(lamport::two_shot_reduce<kRanks>(mem, t, r, g, call, 0, 0, 1));
+      for (int frag = 0; frag < kRanks; ++frag)
+        EXPECT_TRUE(lamport::two_shot_collect(mem, t, g, Call{Op::kTwoShotGather, call.parity}, 0, frag, 1,
+                                              &got[static_cast<std::size_t>(rank * kRanks + frag)]));
+    });
+  for (auto& t : threads) t.join();
+  for (const Fragment& f : got) EXPECT_TRUE(same(f, Fragment{{0, 0, 0, 0}}));
+}
+
 // One call on a team of 4 ranks of 8 CTAs where rank 3 is absent, or pushes but
 // never reduces: the other ranks' records and rank 3's next entry. With 8 CTAs and
 // 4 owned chunks per rank, half of each rank's CTAs go straight to the gather.

@@ -41,9 +41,10 @@ void check_all_reduce(Team& team, TpComm& comm, int rows, int64_t hidden, uint64
   team.synchronize();
   EXPECT_EQ(a.ranks_wrong(team), 0) << "two-shot all_reduce against the reference";
   const Outputs two = outputs(a.out, a.reference.size());
-  a.refill(team, seed);  // the same partials, outputs poisoned
   comm.set_algorithm(CommAlgorithm::kOneShot);
-  if (comm.all_reduce(a.io, streams).path != CommPath::kOneShot) return;
+  if (comm.plan_all_reduce(a.io[0]).path != CommPath::kOneShot) return;
+  a.refill(team, seed);  // the same partials, outputs poisoned
+  comm.all_reduce(a.io, streams);
   team.synchronize();
   EXPECT_EQ(outputs(a.out, a.reference.size()), two) << "one-shot and two-shot differ";
 }
@@ -58,6 +59,8 @@ void check_ar_norm(Team& team, TpComm& comm, int rows, int64_t hidden, bool resi
   EXPECT_EQ(r.path, CommPath::kTwoShot) << r.why;
   team.synchronize();
   EXPECT_EQ(n.ranks_wrong(team), 0) << "two-shot ar_norm against the reference";
+  comm.set_algorithm(CommAlgorithm::kOneShot);
+  if (comm.plan_ar_norm(n.io[0]).path != CommPath::kOneShot) return;
   const std::size_t size = n.reference.out.size();
   const Outputs out = outputs(n.out, size), res = outputs(n.res_out, size);
   for (int i = 0; i < team.driven(); ++i) {
@@ -65,8 +68,7 @@ void check_ar_norm(Team& team, TpComm& comm, int rows, int64_t hidden, bool resi
     test::poison(n.res_out[static_cast<std::size_t>(i)]);
   }
   TPD_CUDA(cudaDeviceSynchronize());
-  comm.set_algorithm(CommAlgorithm::kOneShot);
-  if (comm.ar_norm(n.io, streams).path != CommPath::kOneShot) return;
+  comm.ar_norm(n.io, streams);
   team.synchronize();
   EXPECT_EQ(outputs(n.out, size), out) << "one-shot and two-shot ArNorm outputs differ";
   EXPECT_EQ(outputs(n.res_out, size), res) << "one-shot and two-shot new residuals differ";
