@@ -25,9 +25,15 @@ Outputs outputs(const std::vector<DeviceBuffer>& buffers, std::size_t n) {
   return o;
 }
 
+// Rows and hidden sizes of the bitwise test (fewer under the sanitizers; 9 and 64
+// rows make the local TP 8 ArNorm's clusters loop over rows).
 std::vector<int> row_counts() {
-  if (test::quick()) return {1, 8, 64};
-  return {1, 2, 3, 4, 5, 6, 7, 8, 13, 16, 31, 32, 47, 64};
+  if (test::quick()) return {1, 9, 64};
+  return {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 31, 32, 47, 64};
+}
+std::vector<int64_t> hidden_sizes() {
+  if (test::quick()) return {7168};
+  return {4096, 5120, 7168, 8192};
 }
 
 // The two-shot all-reduce against the reference, then the one-shot (where it serves
@@ -78,7 +84,7 @@ TEST(TwoShot, AllReduceAndArNormBitwiseOnEveryRankAgainstTheReferenceAndTheOneSh
   TPD_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
   test::for_each_team([&](Team& team) {
-    for (int64_t hidden : {4096, 5120, 7168, 8192}) {
+    for (int64_t hidden : hidden_sizes()) {
       CommConfig cc;
       cc.hidden = hidden;
       TpComm comm(team, cc);
