@@ -127,49 +127,14 @@ long race_a_slow_owner() {
 TEST(TwoShotProtocol, FastRankRacesASlowOwner) { EXPECT_EQ(race_a_slow_owner<2>(), 0); }
 TEST(TwoShotProtocol, OneParityIsCaught) { EXPECT_GT(race_a_slow_owner<1>(), 0); }
 
-TEST(TwoShotProtocol, OwnersSumInRankOrder) {
-  // FP32 sums of {2^24, 1, -2^24, 1}: rank order gives 1, any other order 0 or 2.
-  constexpr int kRanks = 4;
-  const float planted[kRanks] = {16777216.0f, 1.0f, -16777216.0f, 1.0f};
-  HostTeam team(kRanks, std::chrono::seconds(10));
-  const int recv = team.add_mailbox(2, kRanks, 1, 1);
-  const int gather = team.add_mailbox(2, 1, 1, kRanks, recv);
-  std::vector<std::vector<Fragment>> got(kRanks, std::vector<Fragment>(kRanks));
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < kRanks; ++rank)
-    threads.emplace_back([&, rank] {
-      lamport::Memory mem(10'000'000'000ull);
-      const lamport::TeamRef t = team.team_ref(rank);
-      const lamport::MailboxRef r = team.box_ref(recv), g = team.box_ref(gather);
-      const int parity = static_cast<int>(lamport::enter(mem, t, r, Op::kTwoShotReduce, 1));
-      const uint32_t w = bf16::pack(bf16::from_float(planted[rank]), bf16::from_float(-planted[rank]));
-      for (int frag = 0; frag < kRanks; ++frag)
-        lamport::two_shot_push(mem, t, r, Call{Op::kTwoShotReduce, parity}, 0, frag, 1, Fragment{{w, w, w, w}});
-      ASSERT_TRUE(lamport::two_shot_reduce<kRanks>(mem, t, r, g, Call{Op::kTwoShotReduce, parity}, 0, 0, 1));
-      for (int frag = 0; frag < kRanks; ++frag)
-        ASSERT_TRUE(lamport::two_shot_collect(mem, t, g, Call{Op::kTwoShotGather, parity}, 0, frag, 1,
-                                              &got[static_cast<std::size_t>(rank)][static_cast<std::size_t>(frag)]));
-    });
-  for (auto& t : threads) t.join();
-  const uint32_t one = bf16::pack(bf16::from_float(1.0f), bf16::from_float(-1.0f));
-  for (int rank = 0; rank < kRanks; ++rank)
-    for (int frag = 0; frag < kRanks; ++frag)
-      for (int j = 0; j < 4; ++j)
-        EXPECT_EQ(got[static_cast<std::size_t>(rank)][static_cast<std::size_t>(frag)].w[j], one)
-            << "rank " << rank << " fragment " << frag;
-  EXPECT_TRUE(team.all_armed());
-}
-
-TEST(TwoShotProtocol, ASumEqualToTheSentinelArrivesAsZero) {
-  // (1, -0) + (-1, -0) = (+0, -0): the sentinel word. The owner must clean its sum,
-  // or the gather never sees it published.
-  constexpr int kRanks = 2;
-  const uint32_t word[kRanks] = {bf16::pack(bf16::from_float(1.0f), 0x8000),
-                                 bf16::pack(bf16::from_float(-1.0f), 0x8000)};
+// One call of one row with one fragment per owner, rank r pushing word[r] in every
+// word of its fragments: every rank's gathered row, [rank · kRanks + fragment].
+template <int kRanks>
+std::vector<Fragment> one_row_of(const uint32_t (&word)[kRanks]) {
   HostTeam team(kRanks, std::chrono::seconds(2));
   const int recv = team.add_mailbox(2, kRanks, 1, 1);
   const int gather = team.add_mailbox(2, 1, 1, kRanks, recv);
-  std::vector<Fragment> got(kRanks * kRanks);
+  std::vector<Fragment> got(kRanks * kRanks, lamport::armed());
   std::vector<std::thread> threads;
   for (int rank = 0; rank < kRanks; ++rank)
     threads.emplace_back([&, rank] {
@@ -186,7 +151,24 @@ TEST(TwoShotProtocol, ASumEqualToTheSentinelArrivesAsZero) {
                                               &got[static_cast<std::size_t>(rank * kRanks + frag)]));
     });
   for (auto& t : threads) t.join();
-  for (const Fragment& f : got) EXPECT_TRUE(same(f, Fragment{{0, 0, 0, 0}}));
+  EXPECT_TRUE(team.all_armed());
+  return got;
+}
+
+TEST(TwoShotProtocol, OwnersSumInRankOrder) {
+  // FP32 sums of {2^24, 1, -2^24, 1}: rank order gives 1, any other order 0 or 2.
+  const float planted[4] = {16777216.0f, 1.0f, -16777216.0f, 1.0f};
+  uint32_t word[4];
+  for (int r = 0; r < 4; ++r) word[r] = bf16::pack(bf16::from_float(planted[r]), bf16::from_float(-planted[r]));
+  const uint32_t one = bf16::pack(bf16::from_float(1.0f), bf16::from_float(-1.0f));
+  for (const Fragment& f : one_row_of<4>(word)) EXPECT_TRUE(same(f, Fragment{{one, one, one, one}}));
+}
+
+TEST(TwoShotProtocol, ASumEqualToTheSentinelArrivesAsZero) {
+  // (1, -0) + (-1, -0) = (+0, -0): the sentinel word. The owner must clean its sum,
+  // or the gather never sees it published.
+  const uint32_t word[2] = {bf16::pack(bf16::from_float(1.0f), 0x8000), bf16::pack(bf16::from_float(-1.0f), 0x8000)};
+  for (const Fragment& f : one_row_of<2>(word)) EXPECT_TRUE(same(f, Fragment{{0, 0, 0, 0}}));
 }
 
 // One call on a team of 4 ranks of 8 CTAs where rank 3 is absent, or pushes but
