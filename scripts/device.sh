@@ -4,7 +4,7 @@
 # $OUT/logs.tgz: the device tool returns at most 8 files).
 #   bash scripts/device.sh [steps...]
 #   steps: build test nccl-nop2p sanitize sanitize-gemm tune bench-gemm bench-chain bench-comm
-#          bench-comm-nccl drafter peers info all; python (only when named: the Python package)
+#          bench-comm-nccl drafter peers info all; two-shot and python (only when named)
 #   TESTS='regex'   which tests `test` runs (ctest -R); default: all
 #   GEMM_ARGS, CHAIN_ARGS, TUNE_ARGS, COMM_ARGS, NCCL_COMM_ARGS, DRAFTER_ARGS: extra arguments of those steps
 set -uo pipefail
@@ -124,5 +124,22 @@ if [[ " $steps " == *" python "* ]]; then
   else
     step bench-ops-local 120 python3 examples/bench_ops.py
   fi
+fi
+
+if [[ " $steps " == *" two-shot "* ]]; then
+  # The two-shot all-reduce: its GPU and CPU tests, memcheck and racecheck on them
+  # (reduced counts), bench comm at local TP 8 and, with 2 GPUs, on the NCCL team of 2.
+  (cd "$BUILD" && ctest --output-on-failure -R 'TwoShot' -j1 --timeout 300) > "$LOG/two_shot_ctest.log" 2>&1
+  echo "== two-shot ctest rc=$?"; grep -E "tests passed|tests failed|\*\*\*Failed|Not Run|Timeout" "$LOG/two_shot_ctest.log" | tail -25
+  export TPDECODE_QUICK=1
+  step two-shot-memcheck "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool memcheck --report-api-errors no \
+    --error-exitcode 9 "$BUILD/tests/gpu_tests" --gtest_filter='TwoShot.*:Failure.TwoShot*'
+  step two-shot-racecheck "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool racecheck --error-exitcode 9 \
+    "$BUILD/tests/gpu_tests" --gtest_filter='TwoShot.AllReduceAndArNorm*:TwoShot.Graph*'
+  unset TPDECODE_QUICK
+  step bench-two-shot-local-tp8 300 $CLI bench comm --team local --tp 8 --op all_reduce --op ar_norm \
+    --json "$LOG/bench_two_shot_local_tp8.json"
+  [[ $GPUS -ge 2 ]] && step bench-two-shot-nccl-tp2 300 $CLI bench comm --team nccl --tp 2 --op all_reduce \
+    --op ar_norm --json "$LOG/bench_two_shot_nccl_tp2.json"
 fi
 exit 0

@@ -12,6 +12,9 @@
 //    out = BF16(v · rstd · w). The order of the sum of squares is documented in
 //    src/comm/ar_norm.cu; the stock path uses the same norm kernel, so on the
 //    local team both paths give the same bits (NCCL sums in its own order).
+//  - The two-shot path (all_reduce, ar_norm) gives the one-shot's bits, except that
+//    a reduced 32-bit word equal to 0x80000000 (a BF16 pair +0, -0) arrives as 0:
+//    the sum crosses a mailbox (docs/protocol.md).
 //  - gather: bytes moved as they are, except that a 32-bit word equal to
 //    0x80000000 (a BF16 pair +0, -0; an F32 -0) arrives as 0. I32 data is not
 //    served by the mailbox (INT_MIN would change): it runs the stock path.
@@ -86,7 +89,7 @@ struct CommResult {
 
 // Which path all_reduce / ar_norm may take.
 enum class CommAlgorithm : uint8_t {
-  kAuto,     // the measured crossover rule between one-shot and two-shot, stock where neither serves
+  kAuto,     // the path that serves; where both do, the crossover table (src/comm/crossover.hpp); else stock
   kOneShot,  // one-shot where it serves, else stock
   kTwoShot,  // two-shot where it serves, else stock
   kStock,    // always the stock path

@@ -116,6 +116,9 @@ class Memory {
 #endif
   }
 
+  // Moves the deadline `ns` later (a later phase of a call that may wait longer).
+  TPD_HD void extend_deadline(uint64_t ns) { deadline_ns_ += ns; }
+
   // Called once per round of polls: every kCheckEvery rounds, the abort word (once
   // the poll has waited kAbortCheckAfterNs), then the deadline.
   TPD_HD PollCheck check(const uint32_t* abort_word) {
