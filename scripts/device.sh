@@ -84,6 +84,9 @@ has bench-chain && step bench-chain 300 $CLI bench chain --json "$LOG/bench_chai
 has bench-comm && step bench-comm 300 $CLI bench comm --team local --json "$LOG/bench_comm.json" ${COMM_ARGS:-}
 if has bench-comm-nccl && [[ $GPUS -ge 2 ]]; then
   step bench-comm-nccl 300 $CLI bench comm --team nccl --tp 2 --json "$LOG/bench_comm_nccl.json" ${NCCL_COMM_ARGS:-}
+  # What a fence.acq_rel.sys before the pushes would cost (CommConfig::system_fence).
+  step bench-comm-nccl-fence 300 $CLI bench comm --team nccl --tp 2 --op all_reduce --op ar_norm --rows 1 --rows 2 \
+    --rows 4 --rows 8 --system-fence --json "$LOG/bench_comm_nccl_fence.json"
 fi
 has drafter && step drafter 420 $CLI drafter --json "$LOG/drafter.json" ${DRAFTER_ARGS:-}
 if has peers && [[ -d .tools ]]; then
