@@ -44,14 +44,14 @@ __global__ void __launch_bounds__(kArNormMaxThreads) ar_norm_kernel(const ArNorm
   if (threadIdx.x == 0) entry = begin(mem, p.team, p.box, Op::kArNorm, &epoch);
   __syncthreads();
   bool ok = entry != kAbortedEntry;
+  uint32_t ticket = 0;  // thread 0's arrival, read at the end (its wait off the row's path)
   Fragment fresh{};  // the new residual (zeros in threads without a fragment)
   if (active && ok) {
     const Call call{Op::kArNorm, static_cast<int>(entry)};
     if (p.system_fence) dev::fence_acq_rel_sys();
     one_shot_push<kRanks>(mem, p.team, p.box, call, row, frag, mine);
-    const uint32_t ticket = threadIdx.x == 0 ? take_ticket(mem, p.team, p.box) : 0u;
+    ticket = threadIdx.x == 0 ? take_ticket(mem, p.team, p.box) : 0u;
     ok = one_shot_collect<kRanks>(mem, p.team, p.box, call, row, frag, &fresh);
-    if (threadIdx.x == 0) advance_if_last(mem, p.team, p.box, epoch, ticket, gridDim.x * gridDim.y);
     if (ok && p.residual) fresh = rownorm::add_residual(fresh, old);
   }
   if (active) static_cast<Fragment*>(p.residual_out)[at] = ok ? fresh : poisoned();
@@ -60,6 +60,8 @@ __global__ void __launch_bounds__(kArNormMaxThreads) ar_norm_kernel(const ArNorm
   const float total = rownorm::cluster_row_sum(squares, shared);
   if (active)
     static_cast<Fragment*>(p.out)[at] = rownorm::normed(fresh, weight, rownorm::rstd(total, p.hidden, p.eps));
+  if (threadIdx.x == 0 && entry != kAbortedEntry)
+    advance_if_last(mem, p.team, p.box, epoch, ticket, gridDim.x * gridDim.y);
 }
 
 template <int kRanks>

@@ -1,16 +1,17 @@
-// When the automatic choice (CommAlgorithm::kAuto) takes the two-shot all-reduce
-// rather than the one-shot, where both serve a call: the crossover table, the one
-// place to edit. rules.cpp reads it (two_shot_from_rows); tests/cpu/
+// Where the automatic choice (CommAlgorithm::kAuto) takes the two-shot all-reduce:
+// the one place to edit. rules.cpp reads it (two_shot_rows_for); tests/cpu/
 // comm_rules_test.cpp checks its invariants.
 //
-// An entry says: for this team size, transport and op, measured at `width`
-// columns, the two-shot is the faster path from `two_shot_from` rows on (kNever:
-// at no row count). For another width the nearest entry's row count is scaled by
-// width ratio (the crossover is at a fixed payload rows × width in the model).
+// An entry says: for this team size, transport and op, at `width` columns, the
+// two-shot is the path to take for rows in [from, to]. Elsewhere the automatic
+// choice takes the one-shot where it serves, else the stock path: the two-shot is
+// taken only where it was measured (or, for team sizes nobody could run, modelled)
+// to beat both. For another width the nearest entry's rows are scaled by the width
+// ratio (a fixed payload rows × width).
 //
-// Refit from `tpdecode bench comm` (its JSON holds one-shot and two-shot µs per
-// row): two_shot_from = the smallest measured row count from which the two-shot is
-// faster at every measured row; keep the comment below saying which run it is.
+// Refit from `tpdecode bench comm` (one-shot, two-shot and stock µs per row, and
+// the choice's auto/best): the two-shot's range is the rows where it is within 3 %
+// of the fastest path and the one-shot is not; say which run, next to the entry.
 #pragma once
 
 #include <cstdint>
@@ -27,36 +28,36 @@ struct CrossoverPoint {
   CommTransport transport;
   bool norm;  // ar_norm (true) or all_reduce
   int64_t width;
-  int two_shot_from;  // rows
+  int from, to;  // rows (from = kNever: never)
 };
 
 inline constexpr int kNever = 1 << 30;
 
-// MODEL VALUES, NOT MEASURED (the two-shot had not run on a GPU when they were
-// set). Time per call ≈ fixed + hops · h + bytes / bw, the fixed cost the same for
-// both paths; the one-shot makes one hop, the two-shot two.
-//  - NVLink, bytes into each GPU per row: one-shot (TP−1)·width·2, two-shot
-//    2·(TP−1)/TP·width·2. Two-shot from rows = h·bw·TP / ((TP−1)(TP−2)·width·2).
-//    h = 1.5 µs and bw = 250 GB/s, from the TP 2 runs in docs/performance.md
-//    (gather_context 2.08 µs at 1 row, less ~0.5 µs of launch, is one hop; the
-//    gather and ArNorm grow 1.7 µs per 0.46 MB and 4.1 µs per 0.92 MB from 1 to
-//    64 rows). Width 7168: TP 4 from 18 rows, TP 8 from 5, TP 16 from 2; TP 2
-//    never (the same bytes, one more hop).
-//  - One GPU (the local team), stores per row through the one memory: one-shot
-//    TP²·width·2, two-shot 2·TP·width·2. Two-shot from rows = h·bw / ((TP² −
-//    2·TP)·width·2). h = 1 µs (a poll round trip through L2) and bw = 1.4 TB/s
-//    (the local TP 8 gather_context grows 5.2 µs for 7.3 MB of stores from 1 to 64
-//    rows). Width 7168: TP 4 from 13 rows, TP 8 from 3, TP 16 from 1; TP 2 never.
-// The ArNorm entries repeat the all-reduce's until measured.
+// MEASURED on one H200 and 2 x H200 (NVLink), 2026-11-30, `bench comm` (docs/
+// performance.md, "Two-shot"):
+//  - local team TP 8, all_reduce, H 7168: the two-shot 9.95 µs at 8 rows (one-shot
+//    10.47, stock 10.50), 12.41 at 16 (one-shot 15.94, stock 12.10), 17.67 at 32
+//    (stock 15.84), 24.78 at 64 (stock 25.49): rows 8 to 16.
+//  - local team TP 8, ar_norm: the two-shot behind the one-shot at 1-4 rows
+//    (11.60 vs 9.83 at 1) and behind stock from 8 (17.84 vs 16.16; 88.4 vs 43.0 at
+//    64): never.
+//  - NCCL TP 2 (NVLink): behind the one-shot at every row count, all_reduce 3.67 vs
+//    2.57 µs at 1 row, 5.61 vs 5.44 at 64; ar_norm 6.30 vs 4.24, 10.28 vs 8.72:
+//    never (the same bytes, one hop more).
+// MODEL, NOT MEASURED (no 4- or 8-GPU machine): NVLink all_reduce, time ≈ fixed +
+// hops · h + bytes / bw with h = 1.5 µs and bw = 250 GB/s (the TP 2 runs); bytes
+// into each GPU per row: one-shot (TP−1)·width·2, two-shot 2·(TP−1)/TP·width·2;
+// two-shot from h·bw·TP / ((TP−1)(TP−2)·width·2) rows: TP 4 from 18, TP 8 from 5,
+// TP 16 from 2. The ArNorm two-shot (its clusters walk their rows one by one) was
+// measured far behind on the local team: never, until measured on NVLink. The local
+// team at TP 4 and 16: never, until measured.
 inline constexpr CrossoverPoint kCrossover[] = {
-    {2, CommTransport::kNvlink, false, 7168, kNever}, {2, CommTransport::kNvlink, true, 7168, kNever},
-    {4, CommTransport::kNvlink, false, 7168, 18},     {4, CommTransport::kNvlink, true, 7168, 18},
-    {8, CommTransport::kNvlink, false, 7168, 5},      {8, CommTransport::kNvlink, true, 7168, 5},
-    {16, CommTransport::kNvlink, false, 7168, 2},     {16, CommTransport::kNvlink, true, 7168, 2},
-    {2, CommTransport::kOneGpu, false, 7168, kNever}, {2, CommTransport::kOneGpu, true, 7168, kNever},
-    {4, CommTransport::kOneGpu, false, 7168, 13},     {4, CommTransport::kOneGpu, true, 7168, 13},
-    {8, CommTransport::kOneGpu, false, 7168, 3},      {8, CommTransport::kOneGpu, true, 7168, 3},
-    {16, CommTransport::kOneGpu, false, 7168, 1},     {16, CommTransport::kOneGpu, true, 7168, 1},
+    {2, CommTransport::kNvlink, false, 7168, kNever, kNever},
+    {2, CommTransport::kNvlink, true, 7168, kNever, kNever},
+    {4, CommTransport::kNvlink, false, 7168, 18, kNever},
+    {8, CommTransport::kNvlink, false, 7168, 5, kNever},
+    {16, CommTransport::kNvlink, false, 7168, 2, kNever},
+    {8, CommTransport::kOneGpu, false, 7168, 8, 16},
 };
 
 }  // namespace tpdecode

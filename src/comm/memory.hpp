@@ -99,10 +99,12 @@ class Memory {
 #endif
   }
 
-  // Compare-and-swap at system scope (the error record is host-mapped).
+  // Compare-and-swap among this GPU's threads (the error record: host-mapped, only
+  // read by the host; why not system scope: system-scoped atomics on mapped host
+  // memory are not allowed on every platform, and compute-sanitizer flags them).
   TPD_HD bool cas_word(uint32_t* p, uint32_t expected, uint32_t desired) const {
 #if defined(__CUDA_ARCH__)
-    return atomicCAS_system(p, expected, desired) == expected;
+    return atomicCAS(p, expected, desired) == expected;
 #else
     return std::atomic_ref<uint32_t>(*p).compare_exchange_strong(expected, desired, std::memory_order_acq_rel);
 #endif

@@ -116,7 +116,7 @@ std::string two_shot_refusal(const CommLimits& limits, int64_t rows, int64_t wid
   return rows_refusal(limits, rows, served, op);
 }
 
-int two_shot_from_rows(const CommLimits& limits, int64_t width, bool norm) {
+std::pair<int, int> two_shot_rows_for(const CommLimits& limits, int64_t width, bool norm) {
   const CommTransport transport = limits.one_gpu ? CommTransport::kOneGpu : CommTransport::kNvlink;
   const CrossoverPoint* nearest = nullptr;
   // Nearest width by ratio, so 4096 and 8192 are as far from 5792.
@@ -127,10 +127,14 @@ int two_shot_from_rows(const CommLimits& limits, int64_t width, bool norm) {
     if (c.tp == limits.team_size && c.transport == transport && c.norm == norm &&
         (nearest == nullptr || distance(c) < distance(*nearest)))
       nearest = &c;
-  if (nearest == nullptr || nearest->two_shot_from >= kNever) return kNever;
-  // Why scaled: the crossover sits at a fixed payload (rows × width) in the model.
-  const int64_t scaled = (static_cast<int64_t>(nearest->two_shot_from) * nearest->width + width - 1) / width;
-  return static_cast<int>(std::clamp<int64_t>(scaled, 1, kNever));
+  if (nearest == nullptr || nearest->from >= kNever) return {kNever, kNever};
+  // Why scaled: the crossover sits at a fixed payload (rows × width).
+  const auto scale = [&](int rows) {
+    if (rows >= kNever) return kNever;
+    const int64_t scaled = (static_cast<int64_t>(rows) * nearest->width + width - 1) / width;
+    return static_cast<int>(std::clamp<int64_t>(scaled, 1, kNever));
+  };
+  return {scale(nearest->from), scale(nearest->to)};
 }
 
 CommResult choose_all_reduce(const CommLimits& limits, CommAlgorithm algorithm, int64_t rows, int64_t width, bool norm) {
@@ -141,10 +145,12 @@ CommResult choose_all_reduce(const CommLimits& limits, CommAlgorithm algorithm, 
     return one.empty() ? CommResult{CommPath::kOneShot, {}} : CommResult{CommPath::kStock, std::move(one)};
   if (algorithm == CommAlgorithm::kTwoShot)
     return two.empty() ? CommResult{CommPath::kTwoShot, {}} : CommResult{CommPath::kStock, std::move(two)};
-  if (one.empty() && two.empty())
-    return {rows >= two_shot_from_rows(limits, width, norm) ? CommPath::kTwoShot : CommPath::kOneShot, {}};
+  const auto [from, to] = two_shot_rows_for(limits, width, norm);
+  if (two.empty() && rows >= from && rows <= to) return {CommPath::kTwoShot, {}};
   if (one.empty()) return {CommPath::kOneShot, {}};
-  if (two.empty()) return {CommPath::kTwoShot, {}};
+  if (two.empty())
+    two = fmt::format("{}: {} rows, where it was not measured faster than the stock path",
+                      norm ? "two-shot ar_norm" : "two-shot all_reduce", rows);
   return {CommPath::kStock, one == two ? std::move(one) : fmt::format("{}; {}", one, two)};
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "tpdecode/comm.hpp"
 
@@ -44,9 +45,9 @@ std::string gather_refusal(const CommLimits& limits, int64_t rows, int64_t shard
 // "" when the two-shot all-reduce (its ArNorm: `norm`) serves [rows, width] bf16,
 // else why not.
 std::string two_shot_refusal(const CommLimits& limits, int64_t rows, int64_t width, bool norm);
-// Rows from which the crossover table (crossover.hpp) prefers the two-shot, for
-// this team and op at `width` columns (kNever: never).
-int two_shot_from_rows(const CommLimits& limits, int64_t width, bool norm);
+// The rows [first, last] for which the crossover table (crossover.hpp) takes the
+// two-shot, for this team and op at `width` columns (first = kNever: never).
+std::pair<int, int> two_shot_rows_for(const CommLimits& limits, int64_t width, bool norm);
 
 // The path an all-reduce (or ArNorm: `norm`) of [rows, width] takes under
 // `algorithm`, and why not a mailbox path when it is the stock one. kAuto takes the

@@ -140,19 +140,25 @@ TEST(CommRules, ForcedTwoShotRunsStockWithTheReasonWhereNotServed) {
   EXPECT_EQ(choose_all_reduce(l, CommAlgorithm::kOneShot, 40, 7168, false).path, CommPath::kStock);
 }
 
-TEST(CommRules, AutoTakesOnlyServedPathsAndTheCrossoverWhereBothServe) {
+TEST(CommRules, AutoTakesTheTwoShotOnlyWhereMeasuredFasterElseOneShotElseStock) {
   CommLimits l = with_two_shot(tp8_limits(), true);  // one-shot 21 rows, ArNorm 7
   l.hidden = 8192;                                      // rows of 7176 columns fit the one-shot's mailbox
   for (bool norm : {false, true}) {
     const int one_shot_rows = norm ? l.ar_norm_rows : l.one_shot_rows;
-    const int from = two_shot_from_rows(l, 7168, norm);
+    const auto [from, to] = two_shot_rows_for(l, 7168, norm);
     for (int rows = 1; rows <= 64; ++rows) {
       const CommResult r = choose_all_reduce(l, CommAlgorithm::kAuto, rows, 7168, norm);
-      const CommPath want = rows > one_shot_rows || rows >= from ? CommPath::kTwoShot : CommPath::kOneShot;
+      const CommPath want = rows >= from && rows <= to ? CommPath::kTwoShot
+                            : rows <= one_shot_rows    ? CommPath::kOneShot
+                                                       : CommPath::kStock;
       EXPECT_EQ(r.path, want) << "rows " << rows << " norm " << norm;
-      EXPECT_EQ(r.why, "");
+      EXPECT_EQ(r.why.empty(), want != CommPath::kStock) << r.why;
     }
   }
+  // Measured (crossover.hpp): the local team at TP 8 takes the all-reduce's two-shot
+  // at 8 to 16 rows, and its ArNorm never.
+  EXPECT_EQ(two_shot_rows_for(l, 7168, false), std::make_pair(8, 16));
+  EXPECT_EQ(two_shot_rows_for(l, 7168, true).first, kNever);
   // Where the two-shot does not serve a width, the one-shot does what it can.
   EXPECT_EQ(choose_all_reduce(l, CommAlgorithm::kAuto, 16, 7168 + 8, false).path, CommPath::kOneShot);
   const CommResult neither = choose_all_reduce(l, CommAlgorithm::kAuto, 40, 7168 + 8, false);
@@ -163,32 +169,32 @@ TEST(CommRules, AutoTakesOnlyServedPathsAndTheCrossoverWhereBothServe) {
   EXPECT_EQ(choose_all_reduce(one, CommAlgorithm::kAuto, 1, 7168, true).why, "TP 1: nothing to communicate");
 }
 
-TEST(CommRules, CrossoverTableFollowsTheModelAndScalesWithWidth) {
+TEST(CommRules, CrossoverTableScalesWithWidthAndNeverAtTp2) {
   CommLimits l = with_two_shot(tp8_limits(), false);
   for (int tp : {2, 4, 8, 16})
     for (bool one_gpu : {false, true})
       for (bool norm : {false, true}) {
         l.team_size = tp;
         l.one_gpu = one_gpu;
-        const int from = two_shot_from_rows(l, 7168, norm);
+        const auto [from, to] = two_shot_rows_for(l, 7168, norm);
         EXPECT_GE(from, 1) << "TP " << tp;
+        EXPECT_LE(from, to) << "TP " << tp;
         // TP 2 moves the same bytes either way, with one hop more: never the two-shot.
         if (tp == 2) EXPECT_EQ(from, kNever);
         // Half the width: the same payload at twice the rows.
         if (from < kNever)
-          EXPECT_EQ(two_shot_from_rows(l, 3584, norm), std::min(kNever, (from * 7168 + 3583) / 3584));
+          EXPECT_EQ(two_shot_rows_for(l, 3584, norm).first, std::min(kNever, (from * 7168 + 3583) / 3584));
       }
-  // More ranks move relatively more bytes in the one-shot: the crossover comes sooner.
-  for (bool one_gpu : {false, true}) {
-    l.one_gpu = one_gpu;
-    l.team_size = 4;
-    const int tp4 = two_shot_from_rows(l, 7168, false);
-    l.team_size = 8;
-    EXPECT_LT(two_shot_from_rows(l, 7168, false), tp4);
-  }
-  // A team size the table does not list: the one-shot where it serves.
+  // The NVLink model: more ranks move relatively more bytes in the one-shot, so the
+  // crossover comes sooner.
+  l.one_gpu = false;
+  l.team_size = 4;
+  const int tp4 = two_shot_rows_for(l, 7168, false).first;
+  l.team_size = 8;
+  EXPECT_LT(two_shot_rows_for(l, 7168, false).first, tp4);
+  // A team size the table does not list: never.
   l.team_size = 32;
-  EXPECT_EQ(two_shot_from_rows(l, 7168, false), kNever);
+  EXPECT_EQ(two_shot_rows_for(l, 7168, false).first, kNever);
 }
 
 TEST(CommRules, CrossoverTableEntriesAreServable) {
@@ -196,7 +202,8 @@ TEST(CommRules, CrossoverTableEntriesAreServable) {
     EXPECT_TRUE(supported_team_size(c.tp) && c.tp > 1) << c.tp;
     EXPECT_EQ(c.width % (8 * c.tp), 0) << "TP " << c.tp << " width " << c.width;
     if (c.norm) EXPECT_TRUE(ar_norm_hidden_served(c.width)) << c.width;
-    EXPECT_GE(c.two_shot_from, 1);
+    EXPECT_GE(c.from, 1);
+    EXPECT_LE(c.from, c.to);
   }
 }
 
