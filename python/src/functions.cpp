@@ -12,6 +12,7 @@
 #include "gemm_object.hpp"
 #include "team_object.hpp"
 #include "tpdecode/device_info.hpp"
+#include "tpdecode/version.hpp"
 #include "tpdecode/local_team.hpp"
 #include "tpdecode/nccl_team.hpp"
 
@@ -40,7 +41,7 @@ Dict info() {
   return translated([] {
     const SystemInfo s = query_system();
     Dict d;
-    d.Set("version", ffi::String(TPDECODE_VERSION_STRING));
+    d.Set("version", ffi::String(tpdecode::version()));
     d.Set("no_gpu_reason", ffi::String(s.no_gpu_reason));
     d.Set("driver_version", static_cast<int64_t>(s.driver_version));
     d.Set("runtime_version", static_cast<int64_t>(s.runtime_version));

@@ -50,8 +50,8 @@ int64_t DecodeGemmObj::path(int64_t m) const {
   return translated([&] { return static_cast<int64_t>(gemm_->path(static_cast<int>(m))); });
 }
 
-tvm::ffi::String DecodeGemmObj::tactic(int64_t m) const {
-  return translated([&] { return tvm::ffi::String(gemm_->tactic(static_cast<int>(m)).describe()); });
+tvm::ffi::String DecodeGemmObj::decision(int64_t m) const {
+  return translated([&] { return tvm::ffi::String(describe(gemm_->decision(static_cast<int>(m)))); });
 }
 
 int64_t DecodeGemmObj::run(DLView x, DLView out) {
@@ -74,7 +74,7 @@ TVM_FFI_STATIC_INIT_BLOCK() {
       .def("prepare", &DecodeGemmObj::prepare)
       .def("prepared", &DecodeGemmObj::prepared)
       .def("path", &DecodeGemmObj::path)
-      .def("tactic", &DecodeGemmObj::tactic)
+      .def("decision", &DecodeGemmObj::decision)
       .def("decode_gemm", &DecodeGemmObj::run);
 }
 

@@ -28,7 +28,7 @@ class DecodeGemmObj : public tvm::ffi::Object {
   bool prepared(int64_t m) const { return gemm_->prepared(static_cast<int>(m)); }
   // The path (GemmPath, decode_gemm.hpp) run() takes now for m contiguous rows.
   int64_t path(int64_t m) const;
-  tvm::ffi::String tactic(int64_t m) const;
+  tvm::ffi::String decision(int64_t m) const;
   // out = x · Wᵀ on the caller's stream; returns the GemmPath taken.
   int64_t run(DLView x, DLView out);
 

@@ -11,10 +11,12 @@ class DecodeGemm:
     """``out[M, N] = x[M, K] · weight[N, K]ᵀ`` (BF16 operands, FP32 accumulation, one
     BF16 rounding) on the current torch stream.
 
-    The warp split-K engine runs M ≤ ``max_rows`` rows once M is prepared, where the
-    tactic rule expects it to beat cuBLAS (its result is bitwise identical run to
-    run); cuBLAS runs everything else. ``prepare`` the row counts before CUDA-graph
-    capture: a call under capture never prepares (an unprepared M runs cuBLAS).
+    For M ≤ ``max_rows`` rows the path is measured: the first eager call (or
+    ``prepare``) of a shape bucket times the engines (warp split-K, stream-K: bitwise
+    identical run to run) and cuBLAS/cuBLASLt on the real weight and keeps the
+    fastest; cuBLAS runs everything else. ``prepare`` the row counts before
+    CUDA-graph capture: a call under capture never measures (it runs the cached
+    decision, else the static rule).
 
     weight: [N, K] bfloat16 on a CUDA device (kept referenced by this object).
     shared_cublas: use the device's shared cuBLAS context (one 32 MB workspace for
@@ -47,12 +49,12 @@ class DecodeGemm:
         return self
 
     def path(self, m: int) -> str:
-        """"warp" or "cublas": what a call of m contiguous rows runs now."""
+        """"warp", "cublas", "stream" or "cublaslt": what a call of m contiguous rows runs now."""
         return _lib.GEMM_PATHS[self._handle.path(int(m))]
 
-    def tactic(self, m: int) -> str:
-        """The engine's launch shape for a prepared m."""
-        return self._handle.tactic(int(m))
+    def decision(self, m: int) -> str:
+        """The decision a call of m rows runs (e.g. "warp split 8", "cublaslt #3fa9c1")."""
+        return self._handle.decision(int(m))
 
     def __call__(self, x: torch.Tensor, *, out: torch.Tensor = None) -> torch.Tensor:
         """x: [..., K] bfloat16 on the weight's device; returns [..., N] (``out`` if given)."""

@@ -39,10 +39,11 @@ TEST(Collectives, AllReduceAndArNormBitwiseOnEveryRankRowCountAndPath) {
       const CommResult rn = comm.ar_norm(n.io, streams);
       team.synchronize();
       EXPECT_EQ(n.ranks_wrong(team), 0) << comm_path_name(rn.path) << " " << rn.why;
-      // A mailbox path serves every row count up to 64 (the two-shot where the
-      // one-shot's grids do not fit at once).
-      EXPECT_NE(rn.path, CommPath::kStock) << rn.why;
+      // The automatic choice (rules.hpp, crossover.hpp): a mailbox path where one
+      // serves and was measured faster, else stock, and a reason exactly then.
+      EXPECT_EQ(rn.path == CommPath::kStock, !rn.why.empty());
       EXPECT_EQ(ra.path == CommPath::kStock, !ra.why.empty());
+      if (rows <= 4) EXPECT_EQ(rn.path, CommPath::kOneShot) << rn.why;
     }
   });
 }
