@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "tpdecode/comm.hpp"
+#include "tpdecode/cublas_context.hpp"
 #include "tpdecode/tensor.hpp"
 
 namespace tpdecode {
@@ -120,6 +121,9 @@ class OprojMailbox {
 struct OprojOptions {
   std::vector<int> rows;          // row counts to prepare at construction (others: prepare())
   std::optional<OprojKind> kind;  // force a kind where it serves (else kUnfused, with why); empty: the rule table
+  // The unfused path's GEMM context per driven rank (shared with the caller's other
+  // GEMMs on that rank's stream); empty: a private one per driven rank.
+  std::vector<std::shared_ptr<CublasContext>> cublas;
 };
 
 class PreparedOproj {

@@ -88,6 +88,8 @@ class PreparedOproj::Impl {
     check(&mailbox_->impl()->team == &team_, "oproj: the mailbox belongs to another team");
     check(static_cast<int>(weights.size()) == team_.driven(), "oproj: {} weights for {} driven ranks", weights.size(),
           team_.driven());
+    check(o.cublas.empty() || static_cast<int>(o.cublas.size()) == team_.driven(),
+          "oproj: {} GEMM contexts for {} driven ranks", o.cublas.size(), team_.driven());
     const TensorView& w0 = weights[0];
     limits_.team = team_.kind();
     limits_.team_size = team_.size();
@@ -108,7 +110,7 @@ class PreparedOproj::Impl {
       TPD_CUDA(cudaSetDevice(team_.device(i)));
       RankState r;
       r.weight = w;
-      r.gemm = std::make_unique<DecodeGemm>(w);
+      r.gemm = std::make_unique<DecodeGemm>(w, o.cublas.empty() ? nullptr : o.cublas.at(static_cast<std::size_t>(i)));
       const std::size_t rows_bytes = static_cast<std::size_t>(limits_.rows_cap * w0.rows) * 2;
       r.partial = DeviceBuffer(rows_bytes);
       if (e == OprojEpilogue::kAttnRes) r.reduced = DeviceBuffer(rows_bytes);
