@@ -125,6 +125,31 @@ TEST_P(DrafterStepGpu, SpecialisedMatchesStockRepeatsAndReference) {
             << "; specialised collectives: " << d.comm_paths() << "\n";
 }
 
+// The specialised path with every layer's o_proj + all-reduce + post-attention
+// norm as one PreparedOproj call (producer + consumer forced): against the CPU
+// reference, every rank identical, bitwise run to run (eager and graph replay).
+TEST(DrafterStepGpuOproj, ProducerConsumerMatchesTheReferenceAndRepeats) {
+  TPD_REQUIRE_GPU();
+  const int m = rows_under_test();
+  const DrafterConfig c = DrafterConfig::reduced_gpu();
+  for (int tp : {2, 4}) {
+    SCOPED_TRACE(testing::Message() << "local TP " << tp);
+    TeamOptions options;
+    options.pdl = false;  // ranks sharing a GPU (apps/drafter/gpu_step_ops.cpp)
+    LocalTeam team(tp, 0, options);
+    GpuDrafter d(team, c, 64);
+    d.set_oproj_kind(OprojKind::kProducerConsumer);
+    d.prepare(m);
+    const std::vector<uint16_t> spec = eager(d, DrafterPath::kSpecialised, m);
+    EXPECT_NE(d.comm_paths().find("oproj producer-consumer " + std::to_string(c.layers)), std::string::npos)
+        << d.comm_paths();
+    for (int i = 1; i < team.driven(); ++i) EXPECT_EQ(d.logits(i, m), spec) << "rank " << i;
+    EXPECT_EQ(eager(d, DrafterPath::kSpecialised, m), spec);
+    EXPECT_EQ(graph_replay(d, DrafterPath::kSpecialised, m, test::quick() ? 2 : 20), spec);
+    EXPECT_LT(relative_error(spec, cpu_reference(m).buffer(Buf::kLogits)), kCpuTolerance);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(LocalTeam, DrafterStepGpu, ::testing::Values(1, 2, 4),
                          [](const ::testing::TestParamInfo<int>& p) { return "TP" + std::to_string(p.param); });
 
