@@ -192,30 +192,10 @@ int count_beyond(const std::vector<uint16_t>& got, const std::vector<uint16_t>& 
   return bad;
 }
 
-double relative_error(const std::vector<uint16_t>& got, const std::vector<uint16_t>& want) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double d = static_cast<double>(bf16::to_float(got[i])) - bf16::to_float(want[i]);
-    num += d * d;
-    den += static_cast<double>(bf16::to_float(want[i])) * bf16::to_float(want[i]);
-  }
-  return std::sqrt(num / den);
-}
-
 bool all_nan(const std::vector<uint16_t>& v) {
   for (uint16_t x : v)
     if ((x & 0x7f80) != 0x7f80 || (x & 0x7f) == 0) return false;
   return true;
-}
-
-double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double d = static_cast<double>(got[i]) - want[i];
-    num += d * d;
-    den += static_cast<double>(want[i]) * want[i];
-  }
-  return std::sqrt(num / den);
 }
 
 }  // namespace tpdecode::test

@@ -86,9 +86,6 @@ class OprojCase {
 
 // Elements of `got` more than `ulps` BF16 ulps from `want` (NaN counts).
 int count_beyond(const std::vector<uint16_t>& got, const std::vector<uint16_t>& want, int ulps);
-// Relative Frobenius error of BF16 (or F32) values.
-double relative_error(const std::vector<uint16_t>& got, const std::vector<uint16_t>& want);
-double relative_error(const std::vector<float>& got, const std::vector<float>& want);
 // Every element a NaN (a poisoned output).
 bool all_nan(const std::vector<uint16_t>& v);
 
