@@ -4,7 +4,7 @@
 # $OUT/logs.tgz: the device tool returns at most 8 files).
 #   bash scripts/device.sh [steps...]
 #   steps: build test nccl-nop2p sanitize sanitize-gemm tune bench-gemm bench-chain bench-comm
-#          bench-comm-nccl oproj drafter peers info all; python (only when named: the Python package)
+#          bench-comm-nccl drafter peers info all; two-shot, oproj and python (only when named)
 #   TESTS='regex'   which tests `test` runs (ctest -R); default: all
 #   GEMM_ARGS, CHAIN_ARGS, TUNE_ARGS, COMM_ARGS, NCCL_COMM_ARGS, OPROJ_ARGS, DRAFTER_ARGS: extra arguments of those steps
 #   OPROJ_DRAFTER=1   the oproj step also runs the drafter with producer-consumer forced, and without
@@ -85,28 +85,9 @@ has bench-chain && step bench-chain 300 $CLI bench chain --json "$LOG/bench_chai
 has bench-comm && step bench-comm 300 $CLI bench comm --team local --json "$LOG/bench_comm.json" ${COMM_ARGS:-}
 if has bench-comm-nccl && [[ $GPUS -ge 2 ]]; then
   step bench-comm-nccl 300 $CLI bench comm --team nccl --tp 2 --json "$LOG/bench_comm_nccl.json" ${NCCL_COMM_ARGS:-}
-fi
-if has oproj; then
-  # Issue 11: PreparedOproj's tests (CPU and GPU), the suites its refactors touch
-  # (ArNorm's row body, the warp split-K engine; reduced counts), memcheck and
-  # racecheck on its GPU tests, then bench oproj at local TP 8 and, with 2 GPUs,
-  # NCCL TP 2 (every kind, both epilogues, M 1-64).
-  (cd "$BUILD" && timeout 420 ctest --output-on-failure -R 'Oproj' -j1 --timeout 300) > "$LOG/oproj-tests.log" 2>&1
-  echo "== oproj-tests rc=$?"
-  grep -E "tests passed|tests failed|\*\*\*Failed|Timeout|\(Failed\)" "$LOG/oproj-tests.log" | tail -25
-  export TPDECODE_QUICK=1
-  step oproj-regressions 300 "$BUILD/tests/gpu_tests" --gtest_filter='Collectives.*:Failure.*:DecodeGemm.*:DrafterStepGpu*'
-  step oproj-memcheck "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
-    "$BUILD/tests/gpu_tests" --gtest_filter='Oproj.ArNorm*:Oproj.AttnRes*:Oproj.AbsentRank*'
-  step oproj-racecheck "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/gpu_tests" \
-    --gtest_filter='Oproj.ArNorm*:Oproj.AttnRes*'
-  unset TPDECODE_QUICK
-  step bench-oproj 300 $CLI bench oproj --team local --tp 8 --json "$LOG/bench_oproj.json" ${OPROJ_ARGS:-}
-  [[ $GPUS -ge 2 ]] && step bench-oproj-nccl 300 $CLI bench oproj --team nccl --tp 2 --json "$LOG/bench_oproj_nccl.json" ${OPROJ_ARGS:-}
-  if [[ -n ${OPROJ_DRAFTER:-} ]]; then
-    step drafter-oproj 420 $CLI drafter --rows 1 --rows 7 --rows 28 --oproj producer-consumer --json "$LOG/drafter_oproj.json"
-    step drafter-unfused 420 $CLI drafter --rows 1 --rows 7 --rows 28 --oproj unfused --json "$LOG/drafter_unfused.json"
-  fi
+  # What a fence.acq_rel.sys before the pushes would cost (CommConfig::system_fence).
+  step bench-comm-nccl-fence 300 $CLI bench comm --team nccl --tp 2 --op all_reduce --op ar_norm --rows 1 --rows 2 \
+    --rows 4 --rows 8 --system-fence --json "$LOG/bench_comm_nccl_fence.json"
 fi
 has drafter && step drafter 420 $CLI drafter --json "$LOG/drafter.json" ${DRAFTER_ARGS:-}
 if has peers && [[ -d .tools ]]; then
@@ -146,6 +127,45 @@ if [[ " $steps " == *" python "* ]]; then
     step bench-ops-2gpu 120 torchrun --nproc-per-node 2 examples/bench_ops.py
   else
     step bench-ops-local 120 python3 examples/bench_ops.py
+  fi
+fi
+
+if [[ " $steps " == *" two-shot "* ]]; then
+  # The two-shot all-reduce: its GPU and CPU tests, memcheck and racecheck on them
+  # (reduced counts), bench comm at local TP 8 and, with 2 GPUs, on the NCCL team of 2.
+  (cd "$BUILD" && ctest --output-on-failure -R 'TwoShot' -j1 --timeout 300) > "$LOG/two_shot_ctest.log" 2>&1
+  echo "== two-shot ctest rc=$?"; grep -E "tests passed|tests failed|\*\*\*Failed|Not Run|Timeout" "$LOG/two_shot_ctest.log" | tail -25
+  export TPDECODE_QUICK=1
+  step two-shot-memcheck "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool memcheck --report-api-errors no \
+    --error-exitcode 9 "$BUILD/tests/gpu_tests" --gtest_filter='TwoShot.*:Failure.TwoShot*'
+  step two-shot-racecheck "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool racecheck --error-exitcode 9 \
+    "$BUILD/tests/gpu_tests" --gtest_filter='TwoShot.AllReduceAndArNorm*:TwoShot.Graph*'
+  unset TPDECODE_QUICK
+  step bench-two-shot-local-tp8 300 $CLI bench comm --team local --tp 8 --op all_reduce --op ar_norm \
+    --json "$LOG/bench_two_shot_local_tp8.json"
+  [[ $GPUS -ge 2 ]] && step bench-two-shot-nccl-tp2 300 $CLI bench comm --team nccl --tp 2 --op all_reduce \
+    --op ar_norm --json "$LOG/bench_two_shot_nccl_tp2.json"
+fi
+if [[ " $steps " == *" oproj "* ]]; then
+  # Issue 11: PreparedOproj's tests (CPU and GPU), the suites its refactors touch
+  # (ArNorm's row body and row sums, the warp split-K engine; reduced counts), memcheck and
+  # racecheck on its GPU tests, then bench oproj at local TP 8 and, with 2 GPUs,
+  # NCCL TP 2 (every kind, both epilogues, M 1-64).
+  (cd "$BUILD" && timeout 420 ctest --output-on-failure -R 'Oproj' -j1 --timeout 300) > "$LOG/oproj-tests.log" 2>&1
+  echo "== oproj-tests rc=$?"
+  grep -E "tests passed|tests failed|\*\*\*Failed|Timeout|\(Failed\)" "$LOG/oproj-tests.log" | tail -25
+  export TPDECODE_QUICK=1
+  step oproj-regressions 300 "$BUILD/tests/gpu_tests" --gtest_filter='Collectives.*:TwoShot.*:Failure.*:DecodeGemm.*:DrafterStepGpu*'
+  step oproj-memcheck "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
+    "$BUILD/tests/gpu_tests" --gtest_filter='Oproj.ArNorm*:Oproj.AttnRes*:Oproj.AbsentRank*'
+  step oproj-racecheck "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/gpu_tests" \
+    --gtest_filter='Oproj.ArNorm*:Oproj.AttnRes*'
+  unset TPDECODE_QUICK
+  step bench-oproj 300 $CLI bench oproj --team local --tp 8 --json "$LOG/bench_oproj.json" ${OPROJ_ARGS:-}
+  [[ $GPUS -ge 2 ]] && step bench-oproj-nccl 300 $CLI bench oproj --team nccl --tp 2 --json "$LOG/bench_oproj_nccl.json" ${OPROJ_ARGS:-}
+  if [[ -n ${OPROJ_DRAFTER:-} ]]; then
+    step drafter-oproj 420 $CLI drafter --rows 1 --rows 7 --rows 28 --oproj producer-consumer --json "$LOG/drafter_oproj.json"
+    step drafter-unfused 420 $CLI drafter --rows 1 --rows 7 --rows 28 --oproj unfused --json "$LOG/drafter_unfused.json"
   fi
 fi
 exit 0

@@ -40,6 +40,7 @@ struct Options {
   int64_t vocab_shard = 20480;
   int replays = 200;
   int calls = 20;  // calls per graph
+  bool system_fence = false;
   std::string json;
 };
 
@@ -172,6 +173,7 @@ void measure(Team& team, const Options& o, bool record, std::vector<Row>& out) {
     cc.hidden = hidden;
     cc.rows_cap = kRowsCap;
     cc.gather_row_bytes = std::max(hidden, o.vocab_shard * team.size()) * 2;
+    cc.system_fence = o.system_fence;
     TpComm comm(team, cc);
     Workload w(team, hidden, o.vocab_shard);
     for (const std::string& op : o.ops) {
@@ -197,22 +199,37 @@ void measure(Team& team, const Options& o, bool record, std::vector<Row>& out) {
 
 std::string cell_text(const Cell& c) { return c.why.empty() ? fmt::format("{:.2f}", c.us) : "-"; }
 
+// a / b of two timed cells, "-" where either was not served.
+std::string ratio_text(const Cell& a, const Cell& b) {
+  return a.why.empty() && b.why.empty() && b.us > 0 ? fmt::format("{:.2f}", a.us / b.us) : "-";
+}
+
+// The automatic choice's time over the fastest served path's, marked past 3 %.
+std::string auto_over_best(const Row& r) {
+  const Cell& chosen = r.cells.at(r.chosen);
+  double best = 0;
+  for (const auto& [name, c] : r.cells)
+    if (c.why.empty() && (best == 0 || c.us < best)) best = c.us;
+  if (!chosen.why.empty() || best <= 0) return "-";
+  const double ratio = chosen.us / best;
+  return fmt::format("{:.2f}{}", ratio, ratio > 1.03 ? " !" : "");
+}
+
 void print_table(const std::vector<Row>& rows, const std::string& team) {
-  fmt::print("{:<20} {:>3} {:>6} {:>5} {:>10} {:>10} {:>10} {:>9} {:>8}\n", "op", "TP", "H", "rows", "one-shot",
-             "two-shot", "stock", "auto", "stock/x");
+  fmt::print("{:<20} {:>3} {:>6} {:>5} {:>10} {:>10} {:>10} {:>9} {:>8} {:>6} {:>9}\n", "op", "TP", "H", "rows",
+             "one-shot", "two-shot", "stock", "auto", "stock/x", "1s/2s", "auto/best");
   std::map<std::string, std::string> reasons;
   for (const Row& r : rows) {
-    const Cell& chosen = r.cells.at(r.chosen);
-    const std::string ratio =
-        chosen.why.empty() && chosen.us > 0 ? fmt::format("{:.2f}", r.cells.at("stock").us / chosen.us) : "-";
-    fmt::print("{:<20} {:>3} {:>6} {:>5} {:>10} {:>10} {:>10} {:>9} {:>8}\n", r.op, r.tp, r.hidden, r.rows,
-               cell_text(r.cells.at("one-shot")), cell_text(r.cells.at("two-shot")), cell_text(r.cells.at("stock")),
-               r.chosen, ratio);
+    fmt::print("{:<20} {:>3} {:>6} {:>5} {:>10} {:>10} {:>10} {:>9} {:>8} {:>6} {:>9}\n", r.op, r.tp, r.hidden,
+               r.rows, cell_text(r.cells.at("one-shot")), cell_text(r.cells.at("two-shot")),
+               cell_text(r.cells.at("stock")), r.chosen, ratio_text(r.cells.at("stock"), r.cells.at(r.chosen)),
+               ratio_text(r.cells.at("one-shot"), r.cells.at("two-shot")), auto_over_best(r));
     for (const auto& [name, c] : r.cells)
       if (!c.why.empty()) reasons.emplace(c.why, name);
   }
   fmt::print("\nµs per call (all ranks), inside a CUDA graph, median of replays; stock/x = stock / the automatic "
-             "choice.\n");
+             "choice; 1s/2s = one-shot / two-shot (the crossover table, src/comm/crossover.hpp, wants the two-shot "
+             "where it is > 1); auto/best = the automatic choice / the fastest path (! past 3 %).\n");
   for (const auto& [why, name] : reasons) fmt::print("  - {} not served: {}\n", name, why);
   if (team == "local")
     fmt::print("Local team: every rank on this one GPU; this measures protocol cost, not NVLink.\n");
@@ -288,6 +305,7 @@ void register_bench_comm(CLI::App& app) {
   cmd->add_option("--vocab-shard", o->vocab_shard, "lm_head columns per rank")->capture_default_str()->check(CLI::Range(8, 1 << 20));
   cmd->add_option("--replays", o->replays, "timed graph replays per measurement")->capture_default_str()->check(CLI::Range(1, 100000));
   cmd->add_option("--calls", o->calls, "calls per graph")->capture_default_str()->check(CLI::Range(1, 1000));
+  cmd->add_flag("--system-fence", o->system_fence, "a fence.acq_rel.sys before each thread's first push (its cost)");
   cmd->add_option("--json", o->json, "also write the rows as JSON to this file");
   cmd->callback([o] { run(*o); });
 }

@@ -12,6 +12,9 @@
 //    out = BF16(v · rstd · w). The order of the sum of squares is documented in
 //    src/comm/ar_norm.cu; the stock path uses the same norm kernel, so on the
 //    local team both paths give the same bits (NCCL sums in its own order).
+//  - The two-shot path (all_reduce, ar_norm) gives the one-shot's bits, except that
+//    a reduced 32-bit word equal to 0x80000000 (a BF16 pair +0, -0) arrives as 0:
+//    the sum crosses a mailbox (docs/protocol.md).
 //  - gather: bytes moved as they are, except that a 32-bit word equal to
 //    0x80000000 (a BF16 pair +0, -0; an F32 -0) arrives as 0. I32 data is not
 //    served by the mailbox (INT_MIN would change): it runs the stock path.
@@ -86,7 +89,7 @@ struct CommResult {
 
 // Which path all_reduce / ar_norm may take.
 enum class CommAlgorithm : uint8_t {
-  kAuto,     // the measured crossover rule between one-shot and two-shot, stock where neither serves
+  kAuto,     // the path that serves; where both do, the crossover table (src/comm/crossover.hpp); else stock
   kOneShot,  // one-shot where it serves, else stock
   kTwoShot,  // two-shot where it serves, else stock
   kStock,    // always the stock path
@@ -98,6 +101,11 @@ struct CommConfig {
   int64_t gather_row_bytes = 0;  // widest gathered row (TP · shard bytes); 0: hidden · 2
   int parities = 2;              // 2, or 3 for callers that re-arm lazily (two-shot)
   CommAlgorithm algorithm = CommAlgorithm::kAuto;
+  // A fence.acq_rel.sys in every pushing thread before its first push of an
+  // all-reduce. Off: the kernel boundary already orders a rank's re-arms before its
+  // next pushes (src/comm/protocol.hpp); kept to measure what the fence costs
+  // (docs/performance.md) and for callers who want the belt and braces.
+  bool system_fence = false;
 };
 
 class TpComm {

@@ -1,7 +1,8 @@
 // The device-helper layer every kernel uses: programmatic dependent launch (PDL),
-// the global timer, 16-byte loads and stores with the memory semantics the
-// mailboxes need, asynchronous copies with L2 cache policies, bulk copies (TMA)
-// completing on mbarriers, warp-level MMA, and BF16 (bf16.hpp, shared with the host).
+// the global timer, fences, asynchronous copies with L2 cache policies, bulk copies
+// (TMA) completing on mbarriers, warp-level MMA, and BF16 (bf16.hpp, shared with the
+// host). The mailboxes' loads and stores are the memory policy's
+// (src/comm/memory.hpp: one class for device and host).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,39 +24,14 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 // visible. No read of its outputs and no mailbox store may precede this.
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
+// Orders this thread's earlier memory operations before its later ones for every
+// observer in the system (other GPUs, the host).
+__device__ __forceinline__ void fence_acq_rel_sys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
+
 __device__ __forceinline__ uint64_t global_timer_ns() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
-}
-
-// ---- 16-byte memory operations ----------------------------------------------
-struct alignas(16) Words4 {
-  uint32_t w[4];
-};
-
-// A poll of memory that another GPU's thread may store into.
-__device__ __forceinline__ Words4 load_volatile16(const void* p) {
-  Words4 f;
-  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(f.w[0]), "=r"(f.w[1]), "=r"(f.w[2]), "=r"(f.w[3])
-               : "l"(p)
-               : "memory");
-  return f;
-}
-// A store that a thread on another GPU polls (system scope, relaxed).
-__device__ __forceinline__ void store_relaxed_sys16(void* p, const Words4& f) {
-  asm volatile("st.relaxed.sys.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(f.w[0]), "r"(f.w[1]),
-               "r"(f.w[2]), "r"(f.w[3])
-               : "memory");
-}
-__device__ __forceinline__ uint32_t load_volatile32(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void store_relaxed_sys32(uint32_t* p, uint32_t v) {
-  asm volatile("st.relaxed.sys.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
 // ---- Asynchronous copies (cp.async) ----------------------------------------

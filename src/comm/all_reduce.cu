@@ -35,6 +35,7 @@ __global__ void __launch_bounds__(kThreads) one_shot_kernel(const OneShotParams 
     return;
   }
   const Call call{Op::kAllReduce, static_cast<int>(entry)};
+  if (p.system_fence) dev::fence_acq_rel_sys();
   one_shot_push<kRanks>(mem, p.team, p.box, call, row, frag, mine);
   const uint32_t ticket = threadIdx.x == 0 ? take_ticket(mem, p.team, p.box) : 0u;
   Fragment sum;

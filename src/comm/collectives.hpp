@@ -10,6 +10,19 @@
 
 namespace tpdecode::lamport {
 
+// Polls the kRanks slots slot_of(s) of the caller's own memory into raw. False on
+// a timeout or an abort, reported at (row, column): the one-shot's and the
+// two-shot owner's wait.
+template <int kRanks, class Memory, class SlotOf>
+TPD_HD bool poll_ranks(Memory& mem, const TeamRef& team, const Call& call, SlotOf slot_of, Fragment (&raw)[kRanks],
+                       int row, int column) {
+  uint32_t missing = 0;
+  const Poll result = wait_all<kRanks>(mem, slot_of, raw, team.control[team.rank], &missing);
+  if (result == Poll::kDone) return true;
+  report_poll(mem, team, call, result, missing, row, column);
+  return false;
+}
+
 // ---- One-shot all-reduce: every rank pushes its partial into slot [rank] of
 // every rank's mailbox [parity, TP, rows_cap, row]; every rank sums its TP slots.
 
@@ -27,12 +40,7 @@ TPD_HD bool one_shot_collect(Memory& mem, const TeamRef& team, const MailboxRef&
                              int frag, Fragment* sum) {
   auto slot_of = [&](int s) { return slot_fragment(box, team.rank, call.parity, s, row, frag); };
   Fragment raw[kRanks];
-  uint32_t missing = 0;
-  const Poll result = wait_all<kRanks>(mem, slot_of, raw, team.control[team.rank], &missing);
-  if (result != Poll::kDone) {
-    report_poll(mem, team, call, result, missing, row, frag * 8);
-    return false;
-  }
+  if (!poll_ranks<kRanks>(mem, team, call, slot_of, raw, row, frag * 8)) return false;
   rearm<kRanks>(mem, slot_of);
   *sum = sum_rank_order<kRanks>(raw);
   return true;
@@ -50,24 +58,105 @@ TPD_HD void gather_push(Memory& mem, const TeamRef& team, const MailboxRef& box,
       mem, [&](int peer) { return slot_fragment(box, peer, call.parity, 0, row, column); }, mine);
 }
 
-// Polls fragment `frag` of the gathered row, copies it to *out and re-arms it.
+// Polls one fragment of the caller's own memory, written by rank `writer`, copies
+// it to *out and re-arms it (the gather and the two-shot's gather half).
 template <class Memory>
-TPD_HD bool gather_collect(Memory& mem, const TeamRef& team, const MailboxRef& box, const Call& call, int row,
-                           int frag, int shard_frags, Fragment* out) {
-  Fragment* slot = slot_fragment(box, team.rank, call.parity, 0, row, frag);
+TPD_HD bool collect_one(Memory& mem, const TeamRef& team, Fragment* slot, const Call& call, int writer, int row,
+                        int column, Fragment* out) {
   Fragment raw[1];
   uint32_t missing = 0;
   const Poll result = wait_all<1>(mem, [&](int) { return slot; }, raw, team.control[team.rank], &missing);
   if (result != Poll::kDone) {
     // Why the writer's rank as the slot: the gathered row has one slot, and the
     // fragment's writer is the peer that did not arrive.
-    report_poll(mem, team, call, result, result == Poll::kTimedOut ? static_cast<uint32_t>(frag / shard_frags) : missing,
-                row, frag * 16);
+    report_poll(mem, team, call, result, result == Poll::kTimedOut ? static_cast<uint32_t>(writer) : missing, row,
+                column);
     return false;
   }
   mem.push(slot, armed());
   *out = raw[0];
   return true;
+}
+
+// Polls fragment `frag` of the gathered row, copies it to *out and re-arms it.
+template <class Memory>
+TPD_HD bool gather_collect(Memory& mem, const TeamRef& team, const MailboxRef& box, const Call& call, int row,
+                           int frag, int shard_frags, Fragment* out) {
+  return collect_one(mem, team, slot_fragment(box, team.rank, call.parity, 0, row, frag), call, frag / shard_frags, row,
+                     frag * 16, out);
+}
+
+// ---- Two-shot all-reduce (reduce-scatter to column owners, owners broadcast).
+// Owner o owns the owner_frags fragments [o·owner_frags, (o+1)·owner_frags) of a
+// row (W = width / TP columns). Two mailboxes, used once per call with one parity
+// (one epoch counter): recv [parity, TP, rows_cap, W] in each owner's memory, slot
+// s written only by rank s; gather [parity, 1, rows_cap, width] in each rank's
+// memory, fragment f written only by its owner. A thread makes all its pushes, then
+// its reductions, then its collects: a reduction waits only on pushes, a collect
+// only on reductions.
+//
+// Reuse with two parities (every reader re-arms in the same call; uses u and u+2
+// share a parity):
+//  - recv slot [s] of owner o: s pushes use u+2 only after its call u+1 ended,
+//    which needed o's sums of u+1 (every rank collects every owner's columns), which
+//    o stored in its call u+1, after its call u, and with it o's re-arm of u,
+//    completed. So o's re-arm of u precedes s's push of u+2.
+//  - gather fragment of rank q, written by owner o: o stores the sum of u+2 only
+//    after reading q's push of u+2, which q made after its call u (and its re-arm
+//    of u) completed. (u+1 would be safe too: the gather half takes recv's parity.)
+// The orderings are protocol.hpp's two kernel boundaries; within a call a sum is
+// computed from the values polled, and no peer relies on the order of an owner's
+// sums and its re-arm (a peer's next push into that parity waits for the owner's
+// next call).
+// Three parities serve a reader that re-arms lazily, during its next call (the
+// seed's MoE tail): o's re-arm of u may then follow its sums of u+1, so u+2 is not
+// safe; s pushes u+3 only after seeing o's sums of u+2, stored in o's call u+2,
+// after its call u+1 (and the lazy re-arm) completed. The kernels here re-arm in
+// the call; CommConfig::parities = 3 builds buffers for callers that do not.
+
+// Push: this rank's fragment `frag` of `row` into slot [rank] of its owner's recv.
+template <class Memory>
+TPD_HD void two_shot_push(Memory& mem, const TeamRef& team, const MailboxRef& recv, const Call& call, int row, int frag,
+                          int owner_frags, const Fragment& mine) {
+  const int owner = frag / owner_frags;
+  mem.push(slot_fragment(recv, owner, call.parity, team.rank, row, frag - owner * owner_frags), clean(mine));
+}
+
+// Reduce, run by the owner (this rank) of chunk `chunk` (< owner_frags) of `row`:
+// polls the TP slots in its own recv, sums them in rank order (one rounding),
+// stores the cleaned sum into every rank's gather row (TP peer stores), then
+// re-arms its slots. False on a timeout or an abort (recorded; nothing stored).
+template <int kRanks, class Memory>
+TPD_HD bool two_shot_reduce(Memory& mem, const TeamRef& team, const MailboxRef& recv, const MailboxRef& gather,
+                            const Call& call, int row, int chunk, int owner_frags) {
+  auto slot_of = [&](int s) { return slot_fragment(recv, team.rank, call.parity, s, row, chunk); };
+  const int frag = team.rank * owner_frags + chunk;  // in the gathered row
+  Fragment raw[kRanks];
+  if (!poll_ranks<kRanks>(mem, team, call, slot_of, raw, row, frag * 8)) return false;
+  push_to_all<kRanks>(
+      mem, [&](int peer) { return slot_fragment(gather, peer, call.parity, 0, row, frag); },
+      sum_rank_order<kRanks>(raw));
+  rearm<kRanks>(mem, slot_of);
+  return true;
+}
+
+// Called by a thread between its reductions and its first collect: the gather half
+// waits one team timeout longer. Why: a push that never came must be reported by
+// the reductions that wait on it (naming the absent rank), not by a gather poll
+// behind an owner that waits on it too; only an owner that never reduces is
+// reported by the gather.
+template <class Memory>
+TPD_HD void two_shot_gather_phase(Memory& mem, const TeamRef& team) {
+  mem.extend_deadline(team.timeout_ns);
+}
+
+// Collect: polls fragment `frag` of this rank's gather row, copies it to *out and
+// re-arms it; a timeout names the fragment's owner.
+template <class Memory>
+TPD_HD bool two_shot_collect(Memory& mem, const TeamRef& team, const MailboxRef& gather, const Call& call, int row,
+                             int frag, int owner_frags, Fragment* out) {
+  return collect_one(mem, team, slot_fragment(gather, team.rank, call.parity, 0, row, frag), call, frag / owner_frags,
+                     row, frag * 8, out);
 }
 
 }  // namespace tpdecode::lamport

@@ -20,6 +20,7 @@ struct OneShotParams {
   void* out;                // [rows, width] bf16
   int frags;                // width / 8
   bool trigger_early;       // launch dependents before the polls (one rank per GPU)
+  bool system_fence;        // CommConfig::system_fence
 };
 void launch_one_shot(const RankContext& ctx, cudaStream_t stream, const OneShotParams& p, int rows);
 // Rows of `width` columns whose grids every rank on ctx's GPU can hold at once.
@@ -43,6 +44,7 @@ struct ArNormParams {
   float eps;
   int hidden;
   bool trigger_early;
+  bool system_fence;  // CommConfig::system_fence
 };
 void launch_ar_norm(const RankContext& ctx, cudaStream_t stream, const ArNormParams& p, int rows);
 int ar_norm_resident_rows(const RankContext& ctx, int64_t hidden);
@@ -79,5 +81,37 @@ void launch_add_rms_norm(cudaStream_t stream, const NormIo& io, int rows);
 // out[row] = [src.base[0] row, ..., src.base[size-1] row] (shard_bytes each).
 void launch_gather_copy(cudaStream_t stream, int size, const PeerPointers& src, long src_row_bytes, void* out, int rows,
                         long shard_bytes);
+
+// ---- Two-shot all-reduce and its ArNorm (two_shot.cu) ------------------------
+// Rank o owns columns [o·W, (o+1)·W), W = width / TP (a multiple of 8). Both grids
+// are bounded independently of the row count (every thread loops over its items),
+// so any rows up to the mailboxes' rows_cap are served wherever one CTA (one
+// cluster for the norm) per rank fits.
+struct TwoShotParams {
+  lamport::TeamRef team;
+  lamport::MailboxRef recv;    // [parities, TP, rows_cap, >= W] bf16, in every owner's memory
+  lamport::MailboxRef gather;  // [parities, 1, rows_cap, >= width] bf16; recv's epoch counter
+  const void* x;               // [rows, width] bf16: this rank's partial
+  void* out;                   // [rows, width] bf16: the sum (all-reduce) or RMSNorm(new residual) · weight
+  int width;
+  int rows;
+  bool trigger_early;  // launch dependents before the polls (one rank per GPU)
+};
+// The ArNorm variant: the same rows as ar_norm.cu (row_norm.cuh), so the same bits.
+struct TwoShotNormParams {
+  TwoShotParams base;
+  const void* residual;  // [rows, width] bf16, or nullptr: none
+  const void* weight;    // [width] bf16
+  void* residual_out;    // [rows, width] bf16
+  float eps;
+};
+// max_ctas / max_clusters: the budget below, computed once per team.
+void launch_two_shot_all_reduce(const RankContext& ctx, cudaStream_t stream, const TwoShotParams& p, int max_ctas);
+void launch_two_shot_ar_norm(const RankContext& ctx, cudaStream_t stream, const TwoShotNormParams& p,
+                             int max_clusters);
+// CTAs (clusters of kArNormCtas for the norm, at the widest row) that every rank
+// on ctx's GPU can hold at once.
+int two_shot_all_reduce_budget(const RankContext& ctx);
+int two_shot_ar_norm_budget(const RankContext& ctx, int64_t hidden);
 
 }  // namespace tpdecode

@@ -99,10 +99,12 @@ class Memory {
 #endif
   }
 
-  // Compare-and-swap at system scope (the error record is host-mapped).
+  // Compare-and-swap among this GPU's threads (the error record: host-mapped, only
+  // read by the host; why not system scope: system-scoped atomics on mapped host
+  // memory are not allowed on every platform, and compute-sanitizer flags them).
   TPD_HD bool cas_word(uint32_t* p, uint32_t expected, uint32_t desired) const {
 #if defined(__CUDA_ARCH__)
-    return atomicCAS_system(p, expected, desired) == expected;
+    return atomicCAS(p, expected, desired) == expected;
 #else
     return std::atomic_ref<uint32_t>(*p).compare_exchange_strong(expected, desired, std::memory_order_acq_rel);
 #endif
@@ -115,6 +117,9 @@ class Memory {
     std::atomic_thread_fence(std::memory_order_seq_cst);
 #endif
   }
+
+  // Moves the deadline `ns` later (a later phase of a call that may wait longer).
+  TPD_HD void extend_deadline(uint64_t ns) { deadline_ns_ += ns; }
 
   // Called once per round of polls: every kCheckEvery rounds, the abort word (once
   // the poll has waited kAbortCheckAfterNs), then the deadline.

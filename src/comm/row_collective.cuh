@@ -41,6 +41,7 @@ struct RowCall {
   int hidden;
   bool trigger_early;  // launch dependents at entry (one rank per GPU), else after the polls
   bool early;          // see above: only for a consumer launched by its producer (x null)
+  bool system_fence;   // CommConfig::system_fence: a fence.acq_rel.sys before the pushes
 };
 
 // Every thread of the row's cluster calls it; the CTAs of the launch that take
@@ -68,18 +69,23 @@ __device__ __forceinline__ void row_collective(const RowCall& c, Epilogue& epi, 
   if (threadIdx.x == 0) entry = begin(mem, c.team, c.box, c.op, &epoch);
   __syncthreads();
   bool ok = entry != kAbortedEntry;
+  uint32_t ticket = 0;  // thread 0's arrival, read at the end (its wait off the row's path)
   Fragment sum{};
   if (active && ok) {
     const Call call{c.op, static_cast<int>(entry)};
-    if (c.x) one_shot_push<kRanks>(mem, c.team, c.box, call, row, frag, mine);
-    const uint32_t ticket = threadIdx.x == 0 ? take_ticket(mem, c.team, c.box) : 0u;
+    if (c.x) {
+      if (c.system_fence) dev::fence_acq_rel_sys();
+      one_shot_push<kRanks>(mem, c.team, c.box, call, row, frag, mine);
+    }
+    ticket = threadIdx.x == 0 ? take_ticket(mem, c.team, c.box) : 0u;
     ok = one_shot_collect<kRanks>(mem, c.team, c.box, call, row, frag, &sum);
-    if (threadIdx.x == 0) advance_if_last(mem, c.team, c.box, epoch, ticket, gridDim.x * gridDim.y);
   }
   // Why late with several ranks on one GPU: a dependent grid launched early could
   // hold SM slots that a peer's grid of this call still needs (all_reduce.cu).
   if (!c.trigger_early) dev::pdl_launch_dependents();
   epi.finish(sum, ok, row, at, frag, active);
+  if (threadIdx.x == 0 && entry != kAbortedEntry)
+    advance_if_last(mem, c.team, c.box, epoch, ticket, gridDim.x * gridDim.y);
   if (c.early) dev::pdl_wait();
 }
 

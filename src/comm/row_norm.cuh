@@ -118,6 +118,12 @@ __device__ __forceinline__ float cluster_row_sum(float s, RowSumShared& sh) {
   return total;
 }
 
+// A kernel whose cluster loops over rows calls this between one row's
+// cluster_row_sum and the next: every thread arrives once it has read this row's CTA
+// sums (release), and the next cluster_row_sum waits on that phase before any CTA
+// stores the next row's sums into the same shared slots.
+__device__ __forceinline__ void cluster_arrive_next_row() { cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_release); }
+
 // rstd = 1 / sqrt(total / hidden + eps), correctly rounded.
 __device__ __forceinline__ float rstd(float total, int hidden, float eps) {
   return __frsqrt_rn(__fadd_rn(__fdiv_rn(total, static_cast<float>(hidden)), eps));

@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+
+#include "comm/crossover.hpp"
 #include "comm/kernels.hpp"
 #include "core/check.hpp"
 
@@ -97,12 +101,57 @@ std::string gather_refusal(const CommLimits& limits, int64_t rows, int64_t shard
   return rows_refusal(limits, rows, limits.gather_rows, "gather");
 }
 
+std::string two_shot_refusal(const CommLimits& limits, int64_t rows, int64_t width, bool norm) {
+  if (std::string why = team_refusal(limits); !why.empty()) return why;
+  const char* op = norm ? "two-shot ar_norm" : "two-shot all_reduce";
+  if (norm && !ar_norm_hidden_served(width))
+    return fmt::format("{}: hidden {}, the row norm takes multiples of 64 up to {}", op, width, kArNormMaxHidden);
+  const int64_t chunk = 8 * static_cast<int64_t>(limits.team_size);
+  if (width % chunk != 0)
+    return fmt::format("{}: {} columns, not a multiple of 8 · TP = {} (every owner takes whole 16-byte chunks)", op,
+                       width, chunk);
+  if (width > limits.hidden) return fmt::format("{}: {} columns, the mailbox rows hold {}", op, width, limits.hidden);
+  const int served = norm ? limits.two_shot_norm_rows : limits.two_shot_rows;
+  if (served == 0) return fmt::format("{}: not one of its grids per rank fits on this GPU", op);
+  return rows_refusal(limits, rows, served, op);
+}
+
+std::pair<int, int> two_shot_rows_for(const CommLimits& limits, int64_t width, bool norm) {
+  const CommTransport transport = limits.one_gpu ? CommTransport::kOneGpu : CommTransport::kNvlink;
+  const CrossoverPoint* nearest = nullptr;
+  // Nearest width by ratio, so 4096 and 8192 are as far from 5792.
+  const auto distance = [&](const CrossoverPoint& c) {
+    return std::abs(std::log(static_cast<double>(c.width) / static_cast<double>(width)));
+  };
+  for (const CrossoverPoint& c : kCrossover)
+    if (c.tp == limits.team_size && c.transport == transport && c.norm == norm &&
+        (nearest == nullptr || distance(c) < distance(*nearest)))
+      nearest = &c;
+  if (nearest == nullptr || nearest->from >= kNever) return {kNever, kNever};
+  // Why scaled: the crossover sits at a fixed payload (rows × width).
+  const auto scale = [&](int rows) {
+    if (rows >= kNever) return kNever;
+    const int64_t scaled = (static_cast<int64_t>(rows) * nearest->width + width - 1) / width;
+    return static_cast<int>(std::clamp<int64_t>(scaled, 1, kNever));
+  };
+  return {scale(nearest->from), scale(nearest->to)};
+}
+
 CommResult choose_all_reduce(const CommLimits& limits, CommAlgorithm algorithm, int64_t rows, int64_t width, bool norm) {
   if (algorithm == CommAlgorithm::kStock) return {CommPath::kStock, "the stock path was asked for"};
-  if (algorithm == CommAlgorithm::kTwoShot) return {CommPath::kStock, "the two-shot all-reduce is not built"};
-  std::string why = norm ? ar_norm_refusal(limits, rows, width) : one_shot_refusal(limits, rows, width);
-  if (why.empty()) return {CommPath::kOneShot, {}};
-  return {CommPath::kStock, std::move(why)};
+  std::string one = norm ? ar_norm_refusal(limits, rows, width) : one_shot_refusal(limits, rows, width);
+  std::string two = two_shot_refusal(limits, rows, width, norm);
+  if (algorithm == CommAlgorithm::kOneShot)
+    return one.empty() ? CommResult{CommPath::kOneShot, {}} : CommResult{CommPath::kStock, std::move(one)};
+  if (algorithm == CommAlgorithm::kTwoShot)
+    return two.empty() ? CommResult{CommPath::kTwoShot, {}} : CommResult{CommPath::kStock, std::move(two)};
+  const auto [from, to] = two_shot_rows_for(limits, width, norm);
+  if (two.empty() && rows >= from && rows <= to) return {CommPath::kTwoShot, {}};
+  if (one.empty()) return {CommPath::kOneShot, {}};
+  if (two.empty())
+    two = fmt::format("{}: {} rows, where it was not measured faster than the stock path",
+                      norm ? "two-shot ar_norm" : "two-shot all_reduce", rows);
+  return {CommPath::kStock, one == two ? std::move(one) : fmt::format("{}; {}", one, two)};
 }
 
 }  // namespace tpdecode

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "tpdecode/comm.hpp"
 
@@ -22,6 +23,11 @@ struct CommLimits {
   int one_shot_rows = 0;
   int ar_norm_rows = 0;
   int gather_rows = 0;
+  // The two-shot's grids loop over rows: they serve rows_cap rows wherever one CTA
+  // (one cluster for the norm) per rank fits, else 0.
+  int two_shot_rows = 0;
+  int two_shot_norm_rows = 0;
+  bool one_gpu = false;  // every rank on one GPU (the local team): the crossover table's transport
 };
 
 // Argument checks (InvalidArgument naming the problem), the same for every path.
@@ -36,8 +42,16 @@ std::string ar_norm_refusal(const CommLimits& limits, int64_t rows, int64_t hidd
 // "" when the gather serves [rows, shard_bytes] shards of `dtype`, else why not.
 std::string gather_refusal(const CommLimits& limits, int64_t rows, int64_t shard_bytes, DType dtype);
 
+// "" when the two-shot all-reduce (its ArNorm: `norm`) serves [rows, width] bf16,
+// else why not.
+std::string two_shot_refusal(const CommLimits& limits, int64_t rows, int64_t width, bool norm);
+// The rows [first, last] for which the crossover table (crossover.hpp) takes the
+// two-shot, for this team and op at `width` columns (first = kNever: never).
+std::pair<int, int> two_shot_rows_for(const CommLimits& limits, int64_t width, bool norm);
+
 // The path an all-reduce (or ArNorm: `norm`) of [rows, width] takes under
-// `algorithm`, and why not a mailbox path when it is the stock one.
+// `algorithm`, and why not a mailbox path when it is the stock one. kAuto takes the
+// one path that serves, or the crossover table's choice where both do.
 CommResult choose_all_reduce(const CommLimits& limits, CommAlgorithm algorithm, int64_t rows, int64_t width, bool norm);
 
 }  // namespace tpdecode

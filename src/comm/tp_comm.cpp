@@ -33,7 +33,7 @@ void check_same_shapes(std::span<const Io> io, Shape shape, const char* op) {
 
 class TpComm::Impl {
  public:
-  Impl(Team& team, const CommConfig& config) : team_(team) {
+  Impl(Team& team, const CommConfig& config) : team_(team), system_fence_(config.system_fence) {
     check(config.rows_cap >= 1, "comm: rows_cap {} (at least 1)", config.rows_cap);
     check(config.hidden >= 8 && config.hidden % 8 == 0, "comm: hidden {} (a positive multiple of 8)", config.hidden);
     check(config.parities == 2 || config.parities == 3, "comm: {} parities (2 or 3)", config.parities);
@@ -52,6 +52,7 @@ class TpComm::Impl {
       limits_.ar_norm_rows =
           ar_norm_hidden_served(config.hidden) ? std::min(config.rows_cap, ar_norm_resident_rows(ctx, config.hidden)) : 0;
       limits_.gather_rows = std::min(config.rows_cap, gather_resident_rows(ctx));
+      build_two_shot(team, config);
     }
     const int64_t stock_row_bytes = std::max(config.hidden * 2, gather_bytes / team.size());
     stock_.emplace(team, config.rows_cap, (stock_row_bytes + 15) / 16 * 16);
@@ -75,6 +76,7 @@ class TpComm::Impl {
       p.out = io[i].out.data;
       p.frags = static_cast<int>(io[i].x.cols / 8);
       p.trigger_early = ctx.ranks_on_device == 1;
+      p.system_fence = system_fence_;
       launch_one_shot(ctx, streams[i], p, static_cast<int>(io[i].x.rows));
     }
   }
@@ -94,6 +96,7 @@ class TpComm::Impl {
       p.eps = a.eps;
       p.hidden = static_cast<int>(a.x.cols);
       p.trigger_early = ctx.ranks_on_device == 1;
+      p.system_fence = system_fence_;
       launch_ar_norm(ctx, streams[i], p, static_cast<int>(a.x.rows));
     }
   }
@@ -112,13 +115,68 @@ class TpComm::Impl {
     }
   }
 
+  void two_shot(std::span<const AllReduceIo> io, std::span<const cudaStream_t> streams) {
+    for (int i = 0; i < team_.driven(); ++i) {
+      const RankContext& ctx = team_.rank_context(i);
+      launch_two_shot_all_reduce(ctx, streams[i], two_shot_params(i, io[i].x, io[i].out.data), two_shot_ctas_);
+    }
+  }
+
+  void two_shot_ar_norm(std::span<const ArNormIo> io, std::span<const cudaStream_t> streams) {
+    for (int i = 0; i < team_.driven(); ++i) {
+      const RankContext& ctx = team_.rank_context(i);
+      const ArNormIo& a = io[i];
+      TwoShotNormParams p{};
+      p.base = two_shot_params(i, a.x, a.out.data);
+      p.residual = a.residual.data;
+      p.weight = a.weight.data;
+      p.residual_out = a.residual_out.data;
+      p.eps = a.eps;
+      launch_two_shot_ar_norm(ctx, streams[i], p, two_shot_clusters_);
+    }
+  }
+
   StockPath& stock() { return *stock_; }
 
  private:
+  // The two-shot's buffers, [parities, TP, rows_cap, W] (W = hidden / TP rounded up
+  // to whole 16-byte chunks) and [parities, 1, rows_cap, hidden], with one epoch
+  // counter (both halves of a call take its parity), and its grids' budgets.
+  void build_two_shot(Team& team, const CommConfig& config) {
+    const RankContext& ctx = team.rank_context(0);
+    const int64_t owned_bytes = (config.hidden + 8 * team.size() - 1) / (8 * team.size()) * 16;
+    two_shot_recv_.emplace(team, config.parities, team.size(), config.rows_cap, owned_bytes);
+    two_shot_gather_.emplace(team, config.parities, 1, config.rows_cap, config.hidden * 2, *two_shot_recv_);
+    two_shot_ctas_ = two_shot_all_reduce_budget(ctx);
+    two_shot_clusters_ = ar_norm_hidden_served(config.hidden) ? two_shot_ar_norm_budget(ctx, config.hidden) : 0;
+    limits_.two_shot_rows = two_shot_ctas_ > 0 ? config.rows_cap : 0;
+    limits_.two_shot_norm_rows = two_shot_clusters_ > 0 ? config.rows_cap : 0;
+    limits_.one_gpu = ctx.ranks_on_device > 1;
+  }
+
+  TwoShotParams two_shot_params(int i, const TensorView& x, void* out) const {
+    const RankContext& ctx = team_.rank_context(i);
+    TwoShotParams p{};
+    p.team = ctx.team;
+    p.recv = two_shot_recv_->ref(i);
+    p.gather = two_shot_gather_->ref(i);
+    p.x = x.data;
+    p.out = out;
+    p.width = static_cast<int>(x.cols);
+    p.rows = static_cast<int>(x.rows);
+    p.trigger_early = ctx.ranks_on_device == 1;
+    return p;
+  }
+
   Team& team_;
+  bool system_fence_;
   CommLimits limits_;
   std::optional<Mailbox> one_shot_;   // [parities, TP, rows_cap, hidden] bf16: all_reduce and ar_norm
   std::optional<Mailbox> gather_box_;  // [parities, 1, rows_cap, gather_row_bytes]
+  std::optional<Mailbox> two_shot_recv_;    // [parities, TP, rows_cap, hidden / TP] bf16
+  std::optional<Mailbox> two_shot_gather_;  // [parities, 1, rows_cap, hidden] bf16, the recv's epoch
+  int two_shot_ctas_ = 0;                   // the all-reduce's grid budget per rank
+  int two_shot_clusters_ = 0;               // the ArNorm's, in clusters
   std::optional<StockPath> stock_;
 };
 
@@ -152,6 +210,8 @@ CommResult TpComm::all_reduce(std::span<const AllReduceIo> io, std::span<const c
   CommResult r = choose_all_reduce(impl_->limits(), config_.algorithm, io[0].x.rows, io[0].x.cols, false);
   if (r.path == CommPath::kOneShot)
     impl_->one_shot(io, streams);
+  else if (r.path == CommPath::kTwoShot)
+    impl_->two_shot(io, streams);
   else
     impl_->stock().all_reduce(io, streams);
   return r;
@@ -164,6 +224,8 @@ CommResult TpComm::ar_norm(std::span<const ArNormIo> io, std::span<const cudaStr
   CommResult r = choose_all_reduce(impl_->limits(), config_.algorithm, io[0].x.rows, io[0].x.cols, true);
   if (r.path == CommPath::kOneShot)
     impl_->ar_norm(io, streams);
+  else if (r.path == CommPath::kTwoShot)
+    impl_->two_shot_ar_norm(io, streams);
   else
     impl_->stock().ar_norm(io, streams);
   return r;

@@ -51,6 +51,7 @@ struct OprojParams {
   int token_tiles;
   int hidden;
   bool trigger_early;  // one rank per GPU: producers let the consumer launch after their wait; consumers poll early
+  bool system_fence;   // CommConfig::system_fence: producers fence before their pushes
   OprojEpilogue epilogue;
   ArNormTail ar_norm;     // kArNorm
   AttnResTail attn_res;   // kAttnRes

@@ -73,6 +73,7 @@ __device__ __forceinline__ void produce(const OprojParams& p, const warp_splitk:
         // Why after the wait: the consumer launched now may read its inputs and the
         // epoch without waiting (row_collective.cuh: `early`).
         if (p.trigger_early) dev::pdl_launch_dependents();
+        if (p.system_fence) dev::fence_acq_rel_sys();  // before this thread's first push
       },
       [&](int token, int64_t column, const float (&v)[8]) {
         if (entry == kAbortedEntry) return;
@@ -89,7 +90,7 @@ __device__ __forceinline__ void produce(const OprojParams& p, const warp_splitk:
 // The consumer role of one CTA of row `row`'s cluster.
 template <int kRanks, OprojEpilogue kEpilogue>
 __device__ __forceinline__ void consume(const OprojParams& p, int row, bool early) {
-  const RowCall call{p.team, p.box, lamport::Op::kOproj, nullptr, p.hidden, p.trigger_early, early};
+  const RowCall call{p.team, p.box, lamport::Op::kOproj, nullptr, p.hidden, p.trigger_early, early, false};
   if constexpr (kEpilogue == OprojEpilogue::kArNorm) {
     __shared__ rownorm::RowSumShared shared;
     rownorm::ArNormRow<ArNormTail> epi{p.ar_norm, p.hidden, &shared};

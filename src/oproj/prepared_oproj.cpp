@@ -220,6 +220,7 @@ class PreparedOproj::Impl {
     p.token_tiles = oproj_token_tiles(m);
     p.hidden = static_cast<int>(limits_.hidden);
     p.trigger_early = ctx.ranks_on_device == 1;
+    p.system_fence = comm_.config().system_fence;
     p.epilogue = limits_.epilogue;
     if constexpr (std::is_same_v<Io, OprojArNormIo>)
       p.ar_norm = ar_norm_tail(io);

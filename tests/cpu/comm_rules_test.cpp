@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "comm/crossover.hpp"
 #include "comm/rules.hpp"
 #include "core/rank_switch.hpp"
 #include "team/error_record.hpp"
@@ -91,6 +92,119 @@ TEST(CommRules, ChoiceFollowsTheAlgorithmAndTheRefusals) {
   const CommResult big = choose_all_reduce(l, CommAlgorithm::kAuto, 40, 7168, true);
   EXPECT_EQ(big.path, CommPath::kStock);
   EXPECT_FALSE(big.why.empty());
+}
+
+// The limits a local team of 8 on one H200 and an NVLink team of 2 would have (the
+// two-shot's grids loop over rows: every row count up to rows_cap).
+CommLimits with_two_shot(CommLimits l, bool one_gpu) {
+  l.two_shot_rows = l.rows_cap;
+  l.two_shot_norm_rows = l.rows_cap;
+  l.one_gpu = one_gpu;
+  return l;
+}
+
+TEST(CommRules, TwoShotRefusals) {
+  const CommLimits l = with_two_shot(tp8_limits(), true);
+  for (bool norm : {false, true}) {
+    EXPECT_EQ(two_shot_refusal(l, 1, 7168, norm), "");
+    EXPECT_EQ(two_shot_refusal(l, 64, 7168, norm), "") << "rows the one-shot refuses";
+    EXPECT_EQ(two_shot_refusal(l, 64, 4096, norm), "");
+    EXPECT_TRUE(mentions(two_shot_refusal(l, 65, 7168, norm), "hold 64"));
+    EXPECT_TRUE(mentions(two_shot_refusal(l, 1, 7168 + 32, norm), norm ? "multiples of 64" : "8 · TP = 64"));
+    EXPECT_TRUE(mentions(two_shot_refusal(l, 1, 8192, norm), "mailbox rows hold 7168"));
+    CommLimits none = l;
+    none.two_shot_rows = none.two_shot_norm_rows = 0;
+    EXPECT_TRUE(mentions(two_shot_refusal(none, 1, 7168, norm), "fits on this GPU"));
+    CommLimits one = l;
+    one.team_size = 1;
+    EXPECT_TRUE(mentions(two_shot_refusal(one, 1, 7168, norm), "TP 1"));
+    CommLimits apart = l;
+    apart.shares_memory = false;
+    EXPECT_TRUE(mentions(two_shot_refusal(apart, 1, 7168, norm), "do not share memory"));
+  }
+  // Whole 16-byte chunks per owner: 8 · TP columns (the one-shot takes any multiple of 8).
+  CommLimits tp2 = l;
+  tp2.team_size = 2;
+  EXPECT_EQ(two_shot_refusal(tp2, 1, 7168 - 16, false), "");
+  EXPECT_TRUE(mentions(two_shot_refusal(tp2, 1, 7168 - 8, false), "8 · TP = 16"));
+  EXPECT_EQ(one_shot_refusal(tp2, 1, 7168 - 8), "");
+}
+
+TEST(CommRules, ForcedTwoShotRunsStockWithTheReasonWhereNotServed) {
+  const CommLimits l = with_two_shot(tp8_limits(), true);
+  EXPECT_EQ(choose_all_reduce(l, CommAlgorithm::kTwoShot, 64, 7168, true).path, CommPath::kTwoShot);
+  const CommResult odd = choose_all_reduce(l, CommAlgorithm::kTwoShot, 2, 7168 + 8, false);
+  EXPECT_EQ(odd.path, CommPath::kStock);
+  EXPECT_TRUE(mentions(odd.why, "two-shot all_reduce")) << odd.why;
+  // Forcing the one-shot never takes the two-shot.
+  EXPECT_EQ(choose_all_reduce(l, CommAlgorithm::kOneShot, 40, 7168, false).path, CommPath::kStock);
+}
+
+TEST(CommRules, AutoTakesTheTwoShotOnlyWhereMeasuredFasterElseOneShotElseStock) {
+  CommLimits l = with_two_shot(tp8_limits(), true);  // one-shot 21 rows, ArNorm 7
+  l.hidden = 8192;                                      // rows of 7176 columns fit the one-shot's mailbox
+  for (bool norm : {false, true}) {
+    const int one_shot_rows = norm ? l.ar_norm_rows : l.one_shot_rows;
+    const auto [from, to] = two_shot_rows_for(l, 7168, norm);
+    for (int rows = 1; rows <= 64; ++rows) {
+      const CommResult r = choose_all_reduce(l, CommAlgorithm::kAuto, rows, 7168, norm);
+      const CommPath want = rows >= from && rows <= to ? CommPath::kTwoShot
+                            : rows <= one_shot_rows    ? CommPath::kOneShot
+                                                       : CommPath::kStock;
+      EXPECT_EQ(r.path, want) << "rows " << rows << " norm " << norm;
+      EXPECT_EQ(r.why.empty(), want != CommPath::kStock) << r.why;
+    }
+  }
+  // Measured (crossover.hpp): the local team at TP 8 takes the all-reduce's two-shot
+  // at 8 to 16 rows, and its ArNorm never.
+  EXPECT_EQ(two_shot_rows_for(l, 7168, false), std::make_pair(8, 16));
+  EXPECT_EQ(two_shot_rows_for(l, 7168, true).first, kNever);
+  // Where the two-shot does not serve a width, the one-shot does what it can.
+  EXPECT_EQ(choose_all_reduce(l, CommAlgorithm::kAuto, 16, 7168 + 8, false).path, CommPath::kOneShot);
+  const CommResult neither = choose_all_reduce(l, CommAlgorithm::kAuto, 40, 7168 + 8, false);
+  EXPECT_EQ(neither.path, CommPath::kStock);
+  EXPECT_TRUE(mentions(neither.why, "all_reduce: 40 rows") && mentions(neither.why, "8 · TP")) << neither.why;
+  CommLimits one = l;
+  one.team_size = 1;
+  EXPECT_EQ(choose_all_reduce(one, CommAlgorithm::kAuto, 1, 7168, true).why, "TP 1: nothing to communicate");
+}
+
+TEST(CommRules, CrossoverTableScalesWithWidthAndNeverAtTp2) {
+  CommLimits l = with_two_shot(tp8_limits(), false);
+  for (int tp : {2, 4, 8, 16})
+    for (bool one_gpu : {false, true})
+      for (bool norm : {false, true}) {
+        l.team_size = tp;
+        l.one_gpu = one_gpu;
+        const auto [from, to] = two_shot_rows_for(l, 7168, norm);
+        EXPECT_GE(from, 1) << "TP " << tp;
+        EXPECT_LE(from, to) << "TP " << tp;
+        // TP 2 moves the same bytes either way, with one hop more: never the two-shot.
+        if (tp == 2) EXPECT_EQ(from, kNever);
+        // Half the width: the same payload at twice the rows.
+        if (from < kNever)
+          EXPECT_EQ(two_shot_rows_for(l, 3584, norm).first, std::min(kNever, (from * 7168 + 3583) / 3584));
+      }
+  // The NVLink model: more ranks move relatively more bytes in the one-shot, so the
+  // crossover comes sooner.
+  l.one_gpu = false;
+  l.team_size = 4;
+  const int tp4 = two_shot_rows_for(l, 7168, false).first;
+  l.team_size = 8;
+  EXPECT_LT(two_shot_rows_for(l, 7168, false).first, tp4);
+  // A team size the table does not list: never.
+  l.team_size = 32;
+  EXPECT_EQ(two_shot_rows_for(l, 7168, false).first, kNever);
+}
+
+TEST(CommRules, CrossoverTableEntriesAreServable) {
+  for (const CrossoverPoint& c : kCrossover) {
+    EXPECT_TRUE(supported_team_size(c.tp) && c.tp > 1) << c.tp;
+    EXPECT_EQ(c.width % (8 * c.tp), 0) << "TP " << c.tp << " width " << c.width;
+    if (c.norm) EXPECT_TRUE(ar_norm_hidden_served(c.width)) << c.width;
+    EXPECT_GE(c.from, 1);
+    EXPECT_LE(c.from, c.to);
+  }
 }
 
 AllReduceIo all_reduce_io() {

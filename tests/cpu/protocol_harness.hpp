@@ -4,9 +4,14 @@
 // copies in host memory; a CheckedMemory adds torn stores and an overwrite check.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <atomic>
+#include <barrier>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <random>
 #include <thread>
 #include <vector>
@@ -27,8 +32,18 @@ class CheckedMemory : public lamport::Memory {
         overwrites_(overwrites),
         jitter_(jitter) {}
 
+  // From now on, re-arms (pushes of the sentinel) sleep `delay` once in `one_in` (a
+  // slow reader: a fast peer may finish the call and start the next meanwhile).
+  void slow_rearms(std::chrono::microseconds delay, unsigned one_in) {
+    rearm_delay_ = delay;
+    rearm_one_in_ = one_in;
+  }
+
   void push(Fragment* p, const Fragment& f) const {
     if (overwrites_ && lamport::published(f) && lamport::published(poll(p))) overwrites_->fetch_add(1);
+    if (!lamport::published(f) && rearm_delay_.count() > 0 &&
+        (rearm_one_in_ <= 1 || (jitter_ && (*jitter_)() % rearm_one_in_ == 0)))
+      std::this_thread::sleep_for(rearm_delay_);
     for (int j = 0; j < 4; ++j) {
       std::atomic_ref<uint32_t>(p->w[j]).store(f.w[j], std::memory_order_release);
       if (jitter_ && ((*jitter_)() & 7u) == 0) std::this_thread::yield();  // tear the fragment sometimes
@@ -38,6 +53,8 @@ class CheckedMemory : public lamport::Memory {
  private:
   std::atomic<long>* overwrites_;
   std::mt19937* jitter_;
+  std::chrono::microseconds rearm_delay_{0};
+  unsigned rearm_one_in_ = 1;
 };
 
 // Every rank's control block, error record and mailbox copies.
@@ -50,10 +67,12 @@ class HostTeam {
   int size() const { return ranks_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
 
-  // A mailbox [parities, slots, rows_cap, frags · 16 bytes] on every rank; returns its index.
-  int add_mailbox(int parities, int slots, int rows_cap, int frags) {
+  // A mailbox [parities, slots, rows_cap, frags · 16 bytes] on every rank; returns its
+  // index. Its epoch counter is its index, or mailbox `epoch_of`'s (shared).
+  int add_mailbox(int parities, int slots, int rows_cap, int frags, int epoch_of = -1) {
     const auto n = static_cast<std::size_t>(parities * slots * rows_cap * frags);
     Box b;
+    b.epoch = epoch_of >= 0 ? epoch_of : static_cast<int>(boxes_.size());
     b.parities = parities;
     b.slots = slots;
     b.rows_cap = rows_cap;
@@ -81,7 +100,7 @@ class HostTeam {
     m.parity_bytes = static_cast<long>(b.slots) * b.rows_cap * m.row_bytes;
     m.rows_cap = b.rows_cap;
     m.parities = b.parities;
-    m.index = index;
+    m.index = b.epoch;
     return m;
   }
 
@@ -98,7 +117,7 @@ class HostTeam {
 
  private:
   struct Box {
-    int parities, slots, rows_cap, frags;
+    int parities, slots, rows_cap, frags, epoch;
     std::vector<std::vector<Fragment>> copies;  // [rank]
   };
   int ranks_;
@@ -118,6 +137,82 @@ inline Fragment round_data(int u, int s, int row, int frag) {
     f.w[j] = bf16::pack(bf16::from_float(lo), bf16::from_float(hi));
   }
   return f;
+}
+
+// The rank-order sum of what every rank sends in round u.
+inline Fragment expected_sum(int ranks, int u, int row, int frag) {
+  Fragment out = lamport::clean(round_data(u, 0, row, frag));
+  float lo[4], hi[4];
+  for (int j = 0; j < 4; ++j) lo[j] = bf16::low_of(out.w[j]), hi[j] = bf16::high_of(out.w[j]);
+  for (int s = 1; s < ranks; ++s) {
+    const Fragment raw = lamport::clean(round_data(u, s, row, frag));
+    for (int j = 0; j < 4; ++j) lo[j] += bf16::low_of(raw.w[j]), hi[j] += bf16::high_of(raw.w[j]);
+  }
+  for (int j = 0; j < 4; ++j) out.w[j] = bf16::pack_rounded(lo[j], hi[j]);
+  return out;
+}
+
+inline bool same(const Fragment& a, const Fragment& b) {
+  return a.w[0] == b.w[0] && a.w[1] == b.w[1] && a.w[2] == b.w[2] && a.w[3] == b.w[3];
+}
+
+// Outcomes of many calls, counted by every rank thread.
+struct Counts {
+  std::atomic<long> overwrites{0}, wrong{0}, failed{0}, aborted{0}, done{0};
+};
+
+// The deadline of the randomised rounds: TPDECODE_PROTOCOL_TIMEOUT_MS, else
+// `fallback` (scripts/mutants.sh shortens it: a broken protocol then fails fast).
+inline std::chrono::milliseconds protocol_timeout(std::chrono::milliseconds fallback) {
+  const char* env = std::getenv("TPDECODE_PROTOCOL_TIMEOUT_MS");
+  const long ms = env ? std::atol(env) : 0;
+  return ms > 0 ? std::chrono::milliseconds(ms) : fallback;
+}
+
+// `rounds` calls on every rank of `team`, `ctas` CTAs each: one thread per CTA runs
+// call(rank, cta, u, mem, rng) in round u with a fresh CheckedMemory counting into
+// n.overwrites; a rank's CTAs meet at a barrier between calls (a kernel boundary).
+template <class Call>
+void run_cta_rounds(HostTeam& team, int ctas, int rounds, unsigned seed, Counts& n, Call call) {
+  std::vector<std::unique_ptr<std::barrier<>>> boundary;
+  for (int r = 0; r < team.size(); ++r) boundary.push_back(std::make_unique<std::barrier<>>(ctas));
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < team.size(); ++rank)
+    for (int cta = 0; cta < ctas; ++cta)
+      threads.emplace_back([&, rank, cta] {
+        std::mt19937 rng(static_cast<unsigned>(rank * 7919 + cta * 104729) + seed);
+        for (int u = 0; u < rounds; ++u) {
+          CheckedMemory mem(team.timeout(), &n.overwrites, &rng);
+          call(rank, cta, u, mem, rng);
+          boundary[static_cast<std::size_t>(rank)]->arrive_and_wait();
+        }
+        n.done.fetch_add(1);
+      });
+  for (auto& t : threads) t.join();
+}
+
+// A clean run of `rounds` calls: no push onto unread data, nothing stale or
+// foreign read, no failure, every slot re-armed, one epoch per call on mailbox
+// `epoch_box`'s counter, no error record.
+inline void expect_clean(const HostTeam& team, const Counts& n, int rounds, int epoch_box) {
+  EXPECT_EQ(n.overwrites, 0) << "a push landed on unread data";
+  EXPECT_EQ(n.wrong, 0) << "stale or foreign data was read";
+  EXPECT_EQ(n.failed, 0);
+  EXPECT_EQ(n.aborted, 0);
+  EXPECT_TRUE(team.all_armed()) << "a slot was left published";
+  for (int r = 0; r < team.size(); ++r) {
+    EXPECT_EQ(team.control(r).mailbox[epoch_box].epoch, static_cast<uint32_t>(rounds)) << "rank " << r;
+    EXPECT_EQ(team.control(r).mailbox[epoch_box].arrivals, 0u) << "rank " << r;
+    EXPECT_EQ(team.error(r).flag, 0u) << "rank " << r;
+  }
+}
+
+// Rounds of the randomised tests: TPDECODE_PROTOCOL_ROUNDS, else `fallback`
+// (scripts/mutants.sh runs fewer).
+inline int protocol_rounds(int fallback) {
+  const char* env = std::getenv("TPDECODE_PROTOCOL_ROUNDS");
+  const int n = env ? std::atoi(env) : 0;
+  return n > 0 ? n : fallback;
 }
 
 }  // namespace tpdecode::test

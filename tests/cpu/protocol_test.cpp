@@ -4,7 +4,6 @@
 // what a mutation of the protocol must fail (scripts/mutants.sh, docs/protocol.md).
 #include <gtest/gtest.h>
 
-#include <barrier>
 #include <thread>
 
 #include "cpu/protocol_harness.hpp"
@@ -14,28 +13,6 @@ namespace {
 
 using lamport::Call;
 using lamport::Op;
-
-struct Counts {
-  std::atomic<long> overwrites{0}, wrong{0}, failed{0}, aborted{0}, done{0};
-};
-
-// The rank-order sum of what every rank sends in round u.
-Fragment expected_sum(int ranks, int u, int row, int frag) {
-  Fragment raw[lamport::kMaxRanks];
-  Fragment out = lamport::clean(round_data(u, 0, row, frag));
-  float lo[4], hi[4];
-  for (int j = 0; j < 4; ++j) lo[j] = bf16::low_of(out.w[j]), hi[j] = bf16::high_of(out.w[j]);
-  for (int s = 1; s < ranks; ++s) {
-    raw[s] = lamport::clean(round_data(u, s, row, frag));
-    for (int j = 0; j < 4; ++j) lo[j] += bf16::low_of(raw[s].w[j]), hi[j] += bf16::high_of(raw[s].w[j]);
-  }
-  for (int j = 0; j < 4; ++j) out.w[j] = bf16::pack_rounded(lo[j], hi[j]);
-  return out;
-}
-
-bool same(const Fragment& a, const Fragment& b) {
-  return a.w[0] == b.w[0] && a.w[1] == b.w[1] && a.w[2] == b.w[2] && a.w[3] == b.w[3];
-}
 
 constexpr int kRows = 2, kFrags = 3;
 
@@ -91,44 +68,22 @@ void one_round(HostTeam& team, int ar_box, int gather_box, int rank, int cta, in
   advance();
 }
 
-// `rounds` rounds on kRanks ranks of `ctas` CTAs each (one thread per CTA; the
-// CTAs of a rank meet at a barrier between calls, as at a kernel boundary).
 template <int kRanks>
 void run_rounds(HostTeam& team, int parities, int ctas, int rounds, Counts& n) {
   const int ar = team.add_mailbox(parities, kRanks, kRows, kFrags);
   const int ga = team.add_mailbox(parities, 1, kRows, kFrags * kRanks);
-  std::vector<std::unique_ptr<std::barrier<>>> boundary;
-  for (int r = 0; r < kRanks; ++r) boundary.push_back(std::make_unique<std::barrier<>>(ctas));
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < kRanks; ++rank)
-    for (int cta = 0; cta < ctas; ++cta)
-      threads.emplace_back([&, rank, cta] {
-        std::mt19937 rng(static_cast<unsigned>(rank * 7919 + cta * 104729 + 17));
-        for (int u = 0; u < rounds; ++u) {
-          CheckedMemory mem(team.timeout(), &n.overwrites, &rng);
-          one_round<kRanks>(team, ar, ga, rank, cta, ctas, u, mem, rng, n);
-          boundary[static_cast<std::size_t>(rank)]->arrive_and_wait();
-        }
-        n.done.fetch_add(1);
-      });
-  for (auto& t : threads) t.join();
+  run_cta_rounds(team, ctas, rounds, 17, n, [&](int rank, int cta, int u, CheckedMemory& mem, std::mt19937& rng) {
+    one_round<kRanks>(team, ar, ga, rank, cta, ctas, u, mem, rng, n);
+  });
 }
 
 template <int kRanks>
 void expect_clean_rounds(int parities, int ctas, int rounds) {
-  HostTeam team(kRanks, std::chrono::seconds(20));
+  rounds = protocol_rounds(rounds);
+  HostTeam team(kRanks, protocol_timeout(std::chrono::seconds(20)));
   Counts n;
   run_rounds<kRanks>(team, parities, ctas, rounds, n);
-  EXPECT_EQ(n.overwrites, 0) << "a push landed on unread data";
-  EXPECT_EQ(n.wrong, 0) << "stale or foreign data was read";
-  EXPECT_EQ(n.failed, 0);
-  EXPECT_EQ(n.aborted, 0);
-  EXPECT_TRUE(team.all_armed()) << "a slot was left published";
-  for (int r = 0; r < kRanks; ++r) {
-    EXPECT_EQ(team.control(r).mailbox[0].epoch, static_cast<uint32_t>(rounds)) << "rank " << r;
-    EXPECT_EQ(team.control(r).mailbox[0].arrivals, 0u) << "rank " << r;
-    EXPECT_EQ(team.error(r).flag, 0u) << "rank " << r;
-  }
+  expect_clean(team, n, rounds, 0);
 }
 
 TEST(Protocol, TwoRanksTwoParitiesTwoCtasTenThousandRounds) { expect_clean_rounds<2>(2, 2, 10000); }
@@ -230,7 +185,7 @@ TEST(Protocol, PollLeavesOnAPeersAbort) {
   EXPECT_EQ(team.error(0).slot, 1) << "names the rank that aborted";
 }
 
-// Issue scenario: rank 1 arrives 1.5 x the timeout late once, then 5 ms slower
+// Issue scenario: rank 1 arrives late past the timeout once, then 5 ms slower
 // every round. Without a team-wide abort, rank 0 timed out once and then read
 // rank 1's late pushes as later rounds' data. Here every output is either correct
 // or not produced (poisoned), and both ranks report.
@@ -248,7 +203,9 @@ TEST(Protocol, LateRankNeverYieldsStaleData) {
         std::mt19937 rng(static_cast<unsigned>(run * 31 + rank));
         for (int u = 0; u < kRounds; ++u) {
           const bool late = rank == 1 && u >= 2;
-          const auto delay = u == 2 ? kTimeout * 3 / 2 : std::chrono::milliseconds(5 * (u - 2));
+          // Why 3 x (the scenario had 1.5 x): on a loaded 2-core machine rank 0 itself
+          // may reach the round late; 3 x keeps rank 1 past the deadline regardless.
+          const auto delay = u == 2 ? kTimeout * 3 : std::chrono::milliseconds(5 * (u - 2));
           // Why both places: a late launch (before entry) and a slow kernel (after it).
           const bool before_entry = (rng() & 1u) != 0;
           if (late && before_entry) std::this_thread::sleep_for(delay);

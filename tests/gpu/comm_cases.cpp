@@ -27,6 +27,17 @@ std::vector<cudaStream_t> team_streams(const Team& team) {
   return s;
 }
 
+MismatchCount::MismatchCount(const Team& team) : streams_(team_streams(team)), counter_(sizeof(unsigned)) { reset(); }
+
+void MismatchCount::check(const std::vector<DeviceBuffer>& got, const DeviceBuffer& want, std::size_t n) {
+  for (std::size_t i = 0; i < streams_.size(); ++i)
+    count_mismatches(got[i].get(), want.get(), n, counter_.as<unsigned>(), streams_[i]);
+}
+
+unsigned MismatchCount::read() const { return to_host<unsigned>(counter_, 1)[0]; }
+
+void MismatchCount::reset() { TPD_CUDA(cudaMemset(counter_.get(), 0, sizeof(unsigned))); }
+
 std::vector<std::vector<uint16_t>> make_partials(int ranks, int rows, int64_t width, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<std::vector<uint16_t>> p;

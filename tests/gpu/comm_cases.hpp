@@ -68,6 +68,22 @@ struct GatherCase {
 // Every driven rank's stream.
 std::vector<cudaStream_t> team_streams(const Team& team);
 
+// Counts, on the device and on each driven rank's stream, the 16-bit words of the
+// driven ranks' outputs that differ from an expected copy. Capturable: inside a
+// graph it checks every replay.
+class MismatchCount {
+ public:
+  explicit MismatchCount(const Team& team);
+  // got[i] (driven rank i's output) against want, n 16-bit words.
+  void check(const std::vector<DeviceBuffer>& got, const DeviceBuffer& want, std::size_t n);
+  unsigned read() const;  // once the streams drained
+  void reset();
+
+ private:
+  std::vector<cudaStream_t> streams_;
+  DeviceBuffer counter_;
+};
+
 // True when every 16-bit word of the first n at `d` is a NaN (a poisoned output).
 bool all_nan(const DeviceBuffer& d, std::size_t n);
 

@@ -78,13 +78,27 @@ std::string expect_timeout(Team& team) {
   return what;
 }
 
-// After reset() on every rank, fresh calls on both parities are bitwise right.
-void expect_recovered(Team& team, TpComm& comm, uint64_t seed) {
+// The driven ranks' ArNorm outputs: each new residual is the reference, or the
+// output is entirely NaN (poisoned).
+int silently_wrong(const Team& team, const ArNormCase& c) {
+  int bad = 0;
+  for (int i = 0; i < team.driven(); ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    const std::size_t n = c.reference.out.size();
+    const bool right = test::to_host<uint16_t>(c.res_out[k], n) == c.reference.residual_out;
+    if (!right && !test::all_nan(c.out[k], n)) ++bad;
+  }
+  return bad;
+}
+
+// After reset() on every rank, fresh calls on both parities are bitwise right (and
+// take `path`).
+void expect_recovered(Team& team, TpComm& comm, uint64_t seed, CommPath path = CommPath::kOneShot) {
   team.reset();
   EXPECT_FALSE(team.has_error());
   for (int call = 0; call < 3; ++call) {
     AllReduceCase a(team, 3, 4096, seed + 100u + static_cast<uint64_t>(call));
-    EXPECT_EQ(comm.all_reduce(a.io, team_streams(team)).path, CommPath::kOneShot);
+    EXPECT_EQ(comm.all_reduce(a.io, team_streams(team)).path, path);
     team.synchronize();
     EXPECT_EQ(a.ranks_wrong(team), 0) << "after reset, call " << call;
   }
@@ -97,6 +111,7 @@ TEST(Failure, LateRankTimesOutNamingRankOpParitySlotThenResetRecovers) {
     CommConfig cc;
     cc.hidden = 4096;
     cc.rows_cap = 8;
+    cc.algorithm = CommAlgorithm::kOneShot;  // whatever the crossover table says
     TpComm comm(team, cc);
     AllReduceCase a(team, 3, 4096, seed);
     delay_last_rank(team);
@@ -121,6 +136,7 @@ TEST(Failure, QueuedCallsAndAStockCollectiveAfterALateRank) {
     CommConfig cc;
     cc.hidden = 4096;
     cc.rows_cap = 8;
+    cc.algorithm = CommAlgorithm::kOneShot;  // whatever the crossover table says
     TpComm comm(team, cc);
     const std::vector<cudaStream_t> streams = team_streams(team);
     std::vector<AllReduceCase> calls;
@@ -132,17 +148,12 @@ TEST(Failure, QueuedCallsAndAStockCollectiveAfterALateRank) {
     comm.ar_norm(norm.io, streams);
     comm.set_algorithm(CommAlgorithm::kStock);
     EXPECT_EQ(comm.all_reduce(stock.io, streams).path, CommPath::kStock);
-    comm.set_algorithm(CommAlgorithm::kAuto);
+    comm.set_algorithm(CommAlgorithm::kOneShot);
     expect_timeout(team);
     for (const AllReduceCase& c : calls) EXPECT_EQ(silently_wrong(team, c), 0);
     // The stock collective ran on the same inputs on every rank: it is right.
     EXPECT_EQ(stock.ranks_wrong(team), 0);
-    for (int i = 0; i < team.driven(); ++i) {
-      const auto k = static_cast<std::size_t>(i);
-      const std::size_t n = norm.reference.out.size();
-      const bool right = test::to_host<uint16_t>(norm.res_out[k], n) == norm.reference.residual_out;
-      EXPECT_TRUE(right || test::all_nan(norm.out[k], n)) << "ar_norm output neither right nor poisoned";
-    }
+    EXPECT_EQ(silently_wrong(team, norm), 0) << "ar_norm output neither right nor poisoned";
     expect_recovered(team, comm, seed);
   });
 }
@@ -154,6 +165,7 @@ TEST(Failure, ReplayedGraphAfterALateRankOnlyReportsThenWorksAfterReset) {
     CommConfig cc;
     cc.hidden = 4096;
     cc.rows_cap = 8;
+    cc.algorithm = CommAlgorithm::kOneShot;  // whatever the crossover table says
     TpComm comm(team, cc);
     const std::vector<cudaStream_t> streams = team_streams(team);
     AllReduceCase a(team, 2, 4096, seed);
@@ -183,6 +195,34 @@ TEST(Failure, ReplayedGraphAfterALateRankOnlyReportsThenWorksAfterReset) {
     graph.replay(7);
     team.synchronize();
     EXPECT_EQ(a.ranks_wrong(team) + b.ranks_wrong(team), 0) << "graph after reset";
+  });
+}
+
+// The two-shot: a late rank is absent both as a pusher and as the owner of its
+// columns, so a driven rank's first record is its own timeout in the owners' reduce
+// or in the gather, naming the late rank's slot and the parity, or (having seen a
+// peer's abort first) that peer. Every output is right or NaN (the ArNorm queued
+// behind: whole rows NaN), and reset() makes the two-shot right again.
+TEST(Failure, TwoShotLateRankTimesOutNamingOpParitySlotThenResetRecovers) {
+  TPD_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  on_teams([&](Team& team) {
+    TpComm comm(team, CommConfig{.hidden = 4096, .rows_cap = 8, .algorithm = CommAlgorithm::kTwoShot});
+    const std::vector<cudaStream_t> streams = team_streams(team);
+    AllReduceCase a(team, 3, 4096, seed);
+    ArNormCase norm(team, 2, 4096, true, seed + 1);
+    delay_last_rank(team);
+    EXPECT_EQ(comm.all_reduce(a.io, streams).path, CommPath::kTwoShot);
+    EXPECT_EQ(comm.ar_norm(norm.io, streams).path, CommPath::kTwoShot);
+    const std::string what = expect_timeout(team);
+    const std::string slot = "(parity 0): slot " + std::to_string(team.size() - 1);
+    const bool timed_out =
+        what.find("timed out in two_shot") != std::string::npos && what.find(slot) != std::string::npos;
+    EXPECT_TRUE(timed_out || what.find("aborted the team") != std::string::npos) << what;
+    EXPECT_EQ(silently_wrong(team, a), 0);
+    EXPECT_EQ(silently_wrong(team, norm), 0);
+    EXPECT_THROW(comm.all_reduce(a.io, streams), TimeoutError);
+    expect_recovered(team, comm, seed, CommPath::kTwoShot);
   });
 }
 

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Mutation check of the mailbox protocol: each deliberate bug below is applied (sed)
+# to a copy of src/, include/ and tests/ in a temporary directory, never to the
+# working tree; the protocol tests are built there and run, and a table says which
+# tests failed. A mutant that fails no test is a finding (docs/protocol.md keeps
+# the last table). Not run by CI.
+#   bash scripts/mutants.sh [mutant-name...]   (default: every mutant; ~15-20 min on 2 cores)
+# Why not the whole cpu_tests target: it links the library, whose CUDA objects
+# include the mutated headers (minutes per mutant on 2 cores). The protocol tests
+# are the protocol_tests sources that drive the protocol (tests/cpu/protocol_test.cpp,
+# two_shot_protocol_test.cpp), header-only over src/comm: they are built alone, in
+# seconds, with the compiler and GoogleTest protocol_tests uses.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+CXX=${CXX:-g++}
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+# Shorter deadlines and fewer randomised rounds: a broken protocol fails fast, and
+# the deterministic races (a slow owner, one parity) do not depend on the count.
+export TPDECODE_PROTOCOL_TIMEOUT_MS=${TPDECODE_PROTOCOL_TIMEOUT_MS:-2000}
+export TPDECODE_PROTOCOL_ROUNDS=${TPDECODE_PROTOCOL_ROUNDS:-2000}
+FILTER='Protocol.*:TwoShotProtocol.*'
+
+# name|file under src/comm|sed script|what the bug is
+MUTANTS=(
+  "one-parity|protocol.hpp|s/return epoch % static_cast<uint32_t>(box.parities);/return epoch % 1u;/|every call uses parity 0 (epoch % 1)"
+  "first-word-only|protocol.hpp|s/return f.w\[0\] != kSentinel && f.w\[1\] != kSentinel && f.w\[2\] != kSentinel && f.w\[3\] != kSentinel;/return f.w[0] != kSentinel;/|published() checks the first word only (a torn fragment passes)"
+  "no-abort-in-polls|memory.hpp|/if (load_word(abort_word) != 0) return PollCheck::kAborted;/d|polls never read the abort word (only their own deadline ends them)"
+  "entry-ignores-abort|protocol.hpp|s/^  if (abort != 0) {/  if (false) {/|a call enters an aborted team"
+  "reversed-sum|protocol.hpp|/^TPD_HD Fragment sum_rank_order/,/^}/{s/raw\[0\]\.w\[j\]/raw[kSlots - 1].w[j]/g;s/raw\[s\]\.w\[j\]/raw[kSlots - 1 - s].w[j]/g}|sums in rank order TP-1 .. 0 (one-shot and two-shot)"
+  "unclean-sentinel|protocol.hpp|s/return word == kSentinel ? 0u : word;/return word;/|a data word equal to the sentinel is sent as is"
+  "one-shot-skip-rearm|collectives.hpp|/^TPD_HD bool one_shot_collect/,/^}/{/rearm<kRanks>(mem, slot_of);/d}|one-shot: the reader never re-arms its slots"
+  "one-shot-rearm-before-read|collectives.hpp|/^TPD_HD bool one_shot_collect/,/^}/{/^  rearm<kRanks>(mem, slot_of);/d;s/^  if (!poll_ranks/  rearm<kRanks>(mem, slot_of);\n&/}|one-shot: the reader re-arms its slots before polling them"
+  "one-shot-wrong-slot|collectives.hpp|/^TPD_HD void one_shot_push/,/^}/s/call.parity, team.rank, row, frag)/call.parity, (team.rank + 1) % kRanks, row, frag)/|one-shot: a rank pushes into its neighbour's slot"
+  "gather-skip-rearm|collectives.hpp|/^TPD_HD bool collect_one/,/^}/{/mem.push(slot, armed());/d}|gather (and the two-shot's gather half): the reader never re-arms"
+  "gather-rearm-before-read|collectives.hpp|/^TPD_HD bool collect_one/,/^}/{/mem.push(slot, armed());/d;s/^  const Poll result = wait_all/  mem.push(slot, armed());\n&/}|gather (and the two-shot's gather half): re-arm before polling"
+  "gather-wrong-slot|collectives.hpp|s/const int column = team.rank \* shard_frags + shard_frag;/const int column = (team.rank + 1) % kRanks * shard_frags + shard_frag;/|gather: a rank pushes its shard into its neighbour's columns"
+  "two-shot-skip-rearm|collectives.hpp|/^TPD_HD bool two_shot_reduce/,/^}/{/rearm<kRanks>(mem, slot_of);/d}|two-shot: the owner never re-arms its recv slots"
+  "two-shot-rearm-before-read|collectives.hpp|/^TPD_HD bool two_shot_reduce/,/^}/{/^  rearm<kRanks>(mem, slot_of);/d;s/^  if (!poll_ranks/  rearm<kRanks>(mem, slot_of);\n&/}|two-shot: the owner re-arms its recv slots before polling them"
+  "two-shot-wrong-owner|collectives.hpp|s/mem.push(slot_fragment(recv, owner, call.parity/mem.push(slot_fragment(recv, (owner + 1) % team.size, call.parity/|two-shot: a chunk is pushed to the next owner"
+  "two-shot-wrong-slot|collectives.hpp|s/call.parity, team.rank, row, frag - owner \* owner_frags)/call.parity, (team.rank + 1) % team.size, row, frag - owner * owner_frags)/|two-shot: a rank pushes into its neighbour's recv slot"
+  "two-shot-sum-to-one-rank|collectives.hpp|/^TPD_HD bool two_shot_reduce/,/^}/s/push_to_all<kRanks>(/push_to_all<1>(/|two-shot: the owner stores its sum into rank 0's gather row only"
+  "two-shot-short-gather-deadline|collectives.hpp|s/^  mem.extend_deadline(team.timeout_ns);/  (void)mem, (void)team;/|two-shot: the gather half waits no longer than the reduce"
+)
+
+SELECTED=("$@")
+selected() {
+  [[ ${#SELECTED[@]} -eq 0 ]] && return 0
+  local s; for s in "${SELECTED[@]}"; do [[ $s == "$1" ]] && return 0; done; return 1
+}
+
+# build DIR: the protocol tests of the tree at DIR into DIR/protocol_tests.
+build() {
+  local dir=$1 tu pids=()
+  for tu in protocol_test two_shot_protocol_test; do
+    "$CXX" -std=c++20 -O2 -pthread -I"$dir/src" -I"$dir/include" -I"$dir/tests" -c "$dir/tests/cpu/$tu.cpp" \
+      -o "$dir/$tu.o" 2> "$dir/$tu.log" & pids+=($!)
+  done
+  local ok=0; for p in "${pids[@]}"; do wait "$p" || ok=1; done
+  [[ $ok -eq 0 ]] && "$CXX" "$dir"/*.o -lgtest -lgtest_main -pthread -o "$dir/protocol_tests"
+}
+
+# run DIR: the failed tests, one per line (or a line saying how the run ended).
+run() {
+  local dir=$1 rc
+  timeout 900 "$dir/protocol_tests" --gtest_filter="$FILTER" > "$dir/run.log" 2>&1; rc=$?
+  grep -oE '^\[  FAILED  \] [A-Za-z]+\.[A-Za-z]+' "$dir/run.log" | sed 's/^\[  FAILED  \] //' | sort -u
+  if [[ $rc -ne 0 ]] && ! grep -q 'listed below' "$dir/run.log"; then echo "(ended with rc $rc before finishing)"; fi
+}
+
+# cell SUITE: the failed tests of SUITE (from stdin) without the suite's name, or "-".
+cell() {
+  local names; names=$(grep -E "^$1\.|^\(" | sed "s/^$1\.//" | paste -sd ',' | sed 's/,/, /g')
+  echo "${names:--}"
+}
+
+mkdir -p "$WORK/base"
+cp -r src include tests "$WORK/base/"
+start=$SECONDS
+echo "baseline (no mutation) ..." >&2
+cp -r "$WORK/base" "$WORK/baseline"
+build "$WORK/baseline" || { echo "the unmutated protocol tests do not build" >&2; exit 1; }
+failed=$(run "$WORK/baseline")
+if [[ -n $failed ]]; then echo "the unmutated protocol tests fail: $failed" >&2; exit 1; fi
+
+echo "| mutant | file | the bug | one-shot and gather tests that fail (Protocol.*) | two-shot tests that fail (TwoShotProtocol.*) |"
+echo "| --- | --- | --- | --- | --- |"
+uncaught=0
+for m in "${MUTANTS[@]}"; do
+  IFS='|' read -r name file script what <<< "$m"
+  selected "$name" || continue
+  echo "$name ... ($((SECONDS - start)) s)" >&2
+  dir="$WORK/$name"
+  cp -r "$WORK/base" "$dir"
+  sed -i -e "$script" "$dir/src/comm/$file"
+  if cmp -s "$WORK/base/src/comm/$file" "$dir/src/comm/$file"; then
+    echo "| $name | $file | $what | NOT APPLIED (the sed matched nothing: fix the script) | |"
+    uncaught=$((uncaught + 1)); continue
+  fi
+  if ! build "$dir"; then
+    echo "| $name | $file | $what | does not compile | |"; uncaught=$((uncaught + 1)); continue
+  fi
+  failed=$(run "$dir")
+  if [[ -z $failed ]]; then
+    echo "| $name | $file | $what | **none: a finding** | **none** |"; uncaught=$((uncaught + 1))
+  else
+    echo "| $name | $file | $what | $(cell Protocol <<< "$failed") | $(cell TwoShotProtocol <<< "$failed") |"
+  fi
+  rm -rf "$dir"
+done
+echo "$uncaught mutant(s) not caught; $((SECONDS - start)) s" >&2
+exit $((uncaught > 0))

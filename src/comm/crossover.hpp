@@ -1,0 +1,63 @@
+// Where the automatic choice (CommAlgorithm::kAuto) takes the two-shot all-reduce:
+// the one place to edit. rules.cpp reads it (two_shot_rows_for); tests/cpu/
+// comm_rules_test.cpp checks its invariants.
+//
+// An entry says: for this team size, transport and op, at `width` columns, the
+// two-shot is the path to take for rows in [from, to]. Elsewhere the automatic
+// choice takes the one-shot where it serves, else the stock path: the two-shot is
+// taken only where it was measured (or, for team sizes nobody could run, modelled)
+// to beat both. For another width the nearest entry's rows are scaled by the width
+// ratio (a fixed payload rows × width).
+//
+// Refit from `tpdecode bench comm` (one-shot, two-shot and stock µs per row, and
+// the choice's auto/best): the two-shot's range is the rows where it is within 3 %
+// of the fastest path and the one-shot is not; say which run, next to the entry.
+#pragma once
+
+#include <cstdint>
+
+namespace tpdecode {
+
+enum class CommTransport : uint8_t {
+  kOneGpu,  // every rank on one GPU (the local team): all bytes through one memory
+  kNvlink,  // one rank per GPU, peer stores over NVLink
+};
+
+struct CrossoverPoint {
+  int tp;
+  CommTransport transport;
+  bool norm;  // ar_norm (true) or all_reduce
+  int64_t width;
+  int from, to;  // rows (from = kNever: never)
+};
+
+inline constexpr int kNever = 1 << 30;
+
+// MEASURED on one H200 and 2 x H200 (NVLink), 2026-11-30, `bench comm` (docs/
+// performance.md, "Two-shot"):
+//  - local team TP 8, all_reduce, H 7168: the two-shot 9.95 µs at 8 rows (one-shot
+//    10.47, stock 10.50), 12.41 at 16 (one-shot 15.94, stock 12.10), 17.67 at 32
+//    (stock 15.84), 24.78 at 64 (stock 25.49): rows 8 to 16.
+//  - local team TP 8, ar_norm: the two-shot behind the one-shot at 1-4 rows
+//    (11.60 vs 9.83 at 1) and behind stock from 8 (17.84 vs 16.16; 88.4 vs 43.0 at
+//    64): never.
+//  - NCCL TP 2 (NVLink): behind the one-shot at every row count, all_reduce 3.67 vs
+//    2.57 µs at 1 row, 5.61 vs 5.44 at 64; ar_norm 6.30 vs 4.24, 10.28 vs 8.72:
+//    never (the same bytes, one hop more).
+// MODEL, NOT MEASURED (no 4- or 8-GPU machine): NVLink all_reduce, time ≈ fixed +
+// hops · h + bytes / bw with h = 1.5 µs and bw = 250 GB/s (the TP 2 runs); bytes
+// into each GPU per row: one-shot (TP−1)·width·2, two-shot 2·(TP−1)/TP·width·2;
+// two-shot from h·bw·TP / ((TP−1)(TP−2)·width·2) rows: TP 4 from 18, TP 8 from 5,
+// TP 16 from 2. The ArNorm two-shot (its clusters walk their rows one by one) was
+// measured far behind on the local team: never, until measured on NVLink. The local
+// team at TP 4 and 16: never, until measured.
+inline constexpr CrossoverPoint kCrossover[] = {
+    {2, CommTransport::kNvlink, false, 7168, kNever, kNever},
+    {2, CommTransport::kNvlink, true, 7168, kNever, kNever},
+    {4, CommTransport::kNvlink, false, 7168, 18, kNever},
+    {8, CommTransport::kNvlink, false, 7168, 5, kNever},
+    {16, CommTransport::kNvlink, false, 7168, 2, kNever},
+    {8, CommTransport::kOneGpu, false, 7168, 8, 16},
+};
+
+}  // namespace tpdecode
