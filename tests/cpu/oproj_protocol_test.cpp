@@ -29,19 +29,19 @@ constexpr int kItems = kRows * kFrags;
 
 enum class Kind { kEarlyConsumer, kLateConsumer, kFused };
 
-struct Counts {
+struct Tally {
   std::atomic<long> overwrites{0}, wrong{0}, failed{0}, aborted{0};
 };
 
 // What every rank's consumer must find at (row, frag) in use u.
 template <int kRanks>
-Fragment expected_sum(int u, int row, int frag) {
+Fragment rank_order_sum(int u, int row, int frag) {
   Fragment raw[kRanks];
   for (int s = 0; s < kRanks; ++s) raw[s] = lamport::clean(round_data(u, s, row, frag));
   return lamport::sum_rank_order<kRanks>(raw);
 }
 
-bool same(const Fragment& a, const Fragment& b) {
+bool equal_fragments(const Fragment& a, const Fragment& b) {
   return a.w[0] == b.w[0] && a.w[1] == b.w[1] && a.w[2] == b.w[2] && a.w[3] == b.w[3];
 }
 
@@ -63,7 +63,7 @@ class StreamRun {
   }
 
   // absent: a rank whose producers never push in use `absent_use` (none: -1).
-  void go(Counts& n, int absent_rank = -1, int absent_use = -1) {
+  void go(Tally& n, int absent_rank = -1, int absent_use = -1) {
     std::vector<std::thread> threads;
     for (int rank = 0; rank < kRanks; ++rank) {
       for (int p = 0; p < np_; ++p)
@@ -85,7 +85,7 @@ class StreamRun {
     if (kind_ == Kind::kFused) wait_until(pr.producers_done, static_cast<long>(np_) * u);
   }
 
-  void producer(int rank, int p, Counts& n, int absent_rank, int absent_use) {
+  void producer(int rank, int p, Tally& n, int absent_rank, int absent_use) {
     std::mt19937 rng(static_cast<unsigned>(rank * 1009 + p * 31 + 1));
     Progress& pr = progress_[rank];
     const lamport::TeamRef t = team_.team_ref(rank);
@@ -108,7 +108,7 @@ class StreamRun {
     }
   }
 
-  void consumer(int rank, int c, Counts& n) {
+  void consumer(int rank, int c, Tally& n) {
     std::mt19937 rng(static_cast<unsigned>(rank * 7919 + c * 17 + 5));
     Progress& pr = progress_[rank];
     const lamport::TeamRef t = team_.team_ref(rank);
@@ -135,7 +135,7 @@ class StreamRun {
             n.failed.fetch_add(1);
             break;
           }
-          if (!same(sum, expected_sum<kRanks>(u, i / kFrags, i % kFrags))) n.wrong.fetch_add(1);
+          if (!equal_fragments(sum, rank_order_sum<kRanks>(u, i / kFrags, i % kFrags))) n.wrong.fetch_add(1);
         }
         lamport::advance_if_last(mem, t, box, epoch, ticket, ticketing());
       }
@@ -151,9 +151,9 @@ class StreamRun {
 };
 
 template <int kRanks>
-void expect_clean(Kind kind, int producers, int consumers, int uses) {
+void expect_clean_uses(Kind kind, int producers, int consumers, int uses) {
   StreamRun<kRanks> run(kind, producers, consumers, uses, std::chrono::seconds(20));
-  Counts n;
+  Tally n;
   run.go(n);
   EXPECT_EQ(n.wrong.load(), 0);
   EXPECT_EQ(n.failed.load(), 0);
@@ -167,27 +167,27 @@ void expect_clean(Kind kind, int producers, int consumers, int uses) {
 }
 
 TEST(OprojProtocol, EarlyConsumerOverlappingItsProducer) {
-  expect_clean<2>(Kind::kEarlyConsumer, 3, 2, 2000);
-  expect_clean<4>(Kind::kEarlyConsumer, 2, 3, 1000);
-  expect_clean<8>(Kind::kEarlyConsumer, 2, 2, 300);
+  expect_clean_uses<2>(Kind::kEarlyConsumer, 3, 2, 2000);
+  expect_clean_uses<4>(Kind::kEarlyConsumer, 2, 3, 1000);
+  expect_clean_uses<8>(Kind::kEarlyConsumer, 2, 2, 300);
 }
 
 TEST(OprojProtocol, ConsumerAfterItsProducer) {
-  expect_clean<2>(Kind::kLateConsumer, 2, 2, 2000);
-  expect_clean<4>(Kind::kLateConsumer, 3, 2, 1000);
+  expect_clean_uses<2>(Kind::kLateConsumer, 2, 2, 2000);
+  expect_clean_uses<4>(Kind::kLateConsumer, 3, 2, 1000);
 }
 
 TEST(OprojProtocol, FusedEveryCtaTicketing) {
-  expect_clean<2>(Kind::kFused, 3, 2, 2000);
-  expect_clean<4>(Kind::kFused, 2, 2, 1000);
-  expect_clean<8>(Kind::kFused, 2, 3, 300);
+  expect_clean_uses<2>(Kind::kFused, 3, 2, 2000);
+  expect_clean_uses<4>(Kind::kFused, 2, 2, 1000);
+  expect_clean_uses<8>(Kind::kFused, 2, 3, 300);
 }
 
 TEST(OprojProtocol, AnAbsentProducerTimesOutEveryConsumerAndAbortsTheTeam) {
   constexpr int kRanks = 4;
   for (Kind kind : {Kind::kEarlyConsumer, Kind::kFused}) {
     StreamRun<kRanks> run(kind, 2, 2, 6, std::chrono::milliseconds(200));
-    Counts n;
+    Tally n;
     run.go(n, kRanks - 1, 3);  // the last rank never pushes in use 3
     EXPECT_EQ(n.wrong.load(), 0) << "a failed call must never deliver a wrong sum";
     EXPECT_GT(n.failed.load(), 0);
