@@ -161,8 +161,17 @@ if [[ " $steps " == *" oproj "* ]]; then
   step oproj-racecheck "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/gpu_tests" \
     --gtest_filter='Oproj.ArNorm*:Oproj.AttnRes*'
   unset TPDECODE_QUICK
-  step bench-oproj 300 $CLI bench oproj --team local --tp 8 --json "$LOG/bench_oproj.json" ${OPROJ_ARGS:-}
-  [[ $GPUS -ge 2 ]] && step bench-oproj-nccl 300 $CLI bench oproj --team nccl --tp 2 --json "$LOG/bench_oproj_nccl.json" ${OPROJ_ARGS:-}
+  # The two-shot kind in runs of its own (the newest kernels: a failure there keeps the others' figures).
+  step bench-oproj 300 $CLI bench oproj --team local --tp 8 --kind producer-consumer --kind fused \
+    --json "$LOG/bench_oproj.json" ${OPROJ_ARGS:-}
+  step bench-oproj-two-shot 300 $CLI bench oproj --team local --tp 8 --kind two-shot --epilogue ar_norm \
+    --json "$LOG/bench_oproj_two_shot.json" ${OPROJ_ARGS:-}
+  if [[ $GPUS -ge 2 ]]; then
+    step bench-oproj-nccl 300 $CLI bench oproj --team nccl --tp 2 --kind producer-consumer --kind fused \
+      --json "$LOG/bench_oproj_nccl.json" ${OPROJ_ARGS:-}
+    step bench-oproj-nccl-two-shot 300 $CLI bench oproj --team nccl --tp 2 --kind two-shot --epilogue ar_norm \
+      --json "$LOG/bench_oproj_nccl_two_shot.json" ${OPROJ_ARGS:-}
+  fi
   if [[ -n ${OPROJ_DRAFTER:-} ]]; then
     step drafter-oproj 420 $CLI drafter --rows 1 --rows 7 --rows 28 --oproj producer-consumer --json "$LOG/drafter_oproj.json"
     step drafter-unfused 420 $CLI drafter --rows 1 --rows 7 --rows 28 --oproj unfused --json "$LOG/drafter_unfused.json"

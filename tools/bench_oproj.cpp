@@ -1,5 +1,5 @@
 // tpdecode bench oproj: PreparedOproj per team, epilogue and row count, each kind
-// forced in turn (producer + consumer, fused; unfused = DecodeGemm + TpComm's
+// forced in turn (producer + consumer, fused, two-shot; unfused = DecodeGemm + TpComm's
 // ArNorm, or + all_reduce + the AttnRes kernel) against stock (cuBLAS + NCCL or the
 // local stock all-reduce + the separate norm / AttnRes kernel), and the unfused
 // path's GEMM alone (the floor a fused kind cannot beat: it streams the same
@@ -47,14 +47,14 @@ struct Options {
   std::vector<int> tp;  // default: 8 on the local team, 2 on the NCCL team
   std::vector<int> rows = {1, 2, 4, 8, 16, 32, 64};
   std::vector<std::string> epilogues = {"ar_norm", "attn_res"};
+  std::vector<std::string> kinds = {"producer-consumer", "fused", "two-shot"};  // the mailbox kinds timed
   int blocks = 4;  // AttnRes saved blocks
   int replays = 50;
   int calls = 10;  // calls per graph
   std::string json;
 };
 
-// The columns: the kinds, stock and the GEMM alone.
-const char* const kColumns[] = {"unfused", "producer-consumer", "fused", "stock", "gemm"};
+const char* const kMailboxKinds[] = {"producer-consumer", "fused", "two-shot"};
 
 struct Cell {
   double us = 0;
@@ -281,8 +281,13 @@ void measure(Team& team, const std::string& team_name, const Options& o, bool re
         return c;
       };
       r.cells["unfused"] = kind_cell(OprojKind::kUnfused);
-      r.cells["producer-consumer"] = kind_cell(OprojKind::kProducerConsumer);
-      r.cells["fused"] = kind_cell(OprojKind::kFused);
+      for (OprojKind kind : {OprojKind::kProducerConsumer, OprojKind::kFused, OprojKind::kTwoShot}) {
+        const std::string name = oproj_kind_name(kind);
+        if (std::find(o.kinds.begin(), o.kinds.end(), name) != o.kinds.end())
+          r.cells[name] = kind_cell(kind);
+        else
+          r.cells[name].why = "not asked for (--kind)";
+      }
       r.cells["stock"].us = time_calls(team, [&](int copy) { w.stock(comm, epilogue_of(e), copy, m, streams); }, w.copies(), o);
       for (auto& g : gemms) g->prepare(std::min(m, kWarpMaxRows), team.stream(0));
       r.cells["gemm"].us = time_calls(team, [&](int copy) { w.gemm(gemms, copy, m, streams); }, w.copies(), o);
@@ -297,7 +302,7 @@ void measure(Team& team, const std::string& team_name, const Options& o, bool re
 std::string best_kind(const Row& r, double* us) {
   std::string best;
   *us = 0;
-  for (const char* k : {"producer-consumer", "fused"}) {
+  for (const char* k : kMailboxKinds) {
     const Cell& c = r.cells.at(k);
     if (c.why.empty() && (best.empty() || c.us < *us)) best = k, *us = c.us;
   }
@@ -307,25 +312,26 @@ std::string best_kind(const Row& r, double* us) {
 std::string cell_text(const Cell& c) { return c.why.empty() ? fmt::format("{:.2f}", c.us) : "-"; }
 
 void print_table(const std::vector<Row>& rows) {
-  fmt::print("{:<6} {:>3} {:>6} {:<9} {:>4} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8}  {}\n", "team", "TP", "K",
-             "epilogue", "M", "unfused", "prod-cons", "fused", "stock", "gemm", "best/unf", "stk/best", "gemm/unf",
-             "rule");
+  fmt::print("{:<6} {:>3} {:>6} {:<9} {:>4} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8}  {}\n", "team", "TP",
+             "K", "epilogue", "M", "unfused", "prod-cons", "fused", "two-shot", "stock", "gemm", "best/unf", "stk/best",
+             "gemm/unf", "rule");
   std::map<std::string, std::string> reasons;
   for (const Row& r : rows) {
     double best = 0;
     const std::string kind = best_kind(r, &best);
     const double unfused = r.cells.at("unfused").us;
-    fmt::print("{:<6} {:>3} {:>6} {:<9} {:>4} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8.2f}  {}\n", r.team, r.tp,
-               r.k, r.epilogue, r.m, cell_text(r.cells.at("unfused")), cell_text(r.cells.at("producer-consumer")),
-               cell_text(r.cells.at("fused")), cell_text(r.cells.at("stock")), cell_text(r.cells.at("gemm")),
+    fmt::print("{:<6} {:>3} {:>6} {:<9} {:>4} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8.2f}  {}\n", r.team,
+               r.tp, r.k, r.epilogue, r.m, cell_text(r.cells.at("unfused")), cell_text(r.cells.at("producer-consumer")),
+               cell_text(r.cells.at("fused")), cell_text(r.cells.at("two-shot")), cell_text(r.cells.at("stock")),
+               cell_text(r.cells.at("gemm")),
                kind.empty() ? "-" : fmt::format("{:.3f}", best / unfused),
                kind.empty() ? "-" : fmt::format("{:.2f}", r.cells.at("stock").us / best), r.cells.at("gemm").us / unfused,
                r.chosen);
     for (const auto& [name, c] : r.cells)
       if (!c.why.empty()) reasons.emplace(c.why, name);
   }
-  fmt::print("\nµs per call (every rank), CUDA graphs, median of replays. best = the faster of producer-consumer and "
-             "fused; gemm = the unfused path's GEMM alone (a fused kind streams the same weight: gemm/unf is the "
+  fmt::print("\nµs per call (every rank), CUDA graphs, median of replays. best = the fastest of producer-consumer, "
+             "fused and two-shot; gemm = the unfused path's GEMM alone (a fused kind streams the same weight: gemm/unf is the "
              "least best/unf can be); rule = the kind the rule table runs.\n");
   for (const auto& [why, name] : reasons) fmt::print("  - {} not served: {}\n", name, why);
 
@@ -366,7 +372,7 @@ void print_table(const std::vector<Row>& rows) {
     fmt::print("  {{TeamKind::{}, {}, {}, {}, OprojEpilogue::{}, {}, {}, OprojKind::{}, \"bench oproj: M {}-{}\"}},\n",
                first.team == "nccl" ? "kNccl" : "kLocal", first.tp, kHidden, first.k,
                first.epilogue == "ar_norm" ? "kArNorm" : "kAttnRes", first.m, last.m,
-               kind == "fused" ? "kFused" : "kProducerConsumer", first.m, last.m);
+               kind == "fused" ? "kFused" : kind == "two-shot" ? "kTwoShot" : "kProducerConsumer", first.m, last.m);
     i = j;
   }
 }
@@ -425,7 +431,7 @@ void run(const Options& o) {
 
 void register_bench_oproj(CLI::App& app) {
   CLI::App* cmd = bench_group(app)->add_subcommand(
-      "oproj", "PreparedOproj per kind (producer-consumer, fused) vs unfused (DecodeGemm + ArNorm) and stock");
+      "oproj", "PreparedOproj per kind (producer-consumer, fused, two-shot) vs unfused (DecodeGemm + ArNorm) and stock");
   auto o = std::make_shared<Options>();
   cmd->add_option("--team", o->team, "local (one GPU plays every rank) or nccl (one thread per GPU)")
       ->capture_default_str()
@@ -434,6 +440,8 @@ void register_bench_oproj(CLI::App& app) {
   cmd->add_option("--rows", o->rows, "rows per call (repeatable; default 1 2 4 8 16 32 64)")->check(CLI::Range(1, kRowsCap));
   cmd->add_option("--epilogue", o->epilogues, "ar_norm, attn_res (repeatable; default both)")
       ->check(CLI::IsMember({"ar_norm", "attn_res"}));
+  cmd->add_option("--kind", o->kinds, "mailbox kinds to time (repeatable; default all three)")
+      ->check(CLI::IsMember({"producer-consumer", "fused", "two-shot"}));
   cmd->add_option("--blocks", o->blocks, "AttnRes saved blocks")->capture_default_str()->check(CLI::Range(0, kAttnResMaxBlocks));
   cmd->add_option("--replays", o->replays, "timed graph replays per measurement")->capture_default_str()->check(CLI::Range(1, 100000));
   cmd->add_option("--calls", o->calls, "calls per graph (at least the weight copies)")->capture_default_str()->check(CLI::Range(1, 1000));

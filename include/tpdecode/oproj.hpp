@@ -16,9 +16,12 @@
 //  - kProducerConsumer: the pushing GEMM, then a consumer kernel of 8-CTA clusters;
 //  - kFused: one kernel holding both roles (producers never wait on consumers);
 //    served only where every rank's whole grid can be resident at once;
-//  - kTwoShot: not built yet (it needs the two-shot all-reduce's primitives).
+//  - kTwoShot: the producer pushes each fragment to its column's owner only; the
+//    owners sum and broadcast (the two-shot all-reduce's primitives), then each
+//    rank gathers its rows and runs the epilogue.
 // The GEMM partials are the warp split-K engine's at the split of choose_tactic
-// (producer_split()), so every kind but kUnfused gives the same bits, and kUnfused
+// (producer_split()), so every kind but kUnfused gives the same bits (two-shot:
+// except a reduced word equal to the sentinel, which arrives as 0), and kUnfused
 // too where DecodeGemm runs the warp engine at that split.
 //
 // Rules for callers: those of TpComm (build collectively at load, never during
@@ -97,9 +100,11 @@ struct OprojAttnResIo {
   std::optional<AttnResAhead> ahead;
 };
 
-// The mailbox every layer's PreparedOproj shares: [2 parities, TP, rows_cap, H]
-// bf16, sentinel-armed symmetric memory with one epoch counter. Collective over the
-// team; before any capture. Where the ranks do not share memory it holds nothing.
+// The mailboxes every layer's PreparedOproj shares: [2 parities, TP, rows_cap, H]
+// bf16 (one-shot) and the two-shot pair (recv [2, TP, rows_cap, H / TP], gather
+// [2, 1, rows_cap, H]), sentinel-armed symmetric memory, one epoch counter each.
+// Collective over the team; before any capture. Where the ranks do not share
+// memory it holds nothing.
 class OprojMailbox {
  public:
   OprojMailbox(Team& team, int rows_cap = 64, int64_t hidden = 7168);

@@ -1,6 +1,10 @@
 // The o-projection's producer and consumer kernels (oproj_roles.cuh has the roles),
 // the AttnRes kernel of the unfused path, their launchers and budgets.
 //
+// Two-shot: the producer pushes each fragment to its column's owner only; the
+// two-shot consumer (oproj_roles.cuh) reduces the owned columns, broadcasts them and
+// gathers its rows; it waits for the producer like the local team's consumer.
+//
 // Producer + consumer, on one rank's stream: the producer (grid (split, H / 64),
 // clusters of `split`) pushes its GEMM outputs; the consumer (grid (8, rows),
 // clusters of 8) polls them. With one rank per GPU the producer lets the consumer
@@ -11,6 +15,8 @@
 // the consumer launches after the producer completed (the local team: a spinning
 // consumer must not hold SMs a peer's producer needs), and its grid is held to the
 // co-residency budget as ArNorm's is.
+#include <algorithm>
+
 #include "core/rank_switch.hpp"
 #include "oproj/oproj_roles.cuh"
 #include "tpdecode/launch.cuh"
@@ -34,6 +40,11 @@ __global__ void __launch_bounds__(warp_splitk::kThreads) oproj_producer_kernel(c
 template <int kRanks, OprojEpilogue kEpilogue>
 __global__ void __launch_bounds__(kArNormMaxThreads) oproj_consumer_kernel(const OprojParams p) {
   oproj::consume<kRanks, kEpilogue>(p, static_cast<int>(blockIdx.y), p.trigger_early);
+}
+
+template <int kRanks, OprojEpilogue kEpilogue>
+__global__ void __launch_bounds__(kArNormMaxThreads) oproj_two_shot_consumer_kernel(const OprojParams p) {
+  oproj::consume_two_shot<kRanks, kEpilogue>(p);
 }
 
 // The unfused path's last kernel: the epilogue on rows already reduced.
@@ -91,6 +102,19 @@ void launch_oproj_consumer(const RankContext& ctx, cudaStream_t stream, const Op
   });
 }
 
+void launch_oproj_two_shot_consumer(const RankContext& ctx, cudaStream_t stream, const OprojParams& p, int clusters) {
+  LaunchShape s;
+  s.grid = dim3(kArNormCtas, static_cast<unsigned>(std::max(1, std::min(p.gemm.m, clusters))));
+  s.block = dim3(static_cast<unsigned>(ar_norm_threads(p.hidden)));
+  s.cluster = kArNormCtas;
+  s.pdl = ctx.pdl;
+  with_ranks(ctx.size, [&](auto ranks) {
+    with_epilogue(p.epilogue, [&](auto epi) {
+      launch_kernel(oproj_two_shot_consumer_kernel<decltype(ranks)::value, decltype(epi)::value>, s, stream, p);
+    });
+  });
+}
+
 void launch_attn_res(cudaStream_t stream, bool pdl, const void* y, const AttnResTail& t, int rows, int hidden) {
   LaunchShape s;
   s.grid = dim3(kArNormCtas, static_cast<unsigned>(rows));
@@ -113,6 +137,16 @@ int oproj_consumer_rows(const RankContext& ctx, OprojEpilogue epilogue, int64_t 
   return with_ranks(ctx.size, [&](auto ranks) {
     return with_epilogue(epilogue, [&](auto epi) {
       const void* symbol = consumer_symbol<decltype(ranks)::value, decltype(epi)::value>();
+      return coresident_ctas_per_rank(ctx, symbol, ar_norm_threads(hidden), 0, kArNormCtas) / kArNormCtas;
+    });
+  });
+}
+
+int oproj_two_shot_clusters(const RankContext& ctx, OprojEpilogue epilogue, int64_t hidden) {
+  return with_ranks(ctx.size, [&](auto ranks) {
+    return with_epilogue(epilogue, [&](auto epi) {
+      const void* symbol = reinterpret_cast<const void*>(
+          &oproj_two_shot_consumer_kernel<decltype(ranks)::value, decltype(epi)::value>);
       return coresident_ctas_per_rank(ctx, symbol, ar_norm_threads(hidden), 0, kArNormCtas) / kArNormCtas;
     });
   });

@@ -45,7 +45,10 @@ struct AttnResTail {
 
 struct OprojParams {
   lamport::TeamRef team;
-  lamport::MailboxRef box;  // [2, TP, rows_cap, H] bf16
+  lamport::MailboxRef box;     // [2, TP, rows_cap, H] bf16 (one-shot)
+  lamport::MailboxRef recv;    // [2, TP, rows_cap, H / TP] bf16 (two-shot: this rank's owned columns)
+  lamport::MailboxRef gather;  // [2, 1, rows_cap, H] bf16 (two-shot; recv's epoch counter)
+  bool two_shot;
   WarpSplitKParams gemm;    // w [H, K], x [rows, K]; out unused
   int split;                // the GEMM's K split (1, 2, 4, 8)
   int token_tiles;
@@ -67,6 +70,9 @@ void prepare_oproj_fused(int team_size, int tiles, OprojEpilogue epilogue);
 // of 8): ArNorm's row body without the push, with the epilogue.
 void launch_oproj_producer(const RankContext& ctx, cudaStream_t stream, const OprojParams& p);
 void launch_oproj_consumer(const RankContext& ctx, cudaStream_t stream, const OprojParams& p);
+// The two-shot consumer (grid (8, clusters), clusters of 8, each looping over rows):
+// the owners' sums, the gather, the epilogue (after the producer, pushing two-shot).
+void launch_oproj_two_shot_consumer(const RankContext& ctx, cudaStream_t stream, const OprojParams& p, int clusters);
 // Both roles in one grid (oproj_fused.cu): oproj_fused_ctas(p) CTAs in clusters of
 // 8; for at most kOprojFusedMaxTiles token tiles, (H / 64) · split a multiple of 8.
 inline constexpr int kOprojFusedMaxTiles = 2;
@@ -77,6 +83,8 @@ void launch_attn_res(cudaStream_t stream, bool pdl, const void* y, const AttnRes
 
 // Rows whose consumer grids every rank on ctx's GPU can hold at once.
 int oproj_consumer_rows(const RankContext& ctx, OprojEpilogue epilogue, int64_t hidden);
+// Clusters of the two-shot consumer every rank on ctx's GPU can hold at once.
+int oproj_two_shot_clusters(const RankContext& ctx, OprojEpilogue epilogue, int64_t hidden);
 // CTAs of the fused kernel (at `tiles` token tiles) that one rank may launch with
 // every rank on ctx's GPU resident at once.
 int oproj_fused_budget(const RankContext& ctx, OprojEpilogue epilogue, int tiles);

@@ -106,7 +106,15 @@ std::string oproj_refusal(const OprojLimits& l, const OprojShape& s, OprojKind k
   const int m = s.m;
   switch (kind) {
     case OprojKind::kUnfused: return {};
-    case OprojKind::kTwoShot: return "two-shot: not built yet (it needs the two-shot all-reduce's primitives)";
+    case OprojKind::kTwoShot: {
+      if (std::string why = mailbox_refusal(l, m); !why.empty()) return why;
+      if (l.hidden % (8 * l.team_size) != 0)
+        return fmt::format("two-shot: hidden {} does not split into whole fragments over {} owners", l.hidden,
+                           l.team_size);
+      if (l.two_shot_clusters < 1)
+        return "two-shot: no two-shot mailbox of this width, or not one consumer cluster per rank resident";
+      return {};
+    }
     case OprojKind::kProducerConsumer: {
       if (std::string why = mailbox_refusal(l, m); !why.empty()) return why;
       if (m > l.consumer_rows)

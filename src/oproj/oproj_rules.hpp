@@ -28,6 +28,9 @@ struct OprojLimits {
   OprojEpilogue epilogue = OprojEpilogue::kArNorm;
   // Rows whose consumer grids every rank on one GPU can hold at once.
   int consumer_rows = 0;
+  // Clusters of the two-shot consumer (looping over rows) every rank on one GPU can
+  // hold at once; 0: no two-shot mailbox for this shape.
+  int two_shot_clusters = 0;
 };
 
 // Fixed when m rows are prepared.

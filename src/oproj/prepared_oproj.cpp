@@ -18,14 +18,23 @@ namespace tpdecode {
 class OprojMailbox::Impl {
  public:
   Team& team;
-  std::optional<Mailbox> box;  // [2, TP, rows_cap, hidden] bf16 (teams that share memory)
+  // Teams that share memory: the one-shot mailbox and, where H / 8 fragments split
+  // over the TP owners, the two-shot pair (one epoch counter for both halves).
+  std::optional<Mailbox> box;     // [2, TP, rows_cap, hidden] bf16
+  std::optional<Mailbox> recv;    // [2, TP, rows_cap, hidden / TP] bf16
+  std::optional<Mailbox> gather;  // [2, 1, rows_cap, hidden] bf16
 };
 
 OprojMailbox::OprojMailbox(Team& team, int rows_cap, int64_t hidden) : rows_cap_(rows_cap), hidden_(hidden) {
   check(rows_cap >= 1 && rows_cap <= kOprojMaxRows, "oproj mailbox: rows_cap {} (1 .. {})", rows_cap, kOprojMaxRows);
   check(hidden >= 8 && hidden % 8 == 0, "oproj mailbox: hidden {} (a positive multiple of 8)", hidden);
-  impl_ = std::make_unique<Impl>(Impl{team, std::nullopt});
-  if (team.size() > 1 && team.shares_memory()) impl_->box.emplace(team, 2, team.size(), rows_cap, hidden * 2);
+  impl_ = std::make_unique<Impl>(Impl{team, std::nullopt, std::nullopt, std::nullopt});
+  if (team.size() < 2 || !team.shares_memory()) return;
+  impl_->box.emplace(team, 2, team.size(), rows_cap, hidden * 2);
+  if (hidden % (8 * team.size()) == 0) {
+    impl_->recv.emplace(team, 2, team.size(), rows_cap, hidden / team.size() * 2);
+    impl_->gather.emplace(team, 2, 1, rows_cap, hidden * 2, *impl_->recv);
+  }
 }
 
 OprojMailbox::~OprojMailbox() = default;
@@ -119,6 +128,9 @@ class PreparedOproj::Impl {
     if (limits_.team_size > 1 && limits_.shares_memory) {
       TPD_CUDA(cudaSetDevice(team_.device(0)));
       limits_.consumer_rows = oproj_consumer_rows(team_.rank_context(0), e, limits_.hidden);
+      // Why the mailbox's width: the owners' column ranges are the mailbox rows'.
+      if (mailbox_->impl()->recv && mailbox_->hidden() == limits_.hidden)
+        limits_.two_shot_clusters = oproj_two_shot_clusters(team_.rank_context(0), e, limits_.hidden);
     }
     for (int m : o.rows) prepare(m);
   }
@@ -181,33 +193,42 @@ class PreparedOproj::Impl {
     team_.check_errors();
     const OprojResult r = plan(m);
     switch (r.kind) {
-      case OprojKind::kProducerConsumer:
-      case OprojKind::kFused:
+      case OprojKind::kUnfused: unfused(io, streams, m); break;
+      default:
         for (int i = 0; i < team_.driven(); ++i) {
           const RankContext& ctx = team_.rank_context(i);
-          const OprojParams p = params(i, io[static_cast<std::size_t>(i)], m);
+          const cudaStream_t stream = streams[static_cast<std::size_t>(i)];
+          const OprojParams p = params(i, io[static_cast<std::size_t>(i)], m, r.kind);
           if (r.kind == OprojKind::kFused) {
-            launch_oproj_fused(ctx, streams[static_cast<std::size_t>(i)], p);
+            launch_oproj_fused(ctx, stream, p);
           } else {
-            launch_oproj_producer(ctx, streams[static_cast<std::size_t>(i)], p);
-            launch_oproj_consumer(ctx, streams[static_cast<std::size_t>(i)], p);
+            launch_oproj_producer(ctx, stream, p);
+            if (r.kind == OprojKind::kTwoShot)
+              launch_oproj_two_shot_consumer(ctx, stream, p, limits_.two_shot_clusters);
+            else
+              launch_oproj_consumer(ctx, stream, p);
           }
         }
         break;
-      default: unfused(io, streams, m); break;
     }
     return r;
   }
 
  private:
   template <class Io>
-  OprojParams params(int i, const Io& io, int m) const {
+  OprojParams params(int i, const Io& io, int m, OprojKind kind) const {
     const RankContext& ctx = team_.rank_context(i);
     const RankState& r = ranks_[static_cast<std::size_t>(i)];
     const OprojShape& s = shape(m);
+    const OprojMailbox::Impl& boxes = *mailbox_->impl();
     OprojParams p{};
     p.team = ctx.team;
-    p.box = mailbox_->impl()->box->ref(i);
+    p.box = boxes.box->ref(i);
+    p.two_shot = kind == OprojKind::kTwoShot;
+    if (p.two_shot) {
+      p.recv = boxes.recv->ref(i);
+      p.gather = boxes.gather->ref(i);
+    }
     p.gemm = WarpSplitKParams{.w = r.weight.data,
                               .x = io.x.data,
                               .out = nullptr,

@@ -86,8 +86,21 @@ TEST(OprojRules, FusedNeedsItsWholeGridResidentAndItsGeometry) {
   EXPECT_FALSE(oproj_refusal(tp8(), shape(1, 2, 0), OprojKind::kFused).empty());
 }
 
-TEST(OprojRules, TwoShotIsNotBuiltYet) {
-  EXPECT_TRUE(contains(oproj_refusal(tp8(), shape(8), OprojKind::kTwoShot), "not built"));
+TEST(OprojRules, TwoShotNeedsItsMailboxAndWholeOwnerChunks) {
+  OprojLimits l = tp8();
+  l.two_shot_clusters = 4;  // its consumer clusters loop over rows: any row count
+  EXPECT_EQ(oproj_refusal(l, shape(64), OprojKind::kTwoShot), "");
+  l.two_shot_clusters = 0;
+  EXPECT_TRUE(contains(oproj_refusal(l, shape(1), OprojKind::kTwoShot), "no two-shot mailbox"));
+  l = tp8();
+  l.two_shot_clusters = 4;
+  l.team_size = 16;
+  l.hidden = 7232;  // 904 fragments: not whole chunks for 16 owners
+  EXPECT_TRUE(contains(oproj_refusal(l, shape(1), OprojKind::kTwoShot), "whole fragments over 16 owners"));
+  l = tp8();
+  l.two_shot_clusters = 4;
+  l.shares_memory = false;
+  EXPECT_TRUE(contains(oproj_refusal(l, shape(1), OprojKind::kTwoShot), "do not share memory"));
 }
 
 TEST(OprojRules, TheShippedTableIsEmptySoEveryCallRunsUnfused) {
