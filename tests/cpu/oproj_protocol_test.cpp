@@ -1,11 +1,13 @@
 // The o-projection's use of the mailbox protocol, driven by CPU threads with the
 // device's memory policy (protocol_harness.hpp): producer CTAs that enter with
-// begin() only and push (one_shot_push), consumer CTAs that enter, take tickets,
-// collect (one_shot_collect) and advance the epoch, in the orders the kernels
-// allow on one rank's stream:
+// begin() only and push (one_shot_push; two-shot: two_shot_push to the owner),
+// consumer CTAs that enter, take tickets, collect (one_shot_collect; two-shot:
+// two_shot_reduce of the owned chunks, then two_shot_collect) and advance the
+// epoch, in the orders the kernels allow on one rank's stream:
 //  - producer + consumer: the producer of use u starts after the consumer of use
 //    u-1 completed; its consumer starts once every producer CTA has entered (the
-//    early consumer, one rank per GPU) or after the producer completed;
+//    early consumer, one rank per GPU) or after the producer completed (and the
+//    two-shot consumer);
 //  - fused: both roles in one launch, every CTA ticketing; the launch of use u
 //    starts after the launch of use u-1 completed.
 // Random delays and torn stores; every sum checked, no push lands on published
@@ -24,10 +26,9 @@ namespace {
 using lamport::Call;
 using lamport::Op;
 
-constexpr int kRows = 2, kFrags = 5;
-constexpr int kItems = kRows * kFrags;
+constexpr int kRows = 2;
 
-enum class Kind { kEarlyConsumer, kLateConsumer, kFused };
+enum class Kind { kEarlyConsumer, kLateConsumer, kFused, kTwoShot };
 
 struct Tally {
   std::atomic<long> overwrites{0}, wrong{0}, failed{0}, aborted{0};
@@ -57,10 +58,19 @@ void wait_until(const std::atomic<long>& v, long at_least) {
 template <int kRanks>
 class StreamRun {
  public:
+  // Two fragments per owner and row: every two-shot owner has chunks to reduce.
+  static constexpr int kFrags = 2 * kRanks;
+  static constexpr int kItems = kRows * kFrags;
+  static constexpr int kOwnerFrags = kFrags / kRanks;
+
   StreamRun(Kind kind, int producers, int consumers, int uses, std::chrono::milliseconds timeout)
       : kind_(kind), np_(producers), nc_(consumers), uses_(uses), team_(kRanks, timeout) {
     box_ = team_.add_mailbox(2, kRanks, kRows, kFrags);
+    recv_ = team_.add_mailbox(2, kRanks, kRows, kOwnerFrags);
+    gather_ = team_.add_mailbox(2, 1, kRows, kFrags, recv_);
   }
+  // The mailbox whose counter the calls advance.
+  int epoch_box() const { return kind_ == Kind::kTwoShot ? recv_ : box_; }
 
   // absent: a rank whose producers never push in use `absent_use` (none: -1).
   void go(Tally& n, int absent_rank = -1, int absent_use = -1) {
@@ -89,7 +99,7 @@ class StreamRun {
     std::mt19937 rng(static_cast<unsigned>(rank * 1009 + p * 31 + 1));
     Progress& pr = progress_[rank];
     const lamport::TeamRef t = team_.team_ref(rank);
-    const lamport::MailboxRef box = team_.box_ref(box_);
+    const lamport::MailboxRef box = team_.box_ref(epoch_box());
     for (int u = 0; u < uses_; ++u) {
       wait_for_previous_use(pr, u);
       CheckedMemory mem(team_.timeout(), &n.overwrites, &rng);
@@ -99,8 +109,13 @@ class StreamRun {
       if ((rng() & 7u) == 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 300));  // the GEMM
       if (entry != lamport::kAbortedEntry && !(rank == absent_rank && u == absent_use)) {
         const Call call{Op::kOproj, static_cast<int>(entry)};
-        for (int i = p; i < kItems; i += np_)
-          lamport::one_shot_push<kRanks>(mem, t, box, call, i / kFrags, i % kFrags, round_data(u, rank, i / kFrags, i % kFrags));
+        for (int i = p; i < kItems; i += np_) {
+          const Fragment mine = round_data(u, rank, i / kFrags, i % kFrags);
+          if (kind_ == Kind::kTwoShot)
+            lamport::two_shot_push(mem, t, box, call, i / kFrags, i % kFrags, kOwnerFrags, mine);
+          else
+            lamport::one_shot_push<kRanks>(mem, t, box, call, i / kFrags, i % kFrags, mine);
+        }
         if (kind_ == Kind::kFused)
           lamport::advance_if_last(mem, t, box, epoch, lamport::take_ticket(mem, t, box), ticketing());
       }
@@ -112,14 +127,15 @@ class StreamRun {
     std::mt19937 rng(static_cast<unsigned>(rank * 7919 + c * 17 + 5));
     Progress& pr = progress_[rank];
     const lamport::TeamRef t = team_.team_ref(rank);
-    const lamport::MailboxRef box = team_.box_ref(box_);
+    const lamport::MailboxRef box = team_.box_ref(epoch_box());
+    const lamport::MailboxRef gather = team_.box_ref(gather_);
     for (int u = 0; u < uses_; ++u) {
       if (kind_ == Kind::kEarlyConsumer) {
         wait_until(pr.producers_entered, static_cast<long>(np_) * (u + 1));
-      } else if (kind_ == Kind::kLateConsumer) {
-        wait_until(pr.producers_done, static_cast<long>(np_) * (u + 1));
-      } else {
+      } else if (kind_ == Kind::kFused) {
         wait_for_previous_use(pr, u);
+      } else {
+        wait_until(pr.producers_done, static_cast<long>(np_) * (u + 1));
       }
       CheckedMemory mem(team_.timeout(), &n.overwrites, &rng);
       uint32_t epoch = 0;
@@ -129,14 +145,21 @@ class StreamRun {
       } else {
         const Call call{Op::kOproj, static_cast<int>(entry)};
         const uint32_t ticket = lamport::take_ticket(mem, t, box);
-        for (int i = c; i < kItems; i += nc_) {
-          Fragment sum;
-          if (!lamport::one_shot_collect<kRanks>(mem, t, box, call, i / kFrags, i % kFrags, &sum)) {
-            n.failed.fetch_add(1);
-            break;
-          }
-          if (!equal_fragments(sum, rank_order_sum<kRanks>(u, i / kFrags, i % kFrags))) n.wrong.fetch_add(1);
+        bool ok = true;
+        if (kind_ == Kind::kTwoShot) {  // every owned chunk reduced before any gather poll
+          for (int j = c; ok && j < kRows * kOwnerFrags; j += nc_)
+            ok = lamport::two_shot_reduce<kRanks>(mem, t, box, gather, call, j / kOwnerFrags, j % kOwnerFrags,
+                                                  kOwnerFrags);
+          lamport::two_shot_gather_phase(mem, t);
         }
+        for (int i = c; ok && i < kItems; i += nc_) {
+          Fragment sum;
+          ok = kind_ == Kind::kTwoShot
+                   ? lamport::two_shot_collect(mem, t, gather, call, i / kFrags, i % kFrags, kOwnerFrags, &sum)
+                   : lamport::one_shot_collect<kRanks>(mem, t, box, call, i / kFrags, i % kFrags, &sum);
+          if (ok && !equal_fragments(sum, rank_order_sum<kRanks>(u, i / kFrags, i % kFrags))) n.wrong.fetch_add(1);
+        }
+        if (!ok) n.failed.fetch_add(1);
         lamport::advance_if_last(mem, t, box, epoch, ticket, ticketing());
       }
       pr.consumers_done.fetch_add(1);
@@ -146,7 +169,7 @@ class StreamRun {
   Kind kind_;
   int np_, nc_, uses_;
   HostTeam team_;
-  int box_ = 0;
+  int box_ = 0, recv_ = 0, gather_ = 0;
   Progress progress_[kRanks];
 };
 
@@ -162,7 +185,7 @@ void expect_clean_uses(Kind kind, int producers, int consumers, int uses) {
   EXPECT_TRUE(run.team().all_armed());
   for (int r = 0; r < kRanks; ++r) {
     EXPECT_EQ(run.team().error(r).flag, 0u);
-    EXPECT_EQ(run.team().control(r).mailbox[0].epoch, static_cast<uint32_t>(uses)) << "rank " << r;
+    EXPECT_EQ(run.team().control(r).mailbox[run.epoch_box()].epoch, static_cast<uint32_t>(uses)) << "rank " << r;
   }
 }
 
@@ -183,9 +206,15 @@ TEST(OprojProtocol, FusedEveryCtaTicketing) {
   expect_clean_uses<8>(Kind::kFused, 2, 3, 300);
 }
 
+TEST(OprojProtocol, TwoShotOwnersReduceThenGather) {
+  expect_clean_uses<2>(Kind::kTwoShot, 3, 2, 2000);
+  expect_clean_uses<4>(Kind::kTwoShot, 2, 3, 1000);
+  expect_clean_uses<8>(Kind::kTwoShot, 2, 2, 300);
+}
+
 TEST(OprojProtocol, AnAbsentProducerTimesOutEveryConsumerAndAbortsTheTeam) {
   constexpr int kRanks = 4;
-  for (Kind kind : {Kind::kEarlyConsumer, Kind::kFused}) {
+  for (Kind kind : {Kind::kEarlyConsumer, Kind::kFused, Kind::kTwoShot}) {
     StreamRun<kRanks> run(kind, 2, 2, 6, std::chrono::milliseconds(200));
     Tally n;
     run.go(n, kRanks - 1, 3);  // the last rank never pushes in use 3
