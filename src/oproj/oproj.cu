@@ -89,28 +89,22 @@ void launch_oproj_producer(const RankContext& ctx, cudaStream_t stream, const Op
   });
 }
 
-void launch_oproj_consumer(const RankContext& ctx, cudaStream_t stream, const OprojParams& p) {
+void launch_oproj_consumer(const RankContext& ctx, cudaStream_t stream, const OprojParams& p, int two_shot_clusters) {
   LaunchShape s;
-  s.grid = dim3(kArNormCtas, static_cast<unsigned>(p.gemm.m));
+  // Why fewer clusters for the two-shot: they loop over rows, within the budget.
+  const int clusters = p.two_shot ? std::max(1, std::min(p.gemm.m, two_shot_clusters)) : p.gemm.m;
+  s.grid = dim3(kArNormCtas, static_cast<unsigned>(clusters));
   s.block = dim3(static_cast<unsigned>(ar_norm_threads(p.hidden)));
   s.cluster = kArNormCtas;
   s.pdl = ctx.pdl;
   with_ranks(ctx.size, [&](auto ranks) {
     with_epilogue(p.epilogue, [&](auto epi) {
-      launch_kernel(oproj_consumer_kernel<decltype(ranks)::value, decltype(epi)::value>, s, stream, p);
-    });
-  });
-}
-
-void launch_oproj_two_shot_consumer(const RankContext& ctx, cudaStream_t stream, const OprojParams& p, int clusters) {
-  LaunchShape s;
-  s.grid = dim3(kArNormCtas, static_cast<unsigned>(std::max(1, std::min(p.gemm.m, clusters))));
-  s.block = dim3(static_cast<unsigned>(ar_norm_threads(p.hidden)));
-  s.cluster = kArNormCtas;
-  s.pdl = ctx.pdl;
-  with_ranks(ctx.size, [&](auto ranks) {
-    with_epilogue(p.epilogue, [&](auto epi) {
-      launch_kernel(oproj_two_shot_consumer_kernel<decltype(ranks)::value, decltype(epi)::value>, s, stream, p);
+      constexpr int kRanks = decltype(ranks)::value;
+      constexpr OprojEpilogue kEpi = decltype(epi)::value;
+      if (p.two_shot)
+        launch_kernel(oproj_two_shot_consumer_kernel<kRanks, kEpi>, s, stream, p);
+      else
+        launch_kernel(oproj_consumer_kernel<kRanks, kEpi>, s, stream, p);
     });
   });
 }

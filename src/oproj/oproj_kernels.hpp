@@ -66,13 +66,12 @@ void prepare_oproj_producer(int team_size, int tiles);
 void prepare_oproj_fused(int team_size, int tiles, OprojEpilogue epilogue);
 
 // The producer (grid (split, H / 64), clusters of split): the GEMM, its outputs
-// pushed into every rank's slot [rank]; then the consumer (grid (8, rows), clusters
-// of 8): ArNorm's row body without the push, with the epilogue.
+// pushed into every rank's slot [rank] (two-shot: into its owner's recv slot); then
+// the consumer (grid (8, rows), clusters of 8): ArNorm's row body without the push,
+// with the epilogue; two-shot: grid (8, min(rows, two_shot_clusters)), each cluster
+// looping over rows: the owners' sums, the gather, the epilogue.
 void launch_oproj_producer(const RankContext& ctx, cudaStream_t stream, const OprojParams& p);
-void launch_oproj_consumer(const RankContext& ctx, cudaStream_t stream, const OprojParams& p);
-// The two-shot consumer (grid (8, clusters), clusters of 8, each looping over rows):
-// the owners' sums, the gather, the epilogue (after the producer, pushing two-shot).
-void launch_oproj_two_shot_consumer(const RankContext& ctx, cudaStream_t stream, const OprojParams& p, int clusters);
+void launch_oproj_consumer(const RankContext& ctx, cudaStream_t stream, const OprojParams& p, int two_shot_clusters);
 // Both roles in one grid (oproj_fused.cu): oproj_fused_ctas(p) CTAs in clusters of
 // 8; for at most kOprojFusedMaxTiles token tiles, (H / 64) · split a multiple of 8.
 inline constexpr int kOprojFusedMaxTiles = 2;

@@ -203,10 +203,7 @@ class PreparedOproj::Impl {
             launch_oproj_fused(ctx, stream, p);
           } else {
             launch_oproj_producer(ctx, stream, p);
-            if (r.kind == OprojKind::kTwoShot)
-              launch_oproj_two_shot_consumer(ctx, stream, p, limits_.two_shot_clusters);
-            else
-              launch_oproj_consumer(ctx, stream, p);
+            launch_oproj_consumer(ctx, stream, p, limits_.two_shot_clusters);
           }
         }
         break;
