@@ -1,9 +1,9 @@
 // tpdecode bench oproj: PreparedOproj per team, epilogue and row count, each kind
 // forced in turn (producer + consumer, fused, two-shot; unfused = DecodeGemm + TpComm's
 // ArNorm, or + all_reduce + the AttnRes kernel) against stock (cuBLAS + NCCL or the
-// local stock all-reduce + the separate norm / AttnRes kernel), and the unfused
-// path's GEMM alone (the floor a fused kind cannot beat: it streams the same
-// weight). CUDA-graph replays, median of many, rotating weight copies (>= 2.5 x
+// local stock all-reduce + the separate norm / AttnRes kernel), the unfused path's
+// GEMM alone and the producer's engine alone (the floor a fused kind cannot beat:
+// it streams the same weight through it). CUDA-graph replays, median of many, rotating weight copies (>= 2.5 x
 // L2 per GPU in all, so every call reads HBM). The local team (one GPU playing
 // TP ranks) measures protocol cost, not NVLink; the NCCL team runs one thread per
 // GPU. Prints the rule-table rows (src/oproj/oproj_rules.cpp) the run supports.
@@ -262,6 +262,7 @@ void measure(Team& team, const std::string& team_name, const Options& o, bool re
   auto box = std::make_shared<OprojMailbox>(team, kRowsCap, kHidden);
   Workload w(team, k, o, gpu.l2);
   std::vector<std::unique_ptr<DecodeGemm>> gemms = w.make_gemms();
+  std::vector<std::unique_ptr<DecodeGemm>> engines = w.make_gemms();  // forced to the producer's engine and split
   std::vector<cudaStream_t> streams;
   for (int i = 0; i < team.driven(); ++i) streams.push_back(team.stream(i));
   for (const std::string& e : o.epilogues) {
@@ -291,6 +292,12 @@ void measure(Team& team, const std::string& team_name, const Options& o, bool re
       r.cells["stock"].us = time_calls(team, [&](int copy) { w.stock(comm, epilogue_of(e), copy, m, streams); }, w.copies(), o);
       for (auto& g : gemms) g->prepare(std::min(m, kWarpMaxRows), team.stream(0));
       r.cells["gemm"].us = time_calls(team, [&](int copy) { w.gemm(gemms, copy, m, streams); }, w.copies(), o);
+      if (m <= kWarpMaxRows) {
+        for (auto& g : engines) g->force(m, warp_decision(ops[0]->producer_split(m)));
+        r.cells["engine"].us = time_calls(team, [&](int copy) { w.gemm(engines, copy, m, streams); }, w.copies(), o);
+      } else {
+        r.cells["engine"].why = "DecodeGemm's warp engine takes at most 32 rows";
+      }
       for (auto& op : ops) op->set_kind(std::nullopt);
       r.chosen = oproj_kind_name(ops[0]->plan(m).kind);
       if (record) out.push_back(r);
@@ -312,18 +319,19 @@ std::string best_kind(const Row& r, double* us) {
 std::string cell_text(const Cell& c) { return c.why.empty() ? fmt::format("{:.2f}", c.us) : "-"; }
 
 void print_table(const std::vector<Row>& rows) {
-  fmt::print("{:<6} {:>3} {:>6} {:<9} {:>4} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8}  {}\n", "team", "TP",
-             "K", "epilogue", "M", "unfused", "prod-cons", "fused", "two-shot", "stock", "gemm", "best/unf", "stk/best",
-             "gemm/unf", "rule");
+  fmt::print("{:<6} {:>3} {:>6} {:<9} {:>4} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8}  {}\n", "team",
+             "TP", "K", "epilogue", "M", "unfused", "prod-cons", "fused", "two-shot", "stock", "gemm", "engine",
+             "best/unf", "stk/best", "gemm/unf", "rule");
   std::map<std::string, std::string> reasons;
   for (const Row& r : rows) {
     double best = 0;
     const std::string kind = best_kind(r, &best);
     const double unfused = r.cells.at("unfused").us;
-    fmt::print("{:<6} {:>3} {:>6} {:<9} {:>4} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8.2f}  {}\n", r.team,
-               r.tp, r.k, r.epilogue, r.m, cell_text(r.cells.at("unfused")), cell_text(r.cells.at("producer-consumer")),
-               cell_text(r.cells.at("fused")), cell_text(r.cells.at("two-shot")), cell_text(r.cells.at("stock")),
-               cell_text(r.cells.at("gemm")),
+    fmt::print("{:<6} {:>3} {:>6} {:<9} {:>4} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8.2f}  {}\n",
+               r.team, r.tp, r.k, r.epilogue, r.m, cell_text(r.cells.at("unfused")),
+               cell_text(r.cells.at("producer-consumer")), cell_text(r.cells.at("fused")),
+               cell_text(r.cells.at("two-shot")), cell_text(r.cells.at("stock")), cell_text(r.cells.at("gemm")),
+               cell_text(r.cells.at("engine")),
                kind.empty() ? "-" : fmt::format("{:.3f}", best / unfused),
                kind.empty() ? "-" : fmt::format("{:.2f}", r.cells.at("stock").us / best), r.cells.at("gemm").us / unfused,
                r.chosen);
@@ -331,8 +339,10 @@ void print_table(const std::vector<Row>& rows) {
       if (!c.why.empty()) reasons.emplace(c.why, name);
   }
   fmt::print("\nµs per call (every rank), CUDA graphs, median of replays. best = the fastest of producer-consumer, "
-             "fused and two-shot; gemm = the unfused path's GEMM alone (a fused kind streams the same weight: gemm/unf is the "
-             "least best/unf can be); rule = the kind the rule table runs.\n");
+             "fused and two-shot; gemm = the unfused path's GEMM alone (DecodeGemm's decision); engine = the producer's "
+             "GEMM alone (the warp split-K engine at its split, writing its partial): a fused kind streams the same "
+             "weight through it, so best >= engine, and best/unf >= engine/unf; rule = the kind the rule table "
+             "runs.\n");
   for (const auto& [why, name] : reasons) fmt::print("  - {} not served: {}\n", name, why);
 
   // The targets: NCCL TP 2 and local TP 8, M <= 8, ar_norm.
