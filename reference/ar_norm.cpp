@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <vector>
 #include <cmath>
 
 #include "comm/kernels.hpp"
@@ -12,9 +13,10 @@
 
 namespace tpdecode::reference {
 
-float ar_norm_square_sum(std::span<const uint16_t> row) {
-  const auto hidden = static_cast<int64_t>(row.size());
-  require(ar_norm_hidden_served(hidden), fmt::format("reference ar_norm: hidden {} not served", hidden));
+float row_dot(std::span<const float> a, std::span<const float> b) {
+  const auto hidden = static_cast<int64_t>(a.size());
+  require(ar_norm_hidden_served(hidden) && b.size() == a.size(),
+          fmt::format("reference row sum: hidden {} not served (or {} terms)", hidden, b.size()));
   const int frags_per_cta = static_cast<int>(hidden / (8 * kArNormCtas));
   const int warps = ar_norm_threads(hidden) / 32;
   float total = 0.0f;
@@ -27,10 +29,7 @@ float ar_norm_square_sum(std::span<const uint16_t> row) {
         if (t >= frags_per_cta) continue;
         const std::size_t first = static_cast<std::size_t>(cta * frags_per_cta + t) * 8;
         float s = 0.0f;
-        for (std::size_t k = 0; k < 8; ++k) {
-          const float v = bf16::to_float(row[first + k]);
-          s = std::fma(v, v, s);
-        }
+        for (std::size_t k = 0; k < 8; ++k) s = std::fma(a[first + k], b[first + k], s);
         lane[static_cast<std::size_t>(l)] = s;
       }
       for (int offset = 16; offset >= 1; offset /= 2) {  // step 2: butterfly
@@ -44,6 +43,12 @@ float ar_norm_square_sum(std::span<const uint16_t> row) {
     total = cta == 0 ? cta_sum : total + cta_sum;  // step 4: CTA order
   }
   return total;
+}
+
+float ar_norm_square_sum(std::span<const uint16_t> row) {
+  std::vector<float> v(row.size());
+  for (std::size_t c = 0; c < row.size(); ++c) v[c] = bf16::to_float(row[c]);
+  return row_dot(v, v);
 }
 
 float ar_norm_rstd(float total, int64_t hidden, float eps) {

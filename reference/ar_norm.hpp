@@ -23,6 +23,12 @@ ArNormResult ar_norm(std::span<const std::vector<uint16_t>> partials, std::span<
 // The row's FP32 sum of squares in the kernel's order (hidden supported by ArNorm).
 float ar_norm_square_sum(std::span<const uint16_t> row);
 
+// The row sum of the FP32 terms fma(a[c], b[c], ·) in the same order (what every
+// row sum of the row kernels takes: the thread's fma chain over its 8 columns,
+// the warp butterfly, warps in order, the 8 CTAs in order); a.size() is the
+// hidden size. ar_norm_square_sum(row) is row_dot(v, v) of the row's values.
+float row_dot(std::span<const float> a, std::span<const float> b);
+
 // 1 / sqrt(total / hidden + eps): the division and addition rounded to FP32, the
 // reciprocal square root correctly rounded (computed in double, then rounded).
 float ar_norm_rstd(float total, int64_t hidden, float eps);

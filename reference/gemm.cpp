@@ -27,6 +27,14 @@ std::vector<double> gemm_bf16(std::span<const uint16_t> x, std::span<const uint1
   return out;
 }
 
+std::vector<uint16_t> gemm_bf16_rounded(std::span<const uint16_t> x, std::span<const uint16_t> w, int64_t m, int64_t n,
+                                        int64_t k) {
+  const std::vector<double> y = gemm_bf16(x, w, m, n, k);
+  std::vector<uint16_t> out(y.size());
+  for (std::size_t i = 0; i < y.size(); ++i) out[i] = bf16::from_float(static_cast<float>(y[i]));
+  return out;
+}
+
 double relative_error(std::span<const double> a, std::span<const double> ref) {
   require(a.size() == ref.size(), "relative_error: sizes differ");
   double num = 0;

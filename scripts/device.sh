@@ -4,9 +4,11 @@
 # $OUT/logs.tgz: the device tool returns at most 8 files).
 #   bash scripts/device.sh [steps...]
 #   steps: build test nccl-nop2p sanitize sanitize-gemm tune bench-gemm bench-chain bench-comm
-#          bench-comm-nccl drafter peers info all; two-shot and python (only when named)
+#          bench-comm-nccl drafter peers info all; two-shot, oproj, oproj-sanitize, oproj-bench and
+#          python (only when named)
 #   TESTS='regex'   which tests `test` runs (ctest -R); default: all
-#   GEMM_ARGS, CHAIN_ARGS, TUNE_ARGS, COMM_ARGS, NCCL_COMM_ARGS, DRAFTER_ARGS: extra arguments of those steps
+#   GEMM_ARGS, CHAIN_ARGS, TUNE_ARGS, COMM_ARGS, NCCL_COMM_ARGS, OPROJ_ARGS, DRAFTER_ARGS: extra arguments of those steps
+#   OPROJ_DRAFTER=1   oproj-bench also runs the drafter with producer-consumer forced, and without
 set -uo pipefail
 OUT=${OUT:-$PWD/device-out}
 LOG=$(mktemp -d)
@@ -144,5 +146,43 @@ if [[ " $steps " == *" two-shot "* ]]; then
     --json "$LOG/bench_two_shot_local_tp8.json"
   [[ $GPUS -ge 2 ]] && step bench-two-shot-nccl-tp2 300 $CLI bench comm --team nccl --tp 2 --op all_reduce \
     --op ar_norm --json "$LOG/bench_two_shot_nccl_tp2.json"
+fi
+# Issue 11, PreparedOproj, in three steps that each fit one device call:
+#  oproj           its tests (CPU and GPU) and the suites its refactors touch
+#                  (ArNorm's row body and row sums, the warp split-K engine; reduced counts);
+#  oproj-sanitize  memcheck and racecheck on its GPU tests (reduced counts);
+#  oproj-bench     bench oproj at local TP 8 and, with 2 GPUs, NCCL TP 2 (the two-shot
+#                  kind in runs of its own: a failure there keeps the others' figures);
+#                  OPROJ_DRAFTER=1 adds the drafter with producer-consumer forced and without.
+if [[ " $steps " == *" oproj "* ]]; then
+  (cd "$BUILD" && timeout 300 ctest --output-on-failure -R 'Oproj' -j1 --timeout 240) > "$LOG/oproj-tests.log" 2>&1
+  echo "== oproj-tests rc=$?"
+  grep -E "tests passed|tests failed|\*\*\*Failed|Timeout|\(Failed\)" "$LOG/oproj-tests.log" | tail -25
+  TPDECODE_QUICK=1 step oproj-regressions 240 "$BUILD/tests/gpu_tests" \
+    --gtest_filter='Collectives.*:TwoShot.*:Failure.*:DecodeGemm.*:DrafterStepGpu*'
+fi
+if [[ " $steps " == *" oproj-sanitize "* ]]; then
+  export TPDECODE_QUICK=1
+  step oproj-memcheck "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
+    "$BUILD/tests/gpu_tests" --gtest_filter='Oproj.ArNorm*:Oproj.AttnRes*'
+  step oproj-racecheck "${SANITIZE_TIMEOUT:-240}" compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/gpu_tests" \
+    --gtest_filter='Oproj.ArNorm*'
+  unset TPDECODE_QUICK
+fi
+if [[ " $steps " == *" oproj-bench "* ]]; then
+  step bench-oproj 180 $CLI bench oproj --team local --tp 8 --kind producer-consumer --kind fused \
+    --json "$LOG/bench_oproj.json" ${OPROJ_ARGS:-}
+  step bench-oproj-two-shot 120 $CLI bench oproj --team local --tp 8 --kind two-shot --epilogue ar_norm \
+    --json "$LOG/bench_oproj_two_shot.json" ${OPROJ_ARGS:-}
+  if [[ $GPUS -ge 2 ]]; then
+    step bench-oproj-nccl 180 $CLI bench oproj --team nccl --tp 2 --kind producer-consumer --kind fused \
+      --json "$LOG/bench_oproj_nccl.json" ${OPROJ_ARGS:-}
+    step bench-oproj-nccl-two-shot 120 $CLI bench oproj --team nccl --tp 2 --kind two-shot --epilogue ar_norm \
+      --json "$LOG/bench_oproj_nccl_two_shot.json" ${OPROJ_ARGS:-}
+  fi
+  if [[ -n ${OPROJ_DRAFTER:-} ]]; then
+    step drafter-oproj 300 $CLI drafter --rows 1 --rows 7 --rows 28 --oproj producer-consumer --json "$LOG/drafter_oproj.json"
+    step drafter-unfused 300 $CLI drafter --rows 1 --rows 7 --rows 28 --oproj unfused --json "$LOG/drafter_unfused.json"
+  fi
 fi
 exit 0

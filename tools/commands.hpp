@@ -10,6 +10,7 @@ void register_bench_gemm(CLI::App& app);
 void register_bench_chain(CLI::App& app);
 void register_tune(CLI::App& app);
 void register_bench_comm(CLI::App& app);
+void register_bench_oproj(CLI::App& app);
 void register_drafter(CLI::App& app);
 
 // The `bench` group (created by whichever benchmark registers first).

@@ -36,9 +36,11 @@ struct Options {
   int layers = 5;
   int replays = 30;
   std::vector<int> local_tp;  // one GPU: team sizes to run (default 1 and 8)
+  std::string oproj = "auto";
   std::string json;
   CLI::Option* replays_option = nullptr;  // given on the command line (refused without a GPU)
   CLI::Option* local_tp_option = nullptr;
+  CLI::Option* oproj_option = nullptr;
 };
 
 // The row counts to run: --rows, plus requests · k. Refuses what a step cannot take
@@ -66,7 +68,7 @@ struct TeamRun {
 // No GPU: the CPU reference step of the reduced configuration at each row count,
 // with its checks; --json gets the checks.
 bool run_cpu(const Options& o) {
-  for (const auto* opt : {o.replays_option, o.local_tp_option})
+  for (const auto* opt : {o.replays_option, o.local_tp_option, o.oproj_option})
     require(opt->count() == 0, fmt::format("drafter: {} needs a GPU (this machine has none)", opt->get_name()));
   drafter::DrafterConfig c = drafter::DrafterConfig::reduced_cpu();
   c.layers = o.layers;
@@ -136,6 +138,8 @@ void run(const Options& o) {
   DrafterRunOptions ro;
   ro.rows = row_counts(o, {1, 7, 14, 28, 56});
   ro.replays = o.replays;
+  for (OprojKind k : {OprojKind::kUnfused, OprojKind::kProducerConsumer, OprojKind::kFused})
+    if (o.oproj == oproj_kind_name(k)) ro.oproj = k;
   for (int tp : o.local_tp) require(supported_team_size(tp), fmt::format("drafter: --local-tp {} (1, 2, 4, 8 or 16)", tp));
   std::string why;
   const int gpus = visible_gpu_count(&why);
@@ -223,6 +227,11 @@ void register_drafter(CLI::App& app) {
                             ->check(CLI::Range(1, 100000));
     o->local_tp_option =
         cmd->add_option("--local-tp", o->local_tp, "one GPU: local team sizes to run (repeatable; default 1 8)");
+    o->oproj_option = cmd->add_option("--oproj", o->oproj,
+                                      "the specialised path's o_proj + all-reduce + norm: auto (the measured rule "
+                                      "table), unfused, producer-consumer or fused (GPU)")
+                          ->capture_default_str()
+                          ->check(CLI::IsMember({"auto", "unfused", "producer-consumer", "fused"}));
     cmd->add_option("--json", o->json, "also write the results as JSON to this file (with or without a GPU)");
     cmd->callback([o] { run(*o); });
   };

@@ -59,6 +59,7 @@ void measure_drafter(Team& team, const drafter::DrafterConfig& config, const Dra
   };
   say(fmt::format("building weights for TP {} ({}) ...", team.size(), team.describe()));
   GpuDrafter d(team, config, 64, say);
+  d.set_oproj_kind(o.oproj);
   for (int m : o.rows) {
     say(fmt::format("M = {}: eager steps of both paths, compared", m));
     d.prepare(m);

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "drafter/config.hpp"
+#include "tpdecode/oproj.hpp"
 #include "tpdecode/team.hpp"
 
 namespace tpdecode::cli {
@@ -37,6 +39,7 @@ struct DrafterRunOptions {
   std::vector<int> rows;
   int replays = 30;
   bool verbose = true;  // progress on stderr
+  std::optional<OprojKind> oproj;  // the fused o-projection's kind forced (empty: its rule table)
 };
 
 // Builds the drafter on `team` (collective) and measures every row count, appending

@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
   tpdecode::cli::register_bench_chain(app);
   tpdecode::cli::register_tune(app);
   tpdecode::cli::register_bench_comm(app);
+  tpdecode::cli::register_bench_oproj(app);
   tpdecode::cli::register_drafter(app);
   try {
     refuse_unknown_subcommand(app, argc, argv);

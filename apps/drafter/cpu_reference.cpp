@@ -87,10 +87,9 @@ void CpuReference::embed(const Slice& out) {
 
 void CpuReference::gemm(WeightId id, const Slice& x, const Slice& out) {
   const std::vector<uint16_t>& w = weight(id);
-  const std::vector<double> y = reference::gemm_bf16(copy_rows(x), w, rows_, out.cols, x.cols);
+  const std::vector<uint16_t> y = reference::gemm_bf16_rounded(copy_rows(x), w, rows_, out.cols, x.cols);
   for (int64_t m = 0; m < rows_; ++m)
-    for (int64_t n = 0; n < out.cols; ++n)
-      at(out, m, n) = bf16::from_float(static_cast<float>(y[static_cast<std::size_t>(m * out.cols + n)]));
+    for (int64_t n = 0; n < out.cols; ++n) at(out, m, n) = y[static_cast<std::size_t>(m * out.cols + n)];
 }
 
 void CpuReference::ar_norm(const Slice& partial, bool first, WeightId norm, const Slice& out) {

@@ -90,6 +90,16 @@ GpuDrafter::GpuDrafter(Team& team, const DrafterConfig& config, int rows_cap, co
   // Why: the widest gathered row is the logits' (TP · vocabulary shard = vocab).
   cc.gather_row_bytes = round16(std::max(config.hidden, config.vocab) * 2);
   comm_ = std::make_unique<TpComm>(team, cc);
+  if (team.size() > 1 && team.shares_memory()) {
+    auto box = std::make_shared<OprojMailbox>(team, rows_cap, config.hidden);
+    OprojOptions o;
+    for (const auto& r : ranks_) o.cublas.push_back(r->cublas);
+    for (int l = 0; l < config.layers; ++l) {
+      std::vector<TensorView> weights;
+      for (const auto& r : ranks_) weights.push_back(r->weight({Tensor::kOProj, l}));
+      oprojs_.push_back(std::make_unique<PreparedOproj>(*comm_, box, weights, OprojEpilogue::kArNorm, o));
+    }
+  }
 }
 
 GpuDrafter::~GpuDrafter() = default;
@@ -100,6 +110,11 @@ void GpuDrafter::prepare(int m) {
     TPD_CUDA(cudaSetDevice(r->device));
     for (auto& [key, g] : r->gemms) g->prepare(m, r->stream);
   }
+  for (auto& op : oprojs_) op->prepare(m);
+}
+
+void GpuDrafter::set_oproj_kind(std::optional<OprojKind> kind) {
+  for (auto& op : oprojs_) op->set_kind(kind);
 }
 
 void GpuDrafter::enqueue_step(DrafterPath path, int m, const OpFilter& filter) {
@@ -108,7 +123,7 @@ void GpuDrafter::enqueue_step(DrafterPath path, int m, const OpFilter& filter) {
   for (std::size_t i = 1; i < ranks_.size(); ++i) others.push_back(ranks_[i]->stream);
   fork_streams(stream(), others);
   comm_->set_algorithm(path == DrafterPath::kStock ? CommAlgorithm::kStock : CommAlgorithm::kAuto);
-  GpuStepOps ops(config_, shapes_, ranks_, *comm_, path, m, shared_gpu_);
+  GpuStepOps ops(config_, shapes_, ranks_, *comm_, oprojs_, path, m, shared_gpu_);
   run_step(config_, shapes_, ops, filter);
   join_streams(stream(), others);
   comm_paths_ = ops.comm_paths();

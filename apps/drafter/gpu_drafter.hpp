@@ -7,7 +7,10 @@
 //  - specialised: DecodeGemm (cuBLAS where it does not take the shape), TpComm's
 //    mailbox collectives where they serve the call (else its stock path),
 //    programmatic dependent launch between kernels where each rank has its own GPU
-//    (off on the local team, whose ranks share one: gpu_step_ops.cpp says why).
+//    (off on the local team, whose ranks share one: gpu_step_ops.cpp says why);
+//    each layer's o_proj + all-reduce + post-attention norm as one PreparedOproj
+//    call where its rule table (or set_oproj_kind) picks a fused kind for the
+//    step's rows, else the two ops.
 // At TP 1 both paths run the all-reduce as its RMSNorm alone (the separate
 // add-RMSNorm kernel) and have no gathers: they differ in the GEMMs and PDL.
 #pragma once
@@ -17,12 +20,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "drafter/config.hpp"
 #include "drafter/step.hpp"
 #include "tpdecode/comm.hpp"
+#include "tpdecode/oproj.hpp"
 #include "tpdecode/team.hpp"
 
 namespace tpdecode::drafter {
@@ -54,8 +59,12 @@ class GpuDrafter {
   // Bytes of weights held by the driven ranks.
   std::size_t weight_bytes() const { return weight_bytes_; }
 
-  // Host preparation for steps of m rows (DecodeGemm engines); before capture.
+  // Host preparation for steps of m rows (DecodeGemm engines, the fused
+  // o-projections); before capture.
   void prepare(int m);
+  // Forces the fused o-projection's kind on the specialised path (benchmarks,
+  // tests); empty: its rule table. Host only, never under capture.
+  void set_oproj_kind(std::optional<OprojKind> kind);
   // Enqueues one step of m rows on every driven rank: driven rank 0's stream forks
   // to the others and joins back (graph-capturable after prepare(m); a graph of
   // one step may be replayed back to back any number of times).
@@ -77,6 +86,9 @@ class GpuDrafter {
   std::vector<std::unique_ptr<GpuRank>> ranks_;
   bool shared_gpu_;  // several ranks' kernels on one GPU (the local team)
   std::unique_ptr<TpComm> comm_;
+  // Per layer (teams of 2 or more whose ranks share memory; else empty): o_proj +
+  // all-reduce + post-attention RMSNorm, all layers on one mailbox.
+  std::vector<std::unique_ptr<PreparedOproj>> oprojs_;
   std::string comm_paths_;
 };
 

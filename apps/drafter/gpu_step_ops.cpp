@@ -8,9 +8,17 @@
 namespace tpdecode::drafter {
 
 GpuStepOps::GpuStepOps(const DrafterConfig& config, const RankShapes& shapes,
-                       const std::vector<std::unique_ptr<GpuRank>>& ranks, TpComm& comm, DrafterPath path, int m,
+                       const std::vector<std::unique_ptr<GpuRank>>& ranks, TpComm& comm,
+                       const std::vector<std::unique_ptr<PreparedOproj>>& oprojs, DrafterPath path, int m,
                        bool shared_gpu)
-    : config_(config), shapes_(shapes), ranks_(ranks), comm_(comm), path_(path), m_(m), shared_gpu_(shared_gpu) {
+    : config_(config),
+      shapes_(shapes),
+      ranks_(ranks),
+      comm_(comm),
+      oprojs_(oprojs),
+      path_(path),
+      m_(m),
+      shared_gpu_(shared_gpu) {
   for (const auto& r : ranks_) streams_.push_back(r->stream);
 }
 
@@ -25,6 +33,10 @@ std::string GpuStepOps::comm_paths() const {
     const int n = paths_[static_cast<int>(p)];
     if (n == 0) continue;
     out += fmt::format("{}{} {}", out.empty() ? "" : ", ", comm_path_name(p), n);
+  }
+  for (OprojKind k : {OprojKind::kProducerConsumer, OprojKind::kFused, OprojKind::kTwoShot}) {
+    const int n = oproj_kinds_[static_cast<int>(k)];
+    if (n > 0) out += fmt::format("{}oproj {} {}", out.empty() ? "" : ", ", oproj_kind_name(k), n);
   }
   if (!first_why_.empty()) out += fmt::format(" ({})", first_why_);
   return out.empty() ? "none" : out;
@@ -74,6 +86,23 @@ void GpuStepOps::ar_norm(const Slice& partial, bool first, WeightId norm, const 
     io.push_back(a);
   }
   note(comm_.ar_norm(io, streams_));
+}
+
+void GpuStepOps::oproj_ar_norm(WeightId weight, const Slice& x, const Slice& partial, WeightId norm,
+                               const Slice& out) {
+  PreparedOproj* op = specialised() && !oprojs_.empty() ? oprojs_.at(static_cast<std::size_t>(weight.layer)).get() : nullptr;
+  // Where the rule table (or a forced kind) has nothing fused for m rows, or m was
+  // not prepared: the two ops as before.
+  if (!op || !op->prepared(m_) || op->plan(m_).kind == OprojKind::kUnfused) {
+    StepOps::oproj_ar_norm(weight, x, partial, norm, out);
+    return;
+  }
+  std::vector<OprojArNormIo> io;
+  for (const auto& r : ranks_) {
+    const TensorView residual = r->view({Buf::kResidual, 0, config_.hidden}, m_);
+    io.push_back({r->view(x, m_), residual, r->weight(norm), config_.eps, r->view(out, m_), residual});
+  }
+  ++oproj_kinds_[static_cast<int>(op->run(io, streams_).kind)];
 }
 
 void GpuStepOps::rms_norm(const Slice& x, WeightId norm, const Slice& out) {

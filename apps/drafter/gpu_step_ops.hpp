@@ -9,18 +9,23 @@
 #include "drafter/gpu_drafter.hpp"
 #include "drafter/gpu_rank.hpp"
 #include "tpdecode/comm.hpp"
+#include "tpdecode/oproj.hpp"
 
 namespace tpdecode::drafter {
 
 class GpuStepOps final : public StepOps {
  public:
-  // `comm`'s algorithm is set by the caller (kStock on the stock path).
+  // `comm`'s algorithm is set by the caller (kStock on the stock path). `oprojs`:
+  // every layer's fused o-projection (empty where the team has none); the
+  // specialised path runs it where its kind for m rows is not unfused.
   GpuStepOps(const DrafterConfig& config, const RankShapes& shapes, const std::vector<std::unique_ptr<GpuRank>>& ranks,
-             TpComm& comm, DrafterPath path, int m, bool shared_gpu);
+             TpComm& comm, const std::vector<std::unique_ptr<PreparedOproj>>& oprojs, DrafterPath path, int m,
+             bool shared_gpu);
 
   void embed(const Slice& out) override;
   void gemm(WeightId weight, const Slice& x, const Slice& out) override;
   void ar_norm(const Slice& partial, bool first, WeightId norm, const Slice& out) override;
+  void oproj_ar_norm(WeightId weight, const Slice& x, const Slice& partial, WeightId norm, const Slice& out) override;
   void rms_norm(const Slice& x, WeightId norm, const Slice& out) override;
   void attention(const Slice& q, const Slice& kv, const Slice& k_rope, const Slice& out) override;
   void silu_mul(const Slice& gate_up, const Slice& out) override;
@@ -28,7 +33,7 @@ class GpuStepOps final : public StepOps {
   void add(const Slice& a, const Slice& b, const Slice& out) override;
   void argmax(const Slice& logits) override;
 
-  // The paths the collectives took, e.g. "one-shot 11, stock 2 (why ...)".
+  // The paths the collectives took, e.g. "one-shot 6, stock 2, oproj producer-consumer 5 (why ...)".
   std::string comm_paths() const;
 
  private:
@@ -41,11 +46,13 @@ class GpuStepOps final : public StepOps {
   const RankShapes& shapes_;
   const std::vector<std::unique_ptr<GpuRank>>& ranks_;
   TpComm& comm_;
+  const std::vector<std::unique_ptr<PreparedOproj>>& oprojs_;
   DrafterPath path_;
   int m_;
   bool shared_gpu_;
   std::vector<cudaStream_t> streams_;  // per driven rank
   int paths_[3] = {};                  // calls per CommPath
+  int oproj_kinds_[4] = {};            // fused o-projections per OprojKind
   std::string first_why_;              // why the first stock call was not served
 };
 

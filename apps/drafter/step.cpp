@@ -50,6 +50,13 @@ class FilteredOps {
   void ar_norm(const Slice& partial, bool first, WeightId norm, const Slice& out) {
     if (f_.collective) ops_.ar_norm(partial, first, norm, out);
   }
+  // Both halves: the backend's (maybe fused) op; one half: that op alone (the
+  // breakdown's GEMM-only and collective-only graphs).
+  void oproj_ar_norm(WeightId w, const Slice& x, const Slice& partial, WeightId norm, const Slice& out) {
+    if (f_.gemm && f_.collective) return ops_.oproj_ar_norm(w, x, partial, norm, out);
+    gemm(w, x, partial);
+    ar_norm(partial, false, norm, out);
+  }
   void rms_norm(const Slice& x, WeightId norm, const Slice& out) {
     if (f_.other) ops_.rms_norm(x, norm, out);
   }
@@ -88,8 +95,8 @@ void run_step(const DrafterConfig& c, const RankShapes& s, StepOps& backend, con
     ops.gemm({Tensor::kQB, l}, whole(Buf::kQa), whole(Buf::kQ));
     ops.rms_norm({Buf::kQkvA, c.q_lora, c.kv_lora}, {Tensor::kKvNorm, l}, whole(Buf::kKv));
     ops.attention(whole(Buf::kQ), whole(Buf::kKv), {Buf::kQkvA, c.q_lora + c.kv_lora, c.rope}, whole(Buf::kAttn));
-    ops.gemm({Tensor::kOProj, l}, whole(Buf::kAttn), whole(Buf::kPartial));
-    ops.ar_norm(whole(Buf::kPartial), false, {Tensor::kPostAttentionNorm, l}, whole(Buf::kHidden));
+    ops.oproj_ar_norm({Tensor::kOProj, l}, whole(Buf::kAttn), whole(Buf::kPartial), {Tensor::kPostAttentionNorm, l},
+                      whole(Buf::kHidden));
     ops.gemm({Tensor::kGateUp, l}, whole(Buf::kHidden), whole(Buf::kGateUp));
     ops.silu_mul(whole(Buf::kGateUp), whole(Buf::kAct));
     ops.gemm({Tensor::kDown, l}, whole(Buf::kAct), whole(Buf::kPartial));

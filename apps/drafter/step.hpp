@@ -80,6 +80,14 @@ class StepOps {
   // All-reduce of `partial` over the team (+ the residual buffer unless
   // `first`), the sum written to the residual buffer, RMSNorm(·) · norm into out.
   virtual void ar_norm(const Slice& partial, bool first, WeightId norm, const Slice& out) = 0;
+  // The o-projection and the all-reduce + residual + RMSNorm after it: partial =
+  // x · Wᵀ, then ar_norm(partial, false, norm, out). A backend with the fused
+  // o-projection (PreparedOproj) runs both in one; by default the two ops above
+  // (the partial is then written; a fused kind need not write it).
+  virtual void oproj_ar_norm(WeightId weight, const Slice& x, const Slice& partial, WeightId norm, const Slice& out) {
+    gemm(weight, x, partial);
+    ar_norm(partial, false, norm, out);
+  }
   // Local RMSNorm of every row of x (kernels.cuh documents the summation order).
   virtual void rms_norm(const Slice& x, WeightId norm, const Slice& out) = 0;
   virtual void attention(const Slice& q, const Slice& kv, const Slice& k_rope, const Slice& out) = 0;

@@ -1,5 +1,6 @@
 // tpdecode: decode-time tensor-parallel building blocks. The one header an engine
-// includes: teams, the comm object, DecodeGemm, tensors, errors, device buffers.
+// includes: teams, the comm object, DecodeGemm, PreparedOproj, tensors, errors,
+// device buffers.
 #pragma once
 
 #include "tpdecode/comm.hpp"
@@ -10,6 +11,7 @@
 #include "tpdecode/error.hpp"
 #include "tpdecode/local_team.hpp"
 #include "tpdecode/nccl_team.hpp"
+#include "tpdecode/oproj.hpp"
 #include "tpdecode/random_fill.hpp"
 #include "tpdecode/team.hpp"
 #include "tpdecode/tensor.hpp"

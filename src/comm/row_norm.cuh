@@ -30,11 +30,14 @@ using lamport::Fragment;
 
 inline constexpr int kMaxWarps = kArNormMaxThreads / 32;
 
-// Shared memory of the row sum: the CTA's warp sums and the cluster's CTA sums.
-struct RowSumShared {
-  float warp[kMaxWarps];
-  float cta[kArNormCtas];
+// Shared memory of kN row sums taken at once: the CTA's warp sums and the
+// cluster's CTA sums of each.
+template <int kN>
+struct RowSums {
+  float warp[kMaxWarps][kN];
+  float cta[kArNormCtas][kN];
 };
+using RowSumShared = RowSums<1>;
 
 // BF16(reduced + residual) per element, one rounding.
 __device__ __forceinline__ Fragment add_residual(const Fragment& reduced, const Fragment& residual) {
@@ -63,33 +66,55 @@ __device__ __forceinline__ float thread_squares(const Fragment& f) {
 // it before its DSMEM stores; the work in between hides the wait.
 __device__ __forceinline__ void cluster_arrive_started() { cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_relaxed); }
 
-// Steps 2-4: the row's total over the cluster, the same value in every thread.
-// Every thread of every CTA of the cluster must call it, after
-// cluster_arrive_started() (it completes that barrier phase and holds one more).
-__device__ __forceinline__ float cluster_row_sum(float s, RowSumShared& sh) {
+// Steps 2-4 for the first n <= kN values of s at once, each summed in that order;
+// on return s[j] is the row's total of value j, the same in every thread. Every
+// thread of every CTA of the cluster must call it with the same n and `first`.
+// first: the kernel's first row sum, after cluster_arrive_started() (it completes
+// that barrier phase); a later one (first = false) stores into another RowSums.
+template <int kN>
+__device__ __forceinline__ void cluster_row_sums(float (&s)[kN], int n, RowSums<kN>& sh, bool first) {
   namespace cg = cooperative_groups;
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
 #pragma unroll
-  for (int offset = 16; offset >= 1; offset /= 2) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, offset));
-  if (lane == 0) sh.warp[warp] = s;
+  for (int j = 0; j < kN; ++j) {
+    if (j >= n) continue;
+#pragma unroll
+    for (int offset = 16; offset >= 1; offset /= 2)
+      s[j] = __fadd_rn(s[j], __shfl_xor_sync(0xffffffffu, s[j], offset));
+    if (lane == 0) sh.warp[warp][j] = s[j];
+  }
   __syncthreads();
   cg::cluster_group cluster = cg::this_cluster();
   const int me = static_cast<int>(cluster.block_rank());
-  cuda::ptx::barrier_cluster_wait();  // every peer CTA has started
-  if (threadIdx.x == 0) {
-    float cta = sh.warp[0];
-    for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) cta = __fadd_rn(cta, sh.warp[w]);
+  if (first) cuda::ptx::barrier_cluster_wait();  // every peer CTA has started
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    float cta = sh.warp[0][j];
+    for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) cta = __fadd_rn(cta, sh.warp[w][j]);
 #pragma unroll
-    for (int peer = 0; peer < kArNormCtas; ++peer) *cluster.map_shared_rank(&sh.cta[me], peer) = cta;
+    for (int peer = 0; peer < kArNormCtas; ++peer) *cluster.map_shared_rank(&sh.cta[me][j], peer) = cta;
   }
   // Why: the cluster barrier (arrive.release / wait.acquire) makes every CTA's DSMEM
   // store visible before the reads below; no CTA touches a peer's shared memory
-  // after it, so a CTA may exit as soon as it is through.
+  // after the kernel's last one, so a CTA may exit as soon as it is through.
   cluster.sync();
-  float total = sh.cta[0];
 #pragma unroll
-  for (int c = 1; c < kArNormCtas; ++c) total = __fadd_rn(total, sh.cta[c]);
+  for (int j = 0; j < kN; ++j) {
+    if (j >= n) continue;
+    float total = sh.cta[0][j];
+#pragma unroll
+    for (int c = 1; c < kArNormCtas; ++c) total = __fadd_rn(total, sh.cta[c][j]);
+    s[j] = total;
+  }
+}
+
+// Steps 2-4: the row's total over the cluster, the same value in every thread.
+// Every thread of every CTA of the cluster must call it, after
+// cluster_arrive_started() (it completes that barrier phase and holds one more).
+__device__ __forceinline__ float cluster_row_sum(float s, RowSumShared& sh) {
+  float sums[1] = {s};
+  cluster_row_sums(sums, 1, sh, true);
+  const float total = sums[0];
   return total;
 }
 
@@ -113,5 +138,33 @@ __device__ __forceinline__ Fragment normed(const Fragment& v, const Fragment& we
                                   __fmul_rn(__fmul_rn(bf16::high_of(v.w[j]), r), bf16::high_of(weight.w[j])));
   return out;
 }
+
+// ArNorm's epilogue of a row (row_collective.cuh): the residual add, the new
+// residual stored, the RMSNorm. A failed call (ok false) poisons its residual and,
+// through a NaN sum of squares, every output of its row: an output is correct or
+// NaN, never wrong. Tail: the kernel's parameters holding residual ([rows, hidden]
+// or nullptr: none), weight ([hidden]), out, residual_out ([rows, hidden]) and eps;
+// held by reference, so they stay in parameter space rather than in registers.
+template <class Tail>
+struct ArNormRow {
+  const Tail& t;
+  int hidden;
+  RowSumShared* shared;
+  Fragment w{}, old{};
+
+  __device__ __forceinline__ void load_params(int frag, bool active) {
+    if (active) w = static_cast<const Fragment*>(t.weight)[frag];
+  }
+  __device__ __forceinline__ void load_inputs(int, long at, bool active) {
+    if (active && t.residual) old = static_cast<const Fragment*>(t.residual)[at];
+  }
+  __device__ __forceinline__ void finish(Fragment fresh, bool ok, int, long at, int, bool active) {
+    if (active && ok && t.residual) fresh = add_residual(fresh, old);
+    if (active) static_cast<Fragment*>(t.residual_out)[at] = ok ? fresh : lamport::poisoned();
+    const float squares = ok ? thread_squares(fresh) : __int_as_float(0x7fc00000);
+    const float total = cluster_row_sum(squares, *shared);
+    if (active) static_cast<Fragment*>(t.out)[at] = normed(fresh, w, rstd(total, hidden, t.eps));
+  }
+};
 
 }  // namespace tpdecode::rownorm

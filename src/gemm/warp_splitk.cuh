@@ -1,16 +1,20 @@
-// The warp split-K engine: out[M, N] = x[M, K] * W[N, K]^T for M <= 32.
+// The warp split-K engine: out[M, N] = x[M, K] * W[N, K]^T for M <= 32 (and, for
+// the fused o-projection's producer, M <= 64).
 //
-// Grid (split, ceil(N / 64)), clusters of `split` CTAs along x. A CTA owns 64
-// rows of W (one 16-row tile per warp) and 1/split of K, streamed in 128-column
-// chunks through a 4-stage cp.async ring (all 4 in flight while a warp waits):
-// each warp copies its own [16, 128] W slice, the CTA copies the [M, 128]
+// A CTA owns 64 rows of W (one 16-row tile per warp) and 1/split of K, streamed in
+// 128-column chunks through a 4-stage cp.async ring (all 4 in flight while a warp
+// waits): each warp copies its own [16, 128] W slice, the CTA copies the [M, 128]
 // activation slice once for its four warps (so x is read from L2 once per 64
-// weight rows, not once per 16). mma.sync
-// m16n8k16 runs with W's rows on the 16-wide (A) side and the tokens on the
-// 8-wide (B) side. The split-K partials (FP32) are summed over cluster ranks
-// 0..split-1 in that order through distributed shared memory, each rank summing
-// 1/split of the outputs; one BF16 rounding. No atomics: bitwise identical from
-// run to run.
+// weight rows, not once per 16). mma.sync m16n8k16 runs with W's rows on the
+// 16-wide (A) side and the tokens on the 8-wide (B) side. The split-K partials
+// (FP32) of one 64-row block are summed over its `split` CTAs, ranks 0..split-1 in
+// that order, through distributed shared memory (the CTAs of a block are
+// consecutive ranks of one cluster), each CTA summing 1/split of the outputs; one
+// BF16 rounding. No atomics: bitwise identical from run to run.
+//
+// The engine's own kernel: grid (split, ceil(N / 64)), clusters of `split` CTAs
+// along x. Other kernels run a CTA of the engine through run_cta() with their own
+// epilogue (the o-projection pushes its rounded outputs into peers' mailboxes).
 //
 // K permutation. The MMA's dot product does not care in which order K is
 // visited, as long as A and B use the same order. Within a chunk, thread
@@ -41,11 +45,31 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-template <int kTiles>
-__global__ void __launch_bounds__(kThreads) warp_splitk_kernel(const WarpSplitKParams p) {
+// Where a CTA of the engine sits: its 64-row block of W, its rank among the
+// `split` CTAs of that block (each a K range) and the cluster rank of the first of
+// them (the block's CTAs are cluster ranks base .. base + split - 1).
+struct Slot {
+  int64_t block;
+  int rank;
+  int split;
+  int cluster_base;
+};
+
+// One CTA of the engine (every thread of the CTA calls it; kThreads threads;
+// warp_smem_bytes(kTiles) of dynamic shared memory at `smem`).
+//  - after_wait(): every thread, right after griddepcontrol.wait and the first
+//    activation copies (the weights' are in flight since before the wait).
+//  - epilogue(token, column, v): once per output unit of kCols consecutive columns
+//    of one token (v[c] is column `column + c`; column in [0, N) rounded down to
+//    kCols, token < 8 kTiles), for the first `units` units of the block in
+//    (token, column) order, spread over the block's CTAs. Every CTA of the cluster
+//    passes the same number of cluster barriers, whatever its epilogue does.
+template <int kTiles, int kCols, class AfterWait, class Epilogue>
+__device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s, uint8_t* smem, int units,
+                                        AfterWait&& after_wait, Epilogue&& epilogue) {
   constexpr int kTokens = 8 * kTiles;
   constexpr int kXPieces = kTokens * 16;  // 16-byte pieces of one [tokens, 128] x slice
-  extern __shared__ __align__(16) uint8_t smem[];
+  static_assert(kWarpCtaRows % kCols == 0, "a unit never straddles a block");
   uint4* ring_w = reinterpret_cast<uint4*>(smem);               // [stages, warps, 8 pieces, 32 lanes] x 16 B
   uint4* ring_x = ring_w + kWarpStages * kWarpWarps * kWPieces * 32;  // [stages, 4 i, tokens, 4 t] x 16 B
   float* partials = reinterpret_cast<float*>(ring_x + kWarpStages * kXPieces);  // [tokens, 64 rows] f32
@@ -55,11 +79,9 @@ __global__ void __launch_bounds__(kThreads) warp_splitk_kernel(const WarpSplitKP
   const int lane = tid % 32;
   const int g = lane / 4;
   const int t = lane % 4;
-  const int split = static_cast<int>(gridDim.x);
-  const int rank = static_cast<int>(blockIdx.x);
-  const int c_begin = static_cast<int>(static_cast<int64_t>(p.chunks) * rank / split);
-  const int count = static_cast<int>(static_cast<int64_t>(p.chunks) * (rank + 1) / split) - c_begin;
-  const int64_t cta_row = static_cast<int64_t>(blockIdx.y) * kWarpCtaRows;
+  const int c_begin = static_cast<int>(static_cast<int64_t>(p.chunks) * s.rank / s.split);
+  const int count = static_cast<int>(static_cast<int64_t>(p.chunks) * (s.rank + 1) / s.split) - c_begin;
+  const int64_t cta_row = s.block * kWarpCtaRows;
   const int64_t tile_row = cta_row + 16 * warp;
   const bool active = tile_row < p.n;  // the last CTA may hold fewer than 4 tiles
 
@@ -73,27 +95,22 @@ __global__ void __launch_bounds__(kThreads) warp_splitk_kernel(const WarpSplitKP
   auto issue_w = [&](int c) {
     if (!active) return;
     const int64_t kb = static_cast<int64_t>(c_begin + c) * kWarpChunkK;
-    uint4* s = slot_w(c);
+    uint4* sl = slot_w(c);
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) dev::copy16_async(s + (r * 4 + i) * 32, w_rows[r] + kb + 32 * i, policy);
+      for (int i = 0; i < 4; ++i) dev::copy16_async(sl + (r * 4 + i) * 32, w_rows[r] + kb + 32 * i, policy);
   };
   auto issue_x = [&](int c) {  // rows >= m stay zero (set once below)
     const int64_t kb = static_cast<int64_t>(c_begin + c) * kWarpChunkK;
-    uint4* s = slot_x(c);
+    uint4* sl = slot_x(c);
     for (int q = tid; q < p.m * 16; q += kThreads) {
       const int token = q / 16;
       const int col16 = q % 16;
-      dev::copy16_async(s + ((col16 / 4) * kTokens + token) * 4 + col16 % 4, x + token * p.k + kb + 8 * col16);
+      dev::copy16_async(sl + ((col16 / 4) * kTokens + token) * 4 + col16 % 4, x + token * p.k + kb + 8 * col16);
     }
   };
 
-  // Why: the next kernel in the stream may launch as soon as every CTA of this one
-  // runs, so its weight prefetch overlaps this kernel's tail (it reads this
-  // kernel's output only after its own griddepcontrol.wait, which waits for all of
-  // this grid to complete).
-  dev::pdl_launch_dependents();
   // Why: the weights do not depend on the previous kernel, so their copies start
   // before the grid-dependency wait; the activations are read only after it.
 #pragma unroll
@@ -106,6 +123,7 @@ __global__ void __launch_bounds__(kThreads) warp_splitk_kernel(const WarpSplitKP
   dev::pdl_wait();
   for (int c = 0; c < kWarpStages - 1 && c < count; ++c) issue_x(c);
   dev::copy_commit();
+  after_wait();
 
   float acc[kTiles][4] = {};
   static_assert(kWarpStages == 4, "the waits below count groups for a 4-stage ring");
@@ -159,33 +177,60 @@ __global__ void __launch_bounds__(kThreads) warp_splitk_kernel(const WarpSplitKP
     partials[tok * kWarpCtaRows + row + 8] = acc[j][2];
     partials[(tok + 1) * kWarpCtaRows + row + 8] = acc[j][3];
   }
-  auto store = [&](int e, float v) {  // e = token * 64 + row: consecutive threads, consecutive columns
-    const int tok = e / kWarpCtaRows;
-    const int64_t col = cta_row + e % kWarpCtaRows;
-    if (tok < p.m && col < p.n) static_cast<__nv_bfloat16*>(p.out)[tok * p.out_stride + col] = __float2bfloat16_rn(v);
-  };
-  if (split == 1) {
+  // Each CTA sums its 1/split of the units over ranks 0, 1, ..., split-1 in that
+  // order (reading its peers' partials through distributed shared memory); unit u
+  // is elements u·kCols .. u·kCols + kCols - 1 of [tokens, 64 rows], consecutive
+  // threads taking consecutive units.
+  const int u_begin = static_cast<int>(static_cast<int64_t>(units) * s.rank / s.split);
+  const int u_end = static_cast<int>(static_cast<int64_t>(units) * (s.rank + 1) / s.split);
+  if (s.split == 1) {
     __syncthreads();
-    for (int e = tid; e < kTokens * kWarpCtaRows; e += kThreads) store(e, partials[e]);
+    for (int u = u_begin + tid; u < u_end; u += kThreads) {
+      float v[kCols];
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) v[c] = partials[u * kCols + c];
+      epilogue((u * kCols) / kWarpCtaRows, cta_row + (u * kCols) % kWarpCtaRows, v);
+    }
     return;
   }
-  // Every rank sums its 1/split of the outputs over ranks 0, 1, ..., split-1 in that
-  // order (reading its peers' partials through distributed shared memory).
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();
-  const int per_rank = kTokens * kWarpCtaRows / split;  // 2^k, split <= 8 divides it
-  for (int e = rank * per_rank + tid; e < (rank + 1) * per_rank; e += kThreads) {
-    float v[kMaxSplit];
+  for (int u = u_begin + tid; u < u_end; u += kThreads) {
+    float v[kCols];
 #pragma unroll
-    for (int r = 0; r < kMaxSplit; ++r) v[r] = r < split ? cluster.map_shared_rank(partials, r)[e] : 0.0f;
-    float sum = v[0];
+    for (int c = 0; c < kCols; ++c) {
+      const int e = u * kCols + c;
+      float part[kMaxSplit];
 #pragma unroll
-    for (int r = 1; r < kMaxSplit; ++r)
-      if (r < split) sum += v[r];
-    store(e, sum);
+      for (int r = 0; r < kMaxSplit; ++r)
+        part[r] = r < s.split ? cluster.map_shared_rank(partials, s.cluster_base + r)[e] : 0.0f;
+      float sum = part[0];
+#pragma unroll
+      for (int r = 1; r < kMaxSplit; ++r)
+        if (r < s.split) sum += part[r];
+      v[c] = sum;
+    }
+    epilogue((u * kCols) / kWarpCtaRows, cta_row + (u * kCols) % kWarpCtaRows, v);
   }
-  // Why: a rank's shared memory must stay alive until every peer has read it.
+  // Why: a CTA's shared memory must stay alive until every peer has read it.
   cluster.sync();
+}
+
+template <int kTiles>
+__global__ void __launch_bounds__(kThreads) warp_splitk_kernel(const WarpSplitKParams p) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  // Why: the next kernel in the stream may launch as soon as every CTA of this one
+  // runs, so its weight prefetch overlaps this kernel's tail (it reads this
+  // kernel's output only after its own griddepcontrol.wait, which waits for all of
+  // this grid to complete).
+  dev::pdl_launch_dependents();
+  const Slot s{static_cast<int64_t>(blockIdx.y), static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x), 0};
+  auto* out = static_cast<__nv_bfloat16*>(p.out);
+  run_cta<kTiles, 1>(
+      p, s, smem, 8 * kTiles * kWarpCtaRows, [] {},
+      [&](int tok, int64_t col, const float (&v)[1]) {  // consecutive threads, consecutive columns
+        if (tok < p.m && col < p.n) out[tok * p.out_stride + col] = __float2bfloat16_rn(v[0]);
+      });
 }
 
 }  // namespace tpdecode::warp_splitk

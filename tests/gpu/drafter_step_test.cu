@@ -40,16 +40,6 @@ const CpuReference& cpu_reference(int rows) {
   return *r;
 }
 
-double relative_error(const std::vector<uint16_t>& a, const std::vector<uint16_t>& ref) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const double d = static_cast<double>(bf16::to_float(a[i])) - bf16::to_float(ref[i]);
-    num += d * d;
-    den += static_cast<double>(bf16::to_float(ref[i])) * bf16::to_float(ref[i]);
-  }
-  return std::sqrt(num / den);
-}
-
 float ulp(float v) { return std::ldexp(1.0f, static_cast<int>(std::floor(std::log2(std::max(std::abs(v), 1e-30f)))) - 7); }
 
 std::vector<uint16_t> eager(GpuDrafter& d, DrafterPath path, int m) {
@@ -113,8 +103,8 @@ TEST_P(DrafterStepGpu, SpecialisedMatchesStockRepeatsAndReference) {
 
   // Against the CPU reference.
   const CpuReference& ref = cpu_reference(m);
-  const double spec_err = relative_error(spec, ref.buffer(Buf::kLogits));
-  const double stock_err = relative_error(stock, ref.buffer(Buf::kLogits));
+  const double spec_err = test::relative_error(spec, ref.buffer(Buf::kLogits));
+  const double stock_err = test::relative_error(stock, ref.buffer(Buf::kLogits));
   int cpu_agree = 0;
   for (std::size_t r = 0; r < static_cast<std::size_t>(m); ++r) cpu_agree += spec_tokens[r] == ref.tokens()[r];
   EXPECT_LT(spec_err, kCpuTolerance);
@@ -123,6 +113,31 @@ TEST_P(DrafterStepGpu, SpecialisedMatchesStockRepeatsAndReference) {
             << " rows (" << near_tie << " near ties); relative logit error vs CPU: specialised " << spec_err
             << ", stock " << stock_err << "; tokens equal to the CPU's: " << cpu_agree << "/" << m
             << "; specialised collectives: " << d.comm_paths() << "\n";
+}
+
+// The specialised path with every layer's o_proj + all-reduce + post-attention
+// norm as one PreparedOproj call (producer + consumer forced): against the CPU
+// reference, every rank identical, bitwise run to run (eager and graph replay).
+TEST(DrafterStepGpuOproj, ProducerConsumerMatchesTheReferenceAndRepeats) {
+  TPD_REQUIRE_GPU();
+  const int m = rows_under_test();
+  const DrafterConfig c = DrafterConfig::reduced_gpu();
+  for (int tp : {2, 4}) {
+    SCOPED_TRACE(testing::Message() << "local TP " << tp);
+    TeamOptions options;
+    options.pdl = false;  // ranks sharing a GPU (apps/drafter/gpu_step_ops.cpp)
+    LocalTeam team(tp, 0, options);
+    GpuDrafter d(team, c, 64);
+    d.set_oproj_kind(OprojKind::kProducerConsumer);
+    d.prepare(m);
+    const std::vector<uint16_t> spec = eager(d, DrafterPath::kSpecialised, m);
+    EXPECT_NE(d.comm_paths().find("oproj producer-consumer " + std::to_string(c.layers)), std::string::npos)
+        << d.comm_paths();
+    for (int i = 1; i < team.driven(); ++i) EXPECT_EQ(d.logits(i, m), spec) << "rank " << i;
+    EXPECT_EQ(eager(d, DrafterPath::kSpecialised, m), spec);
+    EXPECT_EQ(graph_replay(d, DrafterPath::kSpecialised, m, test::quick() ? 2 : 20), spec);
+    EXPECT_LT(test::relative_error(spec, cpu_reference(m).buffer(Buf::kLogits)), kCpuTolerance);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(LocalTeam, DrafterStepGpu, ::testing::Values(1, 2, 4),

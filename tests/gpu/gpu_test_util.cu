@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "reference/gemm.hpp"
 #include "tpdecode/bf16.hpp"
 #include "tpdecode/device.cuh"
 #include "tpdecode/local_team.hpp"
@@ -45,6 +46,18 @@ std::vector<uint16_t> random_bf16(std::size_t n, std::mt19937_64& rng, float sca
   std::vector<uint16_t> v(n);
   for (auto& x : v) x = bf16::from_float(dist(rng));
   return v;
+}
+
+double relative_error(const std::vector<uint16_t>& got, const std::vector<uint16_t>& want) {
+  std::vector<double> a(got.size()), b(want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) a[i] = bf16::to_float(got[i]);
+  for (std::size_t i = 0; i < want.size(); ++i) b[i] = bf16::to_float(want[i]);
+  return reference::relative_error(a, b);
+}
+
+double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
+  return reference::relative_error(std::vector<double>(got.begin(), got.end()),
+                                   std::vector<double>(want.begin(), want.end()));
 }
 
 void upload(DeviceBuffer& d, const void* host, std::size_t bytes) {

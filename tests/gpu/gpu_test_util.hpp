@@ -51,6 +51,11 @@ std::vector<T> to_host(const DeviceBuffer& d, std::size_t n) {
   return v;
 }
 
+// Relative Frobenius error of BF16 or FP32 values against a reference
+// (reference::relative_error of their values).
+double relative_error(const std::vector<uint16_t>& got, const std::vector<uint16_t>& want);
+double relative_error(const std::vector<float>& got, const std::vector<float>& want);
+
 // Fills every byte with 0xFF (BF16 0xFFFF, a NaN pattern no kernel writes): an
 // unwritten output element is then detectable.
 void poison(DeviceBuffer& d, cudaStream_t stream = nullptr);
