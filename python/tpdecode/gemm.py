@@ -4,7 +4,7 @@ from typing import Iterable, Union
 
 import torch
 
-from . import _lib, _ops
+from . import _capture, _lib, _ops
 
 
 class DecodeGemm:
@@ -63,5 +63,6 @@ class DecodeGemm:
         if torch.compiler.is_compiling():
             torch.ops.tpdecode.decode_gemm(x, out, self._id)
         else:
+            _capture.check_capture_device(self._handle.device, "DecodeGemm")
             self._handle.decode_gemm(x, out)
         return out

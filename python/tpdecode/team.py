@@ -5,7 +5,7 @@ from typing import Optional
 
 import torch
 
-from . import _lib, _multicast, _ops
+from . import _capture, _lib, _multicast, _ops
 from ._fallback import TorchFallback
 from .errors import NotServed
 
@@ -37,9 +37,12 @@ class _Runner:
     def __init__(self, handle, fallback):
         self.handle = handle
         self.fallback = fallback
+        self.device = handle.device
         self.path = "none"  # of the last call
 
     def __call__(self, op, *args):
+        # Why: a capture on another device would not take this call (_capture.py).
+        _capture.check_capture_device(self.device, f"Team.{op}")
         try:
             self.path = _lib.COMM_PATHS[getattr(self.handle, op)(*args)]
         except NotServed:

@@ -20,6 +20,14 @@ HIDDEN = 4096
 ROWS = 32
 TIMEOUT_MS = 1500
 
+# Why at import, not in the `world` fixture: every test of the process runs on its
+# rank's GPU, those that run before the fixture too (test_gemm.py). torch.cuda.graph
+# keeps one capture stream per process, made on the device current at its first
+# use; made on cuda:0 by an earlier test, it captured rank 1's team graph on cuda:0
+# while the team's calls ran at once on cuda:1 (an empty graph: wrong all-reduce).
+if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+
 
 class World:
     def __init__(self, team):

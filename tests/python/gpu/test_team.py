@@ -93,6 +93,25 @@ def test_cuda_graph_capture_and_replay(world):
     world.team.check_errors()
 
 
+@pytest.mark.filterwarnings("ignore:The CUDA Graph is empty")
+def test_capture_on_another_device_raises(world):
+    # torch.cuda.graph without stream= captures on one per-process stream, made on the
+    # device current at its first use: it may be another than the team's.
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs a second GPU to capture on")
+    team = world.team
+    other = (team.device.index + 1) % torch.cuda.device_count()
+    x = world.random(650, 2, 1024)
+    out = torch.empty_like(x)
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="which is not capturing"):
+        with torch.cuda.graph(graph, stream=torch.cuda.Stream(other)):
+            team.all_reduce(x, out=out)  # nothing launched: every rank raises here
+    assert torch.cuda.current_device() == team.device.index
+    assert torch.equal(team.all_reduce(x), world.mine(rank_order_sum(world.every_rank(x))))
+    team.check_errors()
+
+
 def test_torch_compile_traces_the_ops(world):
     team = world.team
 
