@@ -17,7 +17,7 @@ template <int kRanks, class Memory, class SlotOf>
 TPD_HD bool poll_ranks(Memory& mem, const TeamRef& team, const Call& call, SlotOf slot_of, Fragment (&raw)[kRanks],
                        int row, int column) {
   uint32_t missing = 0;
-  const Poll result = wait_all<kRanks>(mem, slot_of, raw, team.control[team.rank], &missing);
+  const Poll result = wait_all<kRanks>(mem, slot_of, raw, team.own, &missing);
   if (result == Poll::kDone) return true;
   report_poll(mem, team, call, result, missing, row, column);
   return false;
@@ -33,16 +33,31 @@ TPD_HD void one_shot_push(Memory& mem, const TeamRef& team, const MailboxRef& bo
       mem, [&](int peer) { return slot_fragment(box, peer, call.parity, team.rank, row, frag); }, mine);
 }
 
-// Polls the TP slots of (row, frag), sums them in rank order into *sum and
-// re-arms them. False on a timeout or an abort (recorded).
+// Polls the TP slots of (row, frag) and sums them in rank order into *sum; the
+// caller re-arms them (one_shot_rearm) before its call ends. False on a timeout or
+// an abort (recorded; nothing to re-arm).
 template <int kRanks, class Memory>
-TPD_HD bool one_shot_collect(Memory& mem, const TeamRef& team, const MailboxRef& box, const Call& call, int row,
-                             int frag, Fragment* sum) {
+TPD_HD bool one_shot_poll_sum(Memory& mem, const TeamRef& team, const MailboxRef& box, const Call& call, int row,
+                              int frag, Fragment* sum) {
   auto slot_of = [&](int s) { return slot_fragment(box, team.rank, call.parity, s, row, frag); };
   Fragment raw[kRanks];
   if (!poll_ranks<kRanks>(mem, team, call, slot_of, raw, row, frag * 8)) return false;
-  rearm<kRanks>(mem, slot_of);
   *sum = sum_rank_order<kRanks>(raw);
+  return true;
+}
+
+template <int kRanks, class Memory>
+TPD_HD void one_shot_rearm(Memory& mem, const TeamRef& team, const MailboxRef& box, const Call& call, int row,
+                           int frag) {
+  rearm<kRanks>(mem, [&](int s) { return slot_fragment(box, team.rank, call.parity, s, row, frag); });
+}
+
+// Both at once: polls, sums and re-arms. False on a timeout or an abort (recorded).
+template <int kRanks, class Memory>
+TPD_HD bool one_shot_collect(Memory& mem, const TeamRef& team, const MailboxRef& box, const Call& call, int row,
+                             int frag, Fragment* sum) {
+  if (!one_shot_poll_sum<kRanks>(mem, team, box, call, row, frag, sum)) return false;
+  one_shot_rearm<kRanks>(mem, team, box, call, row, frag);
   return true;
 }
 
@@ -65,7 +80,7 @@ TPD_HD bool collect_one(Memory& mem, const TeamRef& team, Fragment* slot, const 
                         int column, Fragment* out) {
   Fragment raw[1];
   uint32_t missing = 0;
-  const Poll result = wait_all<1>(mem, [&](int) { return slot; }, raw, team.control[team.rank], &missing);
+  const Poll result = wait_all<1>(mem, [&](int) { return slot; }, raw, team.own, &missing);
   if (result != Poll::kDone) {
     // Why the writer's rank as the slot: the gathered row has one slot, and the
     // fragment's writer is the peer that did not arrive.

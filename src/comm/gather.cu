@@ -40,8 +40,11 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(const GatherParams p) 
   bool ok = entry != kAbortedEntry;
   const Call call{Op::kGather, static_cast<int>(entry)};
   if (ok) {
-    for (int f = first; f < p.shard_frags; f += step)
-      gather_push<kRanks>(mem, p.team, p.box, call, row, f, p.shard_frags, f == first ? head : shard[f]);
+    // Why the head apart: a select between it and a load sends it through local memory,
+    // serializing its load with the entry's.
+    if (first < p.shard_frags) gather_push<kRanks>(mem, p.team, p.box, call, row, first, p.shard_frags, head);
+    for (int f = first + step; f < p.shard_frags; f += step)
+      gather_push<kRanks>(mem, p.team, p.box, call, row, f, p.shard_frags, shard[f]);
   }
   const uint32_t ticket = threadIdx.x == 0 && ok ? take_ticket(mem, p.team, p.box) : 0u;
   for (int f = first; f < row_frags; f += step) {

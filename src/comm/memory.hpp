@@ -88,11 +88,21 @@ class Memory {
 
   // Arrival on a counter of this GPU: returns the old value. Relaxed on the device
   // (what orders it is protocol.hpp's business: see begin() and arrive());
-  // acquire-release on the host.
+  // acquire-release on the host. On the device only lane 0 of the calling warp
+  // arrives (the others get 0). Why the lane test inside the asm: without it ptxas
+  // aggregates the atomic over the warp and broadcasts its result with a shuffle
+  // that waits for the round trip at once, stalling the warp that took the ticket
+  // before its polls; this way the result is waited for where it is first read.
   TPD_HD uint32_t arrive(uint32_t* p) const {
 #if defined(__CUDA_ARCH__)
     uint32_t old;
-    asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(1u) : "memory");
+    asm volatile(
+        "{\n\t.reg .pred leader;\n\t.reg .u32 lane;\n\tmov.u32 lane, %%laneid;\n\t"
+        "setp.eq.u32 leader, lane, 0;\n\tmov.u32 %0, 0;\n\t"
+        "@leader atom.relaxed.gpu.global.add.u32 %0, [%1], %2;\n\t}"
+        : "=r"(old)
+        : "l"(p), "r"(1u)
+        : "memory");
     return old;
 #else
     return std::atomic_ref<uint32_t>(*p).fetch_add(1u, std::memory_order_acq_rel);

@@ -99,6 +99,7 @@ enum class ErrorKind : int32_t { kTimeout = 1, kAborted = 2 };
 // What a call needs to know about its team, per rank (a kernel parameter).
 struct TeamRef {
   ControlBlock* control[kMaxRanks];  // every rank's control block
+  ControlBlock* own;                 // control[rank]: why apart, an entry without an indexed parameter load
   ErrorRecord* error;                // this rank's record
   uint64_t timeout_ns;
   int rank;
@@ -162,7 +163,8 @@ inline constexpr uint32_t kAbortedEntry = 0xffffffffu;
 // atomic stays off the critical path:
 //  begin(): the abort word and the epoch in one round trip: the parity to use, or
 //    kAbortedEntry (nothing may be touched; the caller poisons its outputs).
-//  take_ticket(): the CTA's arrival (an atomic increment), once per CTA, after the
+//  take_ticket(): the CTA's arrival (an atomic increment), once per CTA by its thread
+//    0 (on the device only lane 0 of a warp arrives: Memory::arrive), after the
 //    CTA has published the parity to its threads (kernels: a shared-memory store
 //    and a barrier; then the ticket after the pushes). Its result is not waited
 //    for until advance_if_last(), at the end of the thread's work.
@@ -176,26 +178,27 @@ inline constexpr uint32_t kAbortedEntry = 0xffffffffu;
 // .wait under PDL), as everything else in the reuse argument.
 template <class Memory>
 TPD_HD uint32_t begin(Memory& mem, const TeamRef& team, const MailboxRef& box, Op op, uint32_t* epoch) {
-  ControlBlock* own = team.control[team.rank];
-  const uint32_t abort = mem.load_word(&own->abort);
-  *epoch = mem.load_word(&own->mailbox[box.index].epoch);
+  const uint32_t abort = mem.load_word(&team.own->abort);
+  *epoch = mem.load_word(&team.own->mailbox[box.index].epoch);
   if (abort != 0) {
     note_abort(mem, team, op, -1, abort, -1, -1);
     return kAbortedEntry;
   }
-  return *epoch % static_cast<uint32_t>(box.parities);
+  // Why the test: a division by a run-time divisor is ~20 dependent instructions
+  // between the entry's load and the first push.
+  return box.parities == 2 ? *epoch & 1u : *epoch % static_cast<uint32_t>(box.parities);
 }
 
 template <class Memory>
 TPD_HD uint32_t take_ticket(Memory& mem, const TeamRef& team, const MailboxRef& box) {
-  return mem.arrive(&team.control[team.rank]->mailbox[box.index].arrivals);
+  return mem.arrive(&team.own->mailbox[box.index].arrivals);
 }
 
 template <class Memory>
 TPD_HD void advance_if_last(Memory& mem, const TeamRef& team, const MailboxRef& box, uint32_t epoch, uint32_t ticket,
                             unsigned ctas) {
   if (ticket + 1 != ctas) return;
-  EpochCounter& c = team.control[team.rank]->mailbox[box.index];
+  EpochCounter& c = team.own->mailbox[box.index];
   mem.store_word(&c.arrivals, 0u);
   mem.store_word(&c.epoch, epoch + 1);
 }

@@ -78,12 +78,16 @@ __device__ __forceinline__ void row_collective(const RowCall& c, Epilogue& epi, 
       one_shot_push<kRanks>(mem, c.team, c.box, call, row, frag, mine);
     }
     ticket = threadIdx.x == 0 ? take_ticket(mem, c.team, c.box) : 0u;
-    ok = one_shot_collect<kRanks>(mem, c.team, c.box, call, row, frag, &sum);
+    ok = one_shot_poll_sum<kRanks>(mem, c.team, c.box, call, row, frag, &sum);
   }
+  const bool rearm = active && ok;
   // Why late with several ranks on one GPU: a dependent grid launched early could
   // hold SM slots that a peer's grid of this call still needs (all_reduce.cu).
   if (!c.trigger_early) dev::pdl_launch_dependents();
   epi.finish(sum, ok, row, at, frag, active);
+  // Why after the epilogue: its cluster barrier's fence waits for the thread's
+  // outstanding global stores; the re-arm only has to precede the call's end.
+  if (rearm) one_shot_rearm<kRanks>(mem, c.team, c.box, Call{c.op, static_cast<int>(entry)}, row, frag);
   if (threadIdx.x == 0 && entry != kAbortedEntry)
     advance_if_last(mem, c.team, c.box, epoch, ticket, gridDim.x * gridDim.y);
   if (c.early) dev::pdl_wait();

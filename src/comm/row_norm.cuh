@@ -158,12 +158,16 @@ struct ArNormRow {
   __device__ __forceinline__ void load_inputs(int, long at, bool active) {
     if (active && t.residual) old = static_cast<const Fragment*>(t.residual)[at];
   }
+  // Why both stores after the row sum: the cluster barrier's fence would wait for
+  // a store issued before it.
   __device__ __forceinline__ void finish(Fragment fresh, bool ok, int, long at, int, bool active) {
     if (active && ok && t.residual) fresh = add_residual(fresh, old);
-    if (active) static_cast<Fragment*>(t.residual_out)[at] = ok ? fresh : lamport::poisoned();
     const float squares = ok ? thread_squares(fresh) : __int_as_float(0x7fc00000);
     const float total = cluster_row_sum(squares, *shared);
-    if (active) static_cast<Fragment*>(t.out)[at] = normed(fresh, w, rstd(total, hidden, t.eps));
+    if (active) {
+      static_cast<Fragment*>(t.out)[at] = normed(fresh, w, rstd(total, hidden, t.eps));
+      static_cast<Fragment*>(t.residual_out)[at] = ok ? fresh : lamport::poisoned();
+    }
   }
 };
 

@@ -69,9 +69,12 @@ void Team::init_contexts(const std::vector<RankContext>& contexts, bool shares_m
   }
   if (!shares_memory_) return;
   control_ = allocate(sizeof(lamport::ControlBlock), 0u);
-  for (std::size_t i = 0; i < n; ++i)
+  for (std::size_t i = 0; i < n; ++i) {
+    lamport::TeamRef& t = contexts_[i]->team;
     for (int r = 0; r < size_; ++r)
-      contexts_[i]->team.control[r] = static_cast<lamport::ControlBlock*>(control_.peers(static_cast<int>(i)).base[r]);
+      t.control[r] = static_cast<lamport::ControlBlock*>(control_.peers(static_cast<int>(i)).base[r]);
+    t.own = t.control[t.rank];
+  }
 }
 
 void Team::release_all() {

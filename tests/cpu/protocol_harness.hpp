@@ -89,6 +89,7 @@ class HostTeam {
     t.timeout_ns = static_cast<uint64_t>(std::chrono::nanoseconds(timeout_).count());
     t.rank = rank;
     t.size = ranks_;
+    t.own = t.control[rank];
     return t;
   }
 
