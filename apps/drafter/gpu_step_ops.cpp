@@ -34,11 +34,12 @@ std::string GpuStepOps::comm_paths() const {
     if (n == 0) continue;
     out += fmt::format("{}{} {}", out.empty() ? "" : ", ", comm_path_name(p), n);
   }
-  for (OprojKind k : {OprojKind::kProducerConsumer, OprojKind::kFused, OprojKind::kTwoShot}) {
+  for (OprojKind k : {OprojKind::kProducerConsumer, OprojKind::kFused, OprojKind::kTwoShot, OprojKind::kUnfused}) {
     const int n = oproj_kinds_[static_cast<int>(k)];
     if (n > 0) out += fmt::format("{}oproj {} {}", out.empty() ? "" : ", ", oproj_kind_name(k), n);
   }
   if (!first_why_.empty()) out += fmt::format(" ({})", first_why_);
+  if (!oproj_why_.empty()) out += fmt::format(" (oproj: {})", oproj_why_);
   return out.empty() ? "none" : out;
 }
 
@@ -93,7 +94,10 @@ void GpuStepOps::oproj_ar_norm(WeightId weight, const Slice& x, const Slice& par
   PreparedOproj* op = specialised() && !oprojs_.empty() ? oprojs_.at(static_cast<std::size_t>(weight.layer)).get() : nullptr;
   // Where the rule table (or a forced kind) has nothing fused for m rows, or m was
   // not prepared: the two ops as before.
-  if (!op || !op->prepared(m_) || op->plan(m_).kind == OprojKind::kUnfused) {
+  const OprojResult plan = op && op->prepared(m_) ? op->plan(m_) : OprojResult{};
+  if (plan.kind == OprojKind::kUnfused) {
+    if (op && !plan.why.empty() && oproj_why_.empty()) oproj_why_ = plan.why;
+    if (op) ++oproj_kinds_[static_cast<int>(OprojKind::kUnfused)];
     StepOps::oproj_ar_norm(weight, x, partial, norm, out);
     return;
   }

@@ -52,8 +52,9 @@ class GpuStepOps final : public StepOps {
   bool shared_gpu_;
   std::vector<cudaStream_t> streams_;  // per driven rank
   int paths_[3] = {};                  // calls per CommPath
-  int oproj_kinds_[4] = {};            // fused o-projections per OprojKind
+  int oproj_kinds_[4] = {};            // o-projections per OprojKind (unfused: a PreparedOproj declined)
   std::string first_why_;              // why the first stock call was not served
+  std::string oproj_why_;              // why the first declined o-projection did not fuse
 };
 
 }  // namespace tpdecode::drafter
