@@ -5,7 +5,7 @@
 #   bash scripts/device.sh [steps...]
 #   steps: build test nccl-nop2p sanitize sanitize-gemm tune bench-gemm bench-chain bench-comm
 #          bench-comm-nccl drafter peers info all; two-shot, oproj, oproj-sanitize, oproj-bench and
-#          python (only when named)
+#          python, before and before-drafter (only when named)
 #   TESTS='regex'   which tests `test` runs (ctest -R); default: all
 #   GEMM_ARGS, CHAIN_ARGS, TUNE_ARGS, COMM_ARGS, NCCL_COMM_ARGS, OPROJ_ARGS, DRAFTER_ARGS: extra arguments of those steps
 #   OPROJ_DRAFTER=1   oproj-bench also runs the drafter with producer-consumer forced, and without
@@ -98,7 +98,8 @@ if has peers && [[ -d .tools ]]; then
 fi
 
 # The same benchmarks at an earlier commit, for a same-run before/after table
-# (named explicitly; the tree is carried in .old/, e.g. `git archive 8266a8e`).
+# (named explicitly; the tree is carried in .old/, e.g. `git archive 8266a8e`):
+# `before` the collectives (OLD_COMM_ARGS, OLD_NCCL_COMM_ARGS), `before-drafter` too.
 if [[ " $steps " == *" before "* && -d .old ]]; then
   cmake -S .old -B build-old -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCL_ROOT="$NCCL_ROOT" \
     -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc > "$LOG/configure-old.log" 2>&1 &&
@@ -106,7 +107,7 @@ if [[ " $steps " == *" before "* && -d .old ]]; then
   OLD=build-old/tools/tpdecode
   step before-bench-comm 300 $OLD bench comm --team local ${OLD_COMM_ARGS:-}
   [[ $GPUS -ge 2 ]] && step before-bench-comm-nccl 300 $OLD bench comm --team nccl --tp 2 ${OLD_NCCL_COMM_ARGS:-}
-  step before-drafter 420 $OLD drafter ${DRAFTER_ARGS:-}
+  [[ " $steps " == *" before-drafter "* ]] && step before-drafter 420 $OLD drafter ${DRAFTER_ARGS:-}
 fi
 
 # The Python package (named explicitly; not part of "all"): the tvm-ffi wheel carried
