@@ -27,6 +27,9 @@ step() {
   tail -${TAIL:-25} "$LOG/$name.txt"
 }
 
+# Why a longer barrier deadline: under compute-sanitizer NCCL's communicator
+# creation alone can exceed the default 30 s (only the sanitizer steps read it long).
+SANITIZER_ENV="TPDECODE_BARRIER_TIMEOUT_MS=180000"
 # Never NVLink multicast (DESIGN.md section 6).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
@@ -63,9 +66,9 @@ if has sanitize; then
   # memcheck over the GPU tests (reduced repetition counts), racecheck on the collectives.
   # API errors are not reported: NCCL probes kernel images and cuMemCreate by design.
   export TPDECODE_QUICK=1
-  step memcheck "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
+  step memcheck "${SANITIZE_TIMEOUT:-300}" env $SANITIZER_ENV compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
     "$BUILD/tests/gpu_tests" --gtest_filter="${SANITIZE_FILTER:-*}"
-  step racecheck "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/gpu_tests" \
+  step racecheck "${SANITIZE_TIMEOUT:-300}" env $SANITIZER_ENV compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/gpu_tests" \
     --gtest_filter="${RACE_FILTER:-Collectives.AllReduceAndArNorm*:Collectives.Gather*}"
   unset TPDECODE_QUICK
 fi
@@ -164,9 +167,9 @@ if [[ " $steps " == *" oproj "* ]]; then
 fi
 if [[ " $steps " == *" oproj-sanitize "* ]]; then
   export TPDECODE_QUICK=1
-  step oproj-memcheck "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
+  step oproj-memcheck "${SANITIZE_TIMEOUT:-300}" env $SANITIZER_ENV compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
     "$BUILD/tests/gpu_tests" --gtest_filter='Oproj.ArNorm*:Oproj.AttnRes*'
-  step oproj-racecheck "${SANITIZE_TIMEOUT:-240}" compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/gpu_tests" \
+  step oproj-racecheck "${SANITIZE_TIMEOUT:-240}" env $SANITIZER_ENV compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/gpu_tests" \
     --gtest_filter='Oproj.ArNorm*'
   unset TPDECODE_QUICK
 fi

@@ -64,9 +64,11 @@ struct TeamOptions {
   // Deadline of every wait of a kernel; 0 reads TPDECODE_TIMEOUT_MS or takes the
   // default (5 s).
   uint64_t timeout_ms = 0;
-  // Deadline of the team's barriers (reset(), collective allocations): how long a
-  // rank waits for the others to get there.
-  uint64_t barrier_timeout_ms = 30000;
+  // Deadline of the team's barriers (reset(), collective allocations, the NCCL
+  // communicator's creation): how long a rank waits for the others to get there; 0
+  // reads TPDECODE_BARRIER_TIMEOUT_MS or takes the default (30 s). Under
+  // compute-sanitizer NCCL's creation alone can take longer.
+  uint64_t barrier_timeout_ms = 0;
   // Programmatic dependent launch for tpdecode's kernels.
   bool pdl = true;
 };
@@ -166,5 +168,7 @@ class Team {
 
 // Default wait deadline (TPDECODE_TIMEOUT_MS, else 5000 ms).
 uint64_t default_timeout_ms();
+// Default barrier deadline (TPDECODE_BARRIER_TIMEOUT_MS, else 30000 ms).
+uint64_t default_barrier_timeout_ms();
 
 }  // namespace tpdecode

@@ -19,19 +19,27 @@ lamport::ErrorRecord* records(void* p) { return static_cast<lamport::ErrorRecord
 
 }  // namespace
 
-uint64_t default_timeout_ms() {
-  if (const char* env = std::getenv("TPDECODE_TIMEOUT_MS")) {
+namespace {
+
+// A positive integer from the environment variable `name`, else `fallback`.
+uint64_t ms_from_env(const char* name, uint64_t fallback) {
+  if (const char* env = std::getenv(name)) {
     char* end = nullptr;
     const unsigned long long v = std::strtoull(env, &end, 10);
     if (end != env && *end == '\0' && v > 0) return v;
   }
-  return 5000;
+  return fallback;
 }
+
+}  // namespace
+
+uint64_t default_timeout_ms() { return ms_from_env("TPDECODE_TIMEOUT_MS", 5000); }
+uint64_t default_barrier_timeout_ms() { return ms_from_env("TPDECODE_BARRIER_TIMEOUT_MS", 30000); }
 
 Team::Team(int size, const TeamOptions& options)
     : size_(size),
       timeout_ns_((options.timeout_ms ? options.timeout_ms : default_timeout_ms()) * 1000000ull),
-      barrier_limit_(options.barrier_timeout_ms),
+      barrier_limit_(options.barrier_timeout_ms ? options.barrier_timeout_ms : default_barrier_timeout_ms()),
       pdl_(options.pdl) {
   check(supported_team_size(size), "team size {} is not supported (1, 2, 4, 8 or 16)", size);
 }

@@ -31,11 +31,11 @@ TeamOptions short_deadline() {
   return o;
 }
 
-// Runs `body` on a local team of 4 and on the NCCL team when there is one.
+// Runs `body` on local teams of 4 and 8 and on the NCCL team when there is one.
 void on_teams(const std::function<void(Team&)>& body) {
-  {
-    SCOPED_TRACE("local team TP 4");
-    LocalTeam team(4, 0, short_deadline());
+  for (int tp : {4, 8}) {
+    SCOPED_TRACE(testing::Message() << "local team TP " << tp);
+    LocalTeam team(tp, 0, short_deadline());
     body(team);
   }
   const std::vector<int> devices = test::nccl_team_devices();
