@@ -5,7 +5,7 @@
 #   bash scripts/device.sh [steps...]
 #   steps: build test nccl-nop2p sanitize sanitize-gemm tune bench-gemm bench-chain bench-comm
 #          bench-comm-nccl drafter peers info all; two-shot, oproj, oproj-sanitize, oproj-bench and
-#          python, before and before-drafter (only when named)
+#          python, stress-delays, before and before-drafter (only when named)
 #   TESTS='regex'   which tests `test` runs (ctest -R); default: all
 #   GEMM_ARGS, CHAIN_ARGS, TUNE_ARGS, COMM_ARGS, NCCL_COMM_ARGS, OPROJ_ARGS, DRAFTER_ARGS: extra arguments of those steps
 #   OPROJ_DRAFTER=1   oproj-bench also runs the drafter with producer-consumer forced, and without
@@ -98,6 +98,15 @@ if has peers && [[ -d .tools ]]; then
   # The peers' figures in the same call (../shared/tools, carried as .tools).
   [[ $GPUS -ge 2 ]] && OUT=$LOG step peer-comm 300 torchrun --nproc-per-node 2 .tools/peer_comm.py
   step cublas-chain 300 python3 .tools/cublas_chain.py
+fi
+
+# The stress test with random delays inside the all-reduce kernel (named explicitly):
+# a second build with TPDECODE_TEST_DELAYS, its GPU tests only.
+if [[ " $steps " == *" stress-delays "* ]]; then
+  cmake -S . -B build-delays -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCL_ROOT="$NCCL_ROOT" -DTPDECODE_TEST_DELAYS=ON \
+    -DTPDECODE_BUILD_TOOLS=OFF -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc > "$LOG/configure-delays.log" 2>&1 &&
+    ninja -C build-delays -j"$(nproc)" gpu_tests > "$LOG/build-delays.log" 2>&1 || { echo "delays build failed"; tail -20 "$LOG/build-delays.log"; }
+  step stress-delays 300 build-delays/tests/gpu_tests --gtest_filter='Stress.*'
 fi
 
 # The same benchmarks at an earlier commit, for a same-run before/after table

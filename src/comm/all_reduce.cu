@@ -4,6 +4,7 @@
 // order and rounds once (collectives.hpp), then re-arms its slots.
 #include "comm/collectives.hpp"
 #include "comm/kernels.hpp"
+#include "comm/test_delays.cuh"
 #include "tpdecode/device.cuh"
 #include "tpdecode/launch.cuh"
 #include "core/rank_switch.hpp"
@@ -35,9 +36,11 @@ __global__ void __launch_bounds__(kThreads) one_shot_kernel(const OneShotParams 
     return;
   }
   const Call call{Op::kAllReduce, static_cast<int>(entry)};
+  test_delay(0);
   if (p.system_fence) dev::fence_acq_rel_sys();
   one_shot_push<kRanks>(mem, p.team, p.box, call, row, frag, mine);
   const uint32_t ticket = threadIdx.x == 0 ? take_ticket(mem, p.team, p.box) : 0u;
+  test_delay(1);
   Fragment sum;
   const bool ok = one_shot_collect<kRanks>(mem, p.team, p.box, call, row, frag, &sum);
   if (threadIdx.x == 0) advance_if_last(mem, p.team, p.box, epoch, ticket, gridDim.x * gridDim.y);
@@ -59,6 +62,14 @@ void launch_one_shot(const RankContext& ctx, cudaStream_t stream, const OneShotP
   s.pdl = ctx.pdl;
   with_rank_count(ctx.size, [&](auto ranks) { launch_kernel(one_shot_kernel<decltype(ranks)::value>, s, stream, p); });
 }
+
+#if defined(TPDECODE_TEST_DELAYS)
+void* test_delays_address() {
+  void* p = nullptr;
+  TPD_CUDA(cudaGetSymbolAddress(&p, g_test_delays));
+  return p;
+}
+#endif
 
 int one_shot_resident_rows(const RankContext& ctx, int64_t width) {
   return with_rank_count(ctx.size, [&](auto ranks) {

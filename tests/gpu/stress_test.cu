@@ -2,11 +2,14 @@
 // their call number, random delays on either rank before a call (one rank arrives
 // late, then the other), random row counts, every output checked on the device
 // against the rank-order sum computed there. On the NCCL team (peer stores over
-// NVLink, the ordering the local team cannot show) and a local team of 2.
+// NVLink, the ordering the local team cannot show) and a local team of 2. With the
+// library built with TPDECODE_TEST_DELAYS, the same again with random delays inside
+// the kernel too (comm/test_delays.hpp: CTAs late to push, or late to read).
 #include <gtest/gtest.h>
 
 #include <random>
 
+#include "comm/test_delays.hpp"
 #include "gpu/comm_cases.hpp"
 #include "gpu/gpu_test_util.hpp"
 #include "tpdecode/bf16.hpp"
@@ -93,6 +96,44 @@ TEST(Stress, HundredThousandCallNumberedCallsWithRandomDelays) {
   if (devices.size() < 2 || !nccl_team_available(&why)) return;
   SCOPED_TRACE("NCCL team");
   NcclTeam::run_threads(devices, [&](NcclTeam& team) { stress(team, calls, seed); });
+}
+
+// Sets the in-kernel delays on the GPUs of `team`'s driven ranks for its lifetime.
+class InKernelDelays {
+ public:
+  InKernelDelays(const Team& team, uint64_t seed) : team_(team) {
+    for (int i = 0; i < team.driven(); ++i)
+      set_test_delays(team.device(i), TestDelays{16, 20000, seed + static_cast<uint64_t>(team.rank(i))});
+  }
+  ~InKernelDelays() {
+    for (int i = 0; i < team_.driven(); ++i) set_test_delays(team_.device(i), TestDelays{});
+  }
+  InKernelDelays(const InKernelDelays&) = delete;
+  InKernelDelays& operator=(const InKernelDelays&) = delete;
+
+ private:
+  const Team& team_;
+};
+
+TEST(Stress, CallNumberedCallsWithRandomDelaysInsideTheKernel) {
+  TPD_REQUIRE_GPU();
+  if (!test_delays_built()) GTEST_SKIP() << "the library was built without TPDECODE_TEST_DELAYS";
+  const int calls = test::quick() ? 2000 : 100000;
+  const uint64_t seed = test::fresh_seed();
+  {
+    SCOPED_TRACE("local team TP 2");
+    LocalTeam team(2);
+    InKernelDelays delays(team, seed);
+    stress(team, calls / 10, seed);
+  }
+  const std::vector<int> devices = test::nccl_team_devices();
+  std::string why;
+  if (devices.size() < 2 || !nccl_team_available(&why)) return;
+  SCOPED_TRACE("NCCL team");
+  NcclTeam::run_threads(devices, [&](NcclTeam& team) {
+    InKernelDelays delays(team, seed);
+    stress(team, calls, seed);
+  });
 }
 
 }  // namespace
