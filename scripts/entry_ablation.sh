@@ -8,6 +8,10 @@
 #   row_slots            the row's mailbox addresses computed before griddepcontrol.wait
 #   +inputs_after_push   the epilogue's input loads after the pushes
 #   +poll_all_first      every slot's poll issued before any is tested
+#   +entry_no_barrier    every thread reads the epoch; the ticket after the row sum's barrier
+#   +cluster_sums_async  the CTA sums sent with st.async + an mbarrier (no cluster barrier's
+#                        MEMBAR.ALL.GPU waiting for the NVLink push)
+# Timing only: a variant worth landing must pass the bitwise GPU tests first.
 set -uo pipefail
 bash scripts/device.sh build > /dev/null 2>&1 || { echo build failed; exit 1; }
 CLI=build-device/tools/tpdecode
@@ -27,6 +31,9 @@ variants=(
   "row_slots:row_slots_before_wait"
   "row_slots+inputs_after_push:row_slots_before_wait inputs_after_push"
   "row_slots+inputs_after_push+poll_all_first:row_slots_before_wait inputs_after_push poll_all_slots_first"
+  "row_slots+inputs_after_push+entry_no_barrier:row_slots_before_wait inputs_after_push entry_no_barrier"
+  "row_slots+inputs_after_push+cluster_sums_async:row_slots_before_wait inputs_after_push cluster_sums_async"
+  "row_slots+inputs_after_push+entry_no_barrier+cluster_sums_async:row_slots_before_wait inputs_after_push entry_no_barrier cluster_sums_async_on_entry_no_barrier"
 )
 bench as-built
 for v in "${variants[@]}"; do
