@@ -45,6 +45,15 @@ void on_teams(const std::function<void(Team&)>& body) {
   NcclTeam::run_threads(devices, body, short_deadline());
 }
 
+// The one-shot mailboxes of the tests' calls (whatever the crossover table says).
+CommConfig one_shot_config() {
+  CommConfig cc;
+  cc.hidden = 4096;
+  cc.rows_cap = 8;
+  cc.algorithm = CommAlgorithm::kOneShot;
+  return cc;
+}
+
 // The driven ranks' outputs: each is the reference or entirely NaN (poisoned).
 int silently_wrong(const Team& team, const AllReduceCase& c) {
   int bad = 0;
@@ -108,11 +117,7 @@ TEST(Failure, LateRankTimesOutNamingRankOpParitySlotThenResetRecovers) {
   TPD_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
   on_teams([&](Team& team) {
-    CommConfig cc;
-    cc.hidden = 4096;
-    cc.rows_cap = 8;
-    cc.algorithm = CommAlgorithm::kOneShot;  // whatever the crossover table says
-    TpComm comm(team, cc);
+    TpComm comm(team, one_shot_config());
     AllReduceCase a(team, 3, 4096, seed);
     delay_last_rank(team);
     comm.all_reduce(a.io, team_streams(team));
@@ -133,11 +138,7 @@ TEST(Failure, QueuedCallsAndAStockCollectiveAfterALateRank) {
   TPD_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
   on_teams([&](Team& team) {
-    CommConfig cc;
-    cc.hidden = 4096;
-    cc.rows_cap = 8;
-    cc.algorithm = CommAlgorithm::kOneShot;  // whatever the crossover table says
-    TpComm comm(team, cc);
+    TpComm comm(team, one_shot_config());
     const std::vector<cudaStream_t> streams = team_streams(team);
     std::vector<AllReduceCase> calls;
     for (int c = 0; c < 4; ++c) calls.emplace_back(team, 2, 4096, seed + static_cast<uint64_t>(c));
@@ -162,11 +163,7 @@ TEST(Failure, ReplayedGraphAfterALateRankOnlyReportsThenWorksAfterReset) {
   TPD_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
   on_teams([&](Team& team) {
-    CommConfig cc;
-    cc.hidden = 4096;
-    cc.rows_cap = 8;
-    cc.algorithm = CommAlgorithm::kOneShot;  // whatever the crossover table says
-    TpComm comm(team, cc);
+    TpComm comm(team, one_shot_config());
     const std::vector<cudaStream_t> streams = team_streams(team);
     AllReduceCase a(team, 2, 4096, seed);
     AllReduceCase b(team, 3, 4096, seed + 1);
