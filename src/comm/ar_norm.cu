@@ -15,7 +15,7 @@ namespace {
 
 template <int kRanks>
 __global__ void __launch_bounds__(kArNormMaxThreads) ar_norm_kernel(const ArNormParams p) {
-  __shared__ rownorm::RowSumShared shared;
+  __shared__ rownorm::RowSumAsync shared;
   rownorm::ArNormRow<ArNormParams> epi{p, p.hidden, &shared};
   const RowCall call{p.team, p.box, lamport::Op::kArNorm, p.x, p.hidden, p.trigger_early, false, p.system_fence};
   row_collective<kRanks>(call, epi, static_cast<int>(blockIdx.y));

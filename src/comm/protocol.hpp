@@ -176,12 +176,15 @@ inline constexpr uint32_t kAbortedEntry = 0xffffffffu;
 // the count of all the others (they depend on its value).
 // The next call reads the advanced epoch after the kernel boundary (griddepcontrol
 // .wait under PDL), as everything else in the reuse argument.
+// report false: an abort seen is not recorded here (the caller records it once for
+// several readers: row_collective.cuh, where every thread enters).
 template <class Memory>
-TPD_HD uint32_t begin(Memory& mem, const TeamRef& team, const MailboxRef& box, Op op, uint32_t* epoch) {
+TPD_HD uint32_t begin(Memory& mem, const TeamRef& team, const MailboxRef& box, Op op, uint32_t* epoch,
+                      bool report = true) {
   const uint32_t abort = mem.load_word(&team.own->abort);
   *epoch = mem.load_word(&team.own->mailbox[box.index].epoch);
   if (abort != 0) {
-    note_abort(mem, team, op, -1, abort, -1, -1);
+    if (report) note_abort(mem, team, op, -1, abort, -1, -1);
     return kAbortedEntry;
   }
   // Why the test: a division by a run-time divisor is ~20 dependent instructions
@@ -223,13 +226,18 @@ TPD_HD Poll wait_all(Memory& mem, SlotOf slot_of, Fragment (&raw)[kSlots], const
   static_assert(kSlots <= 32, "pending mask is 32 bits");
   uint32_t pending = kSlots == 32 ? ~0u : (1u << kSlots) - 1u;
   while (true) {
+    // Why every slot's load before any test: one round then costs one memory round
+    // trip, not one per pending slot (testing slot s before issuing slot s+1's load
+    // made each load wait for the previous one's value; a load under a per-slot
+    // predicate is interleaved the same way once the slots outnumber the
+    // predicate registers). Re-reading a published slot returns what it held:
+    // nothing writes it before this call's re-arm (the reuse argument above).
 TPD_UNROLL
-    for (int s = 0; s < kSlots; ++s) {
-      if (pending & (1u << s)) {
-        raw[s] = mem.poll(slot_of(s));
-        if (published(raw[s])) pending &= ~(1u << s);
-      }
-    }
+    for (int s = 0; s < kSlots; ++s) raw[s] = mem.poll(slot_of(s));
+    pending = 0;
+TPD_UNROLL
+    for (int s = 0; s < kSlots; ++s)
+      if (!published(raw[s])) pending |= 1u << s;
     if (pending == 0) return Poll::kDone;
     switch (mem.check(&own->abort)) {
       case PollCheck::kContinue:

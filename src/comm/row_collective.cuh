@@ -7,8 +7,12 @@
 // An epilogue provides, for its thread's fragment:
 //   load_params(frag, active)                 before griddepcontrol.wait (weights)
 //   load_inputs(row, at, active)              after it, overlapping the entry
-//   finish(sum, ok, row, at, frag, active)    every thread (cluster sums inside);
-//                                             ok false: the call failed, poison
+//   finish(sum, ok, row, at, frag, active, after_barrier)
+//                                             every thread (cluster sums inside);
+//                                             ok false: the call failed, poison;
+//                                             after_barrier() called once by every
+//                                             thread right after a CTA-wide barrier
+//                                             (the CTA's epoch ticket is taken there)
 // where `at` is the fragment's index in a [rows, hidden] tensor.
 //
 // Programmatic dependent launch. A call that pushes (x set) reads x and stores into
@@ -44,13 +48,46 @@ struct RowCall {
   bool system_fence;   // CommConfig::system_fence: a fence.acq_rel.sys before the pushes
 };
 
+// The row's mailbox addresses at parity 0, from the kernel's parameters alone
+// (slot_fragment's arithmetic, split so that only the parity's offset is left to
+// add once the entry has picked it). Why: computed before griddepcontrol.wait, its
+// parameter reads (team.rank, box.base, box.row_bytes, box.rows_cap,
+// box.parity_bytes) and its ~30 dependent integer instructions leave the path from
+// the entry to the first push, from the push to the first poll, and from the
+// epilogue's stores to the re-arm (which otherwise re-reads the entry from shared
+// memory and redoes them at the kernel's end).
+struct RowSlots {
+  char* own;          // slot 0 of (row, frag) in this rank's copy; slot s at own + s * slot_bytes
+  long push;          // offset of slot [rank] of (row, frag) in every rank's copy
+  long slot_bytes;    // rows_cap * row_bytes
+  long parity_bytes;  // box.parity_bytes
+
+  __device__ __forceinline__ RowSlots(const lamport::TeamRef& team, const lamport::MailboxRef& box, int row, int frag) {
+    const long at = static_cast<long>(row) * box.row_bytes + static_cast<long>(frag) * sizeof(lamport::Fragment);
+    slot_bytes = box.rows_cap * box.row_bytes;
+    own = box.base[team.rank] + at;
+    push = team.rank * slot_bytes + at;
+    parity_bytes = box.parity_bytes;
+    // Why: keeps the arithmetic (and its parameter reads) where it stands, before
+    // the wait; nvcc would otherwise sink it to its first use after the wait.
+    asm volatile("" : "+l"(own), "+l"(push), "+l"(slot_bytes), "+l"(parity_bytes));
+  }
+  // slot_fragment(box, team.rank, parity, s, row, frag), given off = parity * parity_bytes.
+  __device__ __forceinline__ lamport::Fragment* own_slot(long off, int s) const {
+    return reinterpret_cast<lamport::Fragment*>(own + off + s * slot_bytes);
+  }
+  // slot_fragment(box, peer, parity, team.rank, row, frag).
+  __device__ __forceinline__ lamport::Fragment* peer_slot(const lamport::MailboxRef& box, long off, int peer) const {
+    return reinterpret_cast<lamport::Fragment*>(box.base[peer] + off + push);
+  }
+};
+
 // Every thread of the row's cluster calls it; the CTAs of the launch that take
 // tickets (every CTA: gridDim.x · gridDim.y) advance the epoch together.
 template <int kRanks, class Epilogue>
 __device__ __forceinline__ void row_collective(const RowCall& c, Epilogue& epi, int row) {
   using namespace lamport;
-  __shared__ uint32_t entry;
-  rownorm::cluster_arrive_started();
+  rownorm::cluster_start(epi);
   const int frags_per_cta = c.hidden / (8 * kArNormCtas);
   const bool active = static_cast<int>(threadIdx.x) < frags_per_cta;
   const int frag = static_cast<int>(blockIdx.x) * frags_per_cta + static_cast<int>(threadIdx.x);
@@ -58,36 +95,80 @@ __device__ __forceinline__ void row_collective(const RowCall& c, Epilogue& epi, 
   // Why before the wait: parameters, not outputs of the previous kernel; their
   // loads overlap that kernel's tail.
   epi.load_params(frag, active);
+  const RowSlots slots(c.team, c.box, row, frag);
   if (c.trigger_early) dev::pdl_launch_dependents();
   if (!c.early) dev::pdl_wait();
-  // Why before the entry: the inputs' loads and the entry's round trip overlap.
+  // Why before the entry: the pushed fragment's load and the entry's round trip
+  // overlap.
   Fragment mine{};
   if (active && c.x) mine = static_cast<const Fragment*>(c.x)[at];
-  epi.load_inputs(row, at, active);
   Memory mem(c.team.timeout_ns);
+  // Every thread its own entry (begin(): the abort word and the epoch, one round
+  // trip), no shared-memory broadcast and no barrier before the pushes. Why the
+  // epoch is still the same in every thread of every CTA: only the call's last
+  // CTA advances it, and a CTA's ticket is taken only after a CTA-wide barrier that
+  // follows every one of its threads' entry (the epilogue's first row-sum barrier,
+  // after_barrier below): bar.sync orders each thread's earlier loads before thread
+  // 0's later ticket (and, in the hardware, a non-aborted active thread has used
+  // its epoch before that barrier: the parity picks its push and poll addresses,
+  // whose values feed the row sum). The last CTA's advance is issued only once its
+  // ticket has returned the count of every other CTA's (it depends on the value),
+  // so it follows every thread's epoch read of every CTA: none reads the advanced
+  // epoch. A thread that saw the abort never uses its epoch value.
+  // An abort seen by some threads only: those poison their fragment (ok false: the
+  // row's sum of squares and so every output of the row NaN, the residual poisoned)
+  // and neither push nor poll; the others' polls stay bounded (the deadline, and
+  // the abort word checked after kAbortCheckAfterNs), their pushes are late pushes
+  // of an aborted team (protocol.hpp: Failure). The ticket follows thread 0's view
+  // alone, as begin()'s single reader did: no ticket, no advance, as for a CTA that
+  // saw the abort (the team needs a collective reset either way).
   uint32_t epoch = 0;
-  if (threadIdx.x == 0) entry = begin(mem, c.team, c.box, c.op, &epoch);
-  __syncthreads();
+  const uint32_t entry = begin(mem, c.team, c.box, c.op, &epoch, false);
+  // The abort recorded by one lane of each warp that saw it (a record is a
+  // compare-and-swap on host-mapped memory; begin()'s single reader made one per
+  // CTA): every rank with a poisoned row still has its record.
+  const uint32_t saw_abort = __ballot_sync(0xffffffffu, entry == kAbortedEntry);
+  if (saw_abort != 0 && static_cast<int>(threadIdx.x % 32) == __ffs(saw_abort) - 1)
+    note_abort(mem, c.team, c.op, -1, mem.load_word(&c.team.own->abort), -1, -1);
   bool ok = entry != kAbortedEntry;
   uint32_t ticket = 0;  // thread 0's arrival, read at the end (its wait off the row's path)
   Fragment sum{};
+  // The parity's offset (0 for an aborted entry: nothing is touched then).
+  const long off = ok ? static_cast<long>(entry) * slots.parity_bytes : 0;
+  auto own_slot = [&](int s) { return slots.own_slot(off, s); };
+  if (active && ok && c.x) {
+    if (c.system_fence) dev::fence_acq_rel_sys();
+    // one_shot_push, over the precomputed addresses.
+    push_to_all<kRanks>(mem, [&](int peer) { return slots.peer_slot(c.box, off, peer); }, mine);
+  }
+  // Why after the pushes: the epilogue's inputs are first needed after the polls,
+  // and a load issued before the pushes shares the pushed fragment's scoreboard
+  // (the pushes would wait for it too; old kernel's order).
+  epi.load_inputs(row, at, active);
   if (active && ok) {
     const Call call{c.op, static_cast<int>(entry)};
-    if (c.x) {
-      if (c.system_fence) dev::fence_acq_rel_sys();
-      one_shot_push<kRanks>(mem, c.team, c.box, call, row, frag, mine);
-    }
-    ticket = threadIdx.x == 0 ? take_ticket(mem, c.team, c.box) : 0u;
-    ok = one_shot_poll_sum<kRanks>(mem, c.team, c.box, call, row, frag, &sum);
+    // one_shot_poll_sum, over the precomputed addresses.
+    Fragment raw[kRanks];
+    ok = poll_ranks<kRanks>(mem, c.team, call, own_slot, raw, row, frag * 8);
+    if (ok) sum = sum_rank_order<kRanks>(raw);
   }
   const bool rearm = active && ok;
   // Why late with several ranks on one GPU: a dependent grid launched early could
   // hold SM slots that a peer's grid of this call still needs (all_reduce.cu).
   if (!c.trigger_early) dev::pdl_launch_dependents();
-  epi.finish(sum, ok, row, at, frag, active);
+  // The ticket right after the row sum's CTA barrier (see the entry above); its
+  // result is first read by advance_if_last, after the epilogue.
+  const auto take = [&] {
+    if (threadIdx.x == 0 && entry != kAbortedEntry) ticket = take_ticket(mem, c.team, c.box);
+  };
+  epi.finish(sum, ok, row, at, frag, active, take);
   // Why after the epilogue: its cluster barrier's fence waits for the thread's
   // outstanding global stores; the re-arm only has to precede the call's end.
-  if (rearm) one_shot_rearm<kRanks>(mem, c.team, c.box, Call{c.op, static_cast<int>(entry)}, row, frag);
+  if (rearm) lamport::rearm<kRanks>(mem, own_slot);  // one_shot_rearm
+  // Why: keeps the ticket's first use here; ptxas otherwise computes ticket + 1 at
+  // once after the atomic (in the hook's branch), stalling thread 0 before its
+  // cluster-sum stores for the atomic's round trip.
+  asm volatile("" : "+r"(ticket));
   if (threadIdx.x == 0 && entry != kAbortedEntry)
     advance_if_last(mem, c.team, c.box, epoch, ticket, gridDim.x * gridDim.y);
   if (c.early) dev::pdl_wait();

@@ -23,6 +23,7 @@
 
 #include "comm/kernels.hpp"
 #include "comm/memory.hpp"
+#include "tpdecode/device.cuh"
 
 namespace tpdecode::rownorm {
 
@@ -66,13 +67,22 @@ __device__ __forceinline__ float thread_squares(const Fragment& f) {
 // it before its DSMEM stores; the work in between hides the wait.
 __device__ __forceinline__ void cluster_arrive_started() { cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_relaxed); }
 
+// A row sum's hook, called by every thread right after the sum's CTA-wide barrier
+// (row_collective.cuh takes the CTA's epoch ticket there); none by default.
+struct NoHook {
+  __device__ __forceinline__ void operator()() const {}
+};
+
 // Steps 2-4 for the first n <= kN values of s at once, each summed in that order;
 // on return s[j] is the row's total of value j, the same in every thread. Every
 // thread of every CTA of the cluster must call it with the same n and `first`.
 // first: the kernel's first row sum, after cluster_arrive_started() (it completes
 // that barrier phase); a later one (first = false) stores into another RowSums.
-template <int kN>
-__device__ __forceinline__ void cluster_row_sums(float (&s)[kN], int n, RowSums<kN>& sh, bool first) {
+// after_barrier: called by every thread once past the CTA barrier that follows the
+// warp sums (each thread's every earlier memory operation is ordered before it).
+template <int kN, class Hook = NoHook>
+__device__ __forceinline__ void cluster_row_sums(float (&s)[kN], int n, RowSums<kN>& sh, bool first,
+                                                 const Hook& after_barrier = Hook{}) {
   namespace cg = cooperative_groups;
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
@@ -85,6 +95,7 @@ __device__ __forceinline__ void cluster_row_sums(float (&s)[kN], int n, RowSums<
     if (lane == 0) sh.warp[warp][j] = s[j];
   }
   __syncthreads();
+  after_barrier();
   cg::cluster_group cluster = cg::this_cluster();
   const int me = static_cast<int>(cluster.block_rank());
   if (first) cuda::ptx::barrier_cluster_wait();  // every peer CTA has started
@@ -111,9 +122,10 @@ __device__ __forceinline__ void cluster_row_sums(float (&s)[kN], int n, RowSums<
 // Steps 2-4: the row's total over the cluster, the same value in every thread.
 // Every thread of every CTA of the cluster must call it, after
 // cluster_arrive_started() (it completes that barrier phase and holds one more).
-__device__ __forceinline__ float cluster_row_sum(float s, RowSumShared& sh) {
+template <class Hook = NoHook>
+__device__ __forceinline__ float cluster_row_sum(float s, RowSumShared& sh, const Hook& after_barrier = Hook{}) {
   float sums[1] = {s};
-  cluster_row_sums(sums, 1, sh, true);
+  cluster_row_sums(sums, 1, sh, true, after_barrier);
   const float total = sums[0];
   return total;
 }
@@ -123,6 +135,113 @@ __device__ __forceinline__ float cluster_row_sum(float s, RowSumShared& sh) {
 // sums (release), and the next cluster_row_sum waits on that phase before any CTA
 // stores the next row's sums into the same shared slots.
 __device__ __forceinline__ void cluster_arrive_next_row() { cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_release); }
+
+// ---- Steps 2-4 without a cluster barrier (ArNormRow's row sum) ----------------
+// The 8 CTA sums are exchanged with st.async (a DSMEM store that completes bytes on
+// the receiver's mbarrier) instead of DSMEM stores + cluster.sync(): the barrier's
+// arrive.release is a MEMBAR.ALL.GPU, which waits for every outstanding global store
+// of the thread, the NVLink pushes included. Here each CTA waits on its own
+// mbarrier only: one arrival (its thread 0, announcing the 7 peers' 4 bytes each)
+// plus the 7 peers' st.async (its own sum goes in with a plain store, before that
+// arrival). The same order of additions as cluster_row_sums: the same bits.
+struct RowSumAsync {
+  float warp[kMaxWarps];
+  float cta[kArNormCtas];
+  uint64_t bar;  // one phase per row sum: 1 arrival + (kArNormCtas - 1) · 4 bytes
+};
+inline constexpr uint32_t kPeerSumBytes = (kArNormCtas - 1) * sizeof(float);
+
+// Thread 0 initialises the CTA's mbarrier; called BEFORE cluster_arrive_started()
+// (by the same thread), so the started phase also publishes the initialisation to
+// the peers: fence.mbarrier_init.release.cluster, then the relaxed arrive, and each
+// peer's barrier.cluster.wait (acquire) before its first st.async (the pattern
+// CUTLASS uses for its cluster pipelines). The CTA's own threads first touch it
+// after the row sum's __syncthreads.
+__device__ __forceinline__ void cluster_sum_async_init(RowSumAsync& sh) {
+  if (threadIdx.x == 0) {
+    dev::mbar_init(&sh.bar, 1);
+    dev::mbar_init_fence();
+  }
+}
+
+// st.async of one float into CTA `rank`'s copy of *local, completing 4 bytes on its
+// copy of *bar (both mapped with mapa: same offsets in every CTA of the cluster).
+__device__ __forceinline__ void st_async_peer(const float* local, const uint64_t* bar, uint32_t rank, float v) {
+  uint32_t dst, remote_bar;
+  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(dst) : "r"(dev::shared_address(local)), "r"(rank));
+  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_bar) : "r"(dev::shared_address(bar)), "r"(rank));
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(dst),
+               "r"(__float_as_uint(v)), "r"(remote_bar)
+               : "memory");
+}
+
+// Why acquire.cluster: the peers' st.async complete their bytes with release at
+// cluster scope (PTX: st.async); the wait must synchronise with them.
+__device__ __forceinline__ bool mbar_try_wait_cluster(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\t"
+      "selp.u32 %0, 1, 0, p;\n\t}"
+      : "=r"(done)
+      : "r"(dev::shared_address(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+// Steps 2-4 of one value (cluster_row_sum's order and result). Every thread of every
+// CTA of the cluster calls it, after cluster_sum_async_init() and
+// cluster_arrive_started(); `phase`: 0 for the kernel's first row sum, then
+// alternating. A kernel whose cluster loops over rows calls cluster_arrive_next_row()
+// between two of them, as with cluster_row_sum (why: a peer's next st.async into
+// sh.cta must follow this CTA's reads of it; the barrier's wait below orders them).
+// Why no cluster barrier at the kernel's end: a CTA leaves only after its own phase
+// completed, i.e. after all 7 peers' stores into it have landed, and no peer stores
+// into it again (one st.async per peer per row sum; the next row's only after this
+// CTA's arrive_next_row). A CTA may exit with its own st.async still in flight: what
+// must stay alive is the receiver's shared memory, and the receiver waits for them.
+// after_barrier: as cluster_row_sums's.
+template <class Hook = NoHook>
+__device__ __forceinline__ float cluster_row_sum_async(float s, RowSumAsync& sh, uint32_t phase,
+                                                       const Hook& after_barrier = Hook{}) {
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+#pragma unroll
+  for (int offset = 16; offset >= 1; offset /= 2) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, offset));
+  if (lane == 0) sh.warp[warp] = s;
+  __syncthreads();
+  after_barrier();
+  // Every peer CTA has started and initialised its mbarrier (the first row sum), or
+  // has read the previous row's sums (cluster_arrive_next_row).
+  cuda::ptx::barrier_cluster_wait();
+  if (threadIdx.x == 0) {
+    float cta = sh.warp[0];
+    for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) cta = __fadd_rn(cta, sh.warp[w]);
+    const uint32_t me = cuda::ptx::get_sreg_cluster_ctarank();
+    sh.cta[me] = cta;
+    // Release: publishes sh.cta[me] to the CTA's waiters. Peers' bytes may land
+    // before it (the tx-count goes negative; the phase still needs this arrival),
+    // but never a later row sum's: those follow the next barrier.cluster phase,
+    // which every thread here enters only after its wait below.
+    dev::mbar_arrive_expect_tx(&sh.bar, kPeerSumBytes);
+#pragma unroll
+    for (uint32_t peer = 1; peer < kArNormCtas; ++peer)
+      st_async_peer(&sh.cta[me], &sh.bar, (me + peer) % kArNormCtas, cta);
+  }
+  while (!mbar_try_wait_cluster(&sh.bar, phase)) {
+  }
+  float total = sh.cta[0];
+#pragma unroll
+  for (int c = 1; c < kArNormCtas; ++c) total = __fadd_rn(total, sh.cta[c]);
+  return total;
+}
+
+// An epilogue's kernel start (instead of cluster_arrive_started()): the epilogue's
+// cluster state, if it has any (ArNormRow's mbarrier), initialised first.
+template <class Epilogue>
+__device__ __forceinline__ void cluster_start(Epilogue& epi) {
+  if constexpr (requires { epi.init_cluster(); }) epi.init_cluster();
+  cluster_arrive_started();
+}
 
 // rstd = 1 / sqrt(total / hidden + eps), correctly rounded.
 __device__ __forceinline__ float rstd(float total, int hidden, float eps) {
@@ -145,12 +264,18 @@ __device__ __forceinline__ Fragment normed(const Fragment& v, const Fragment& we
 // NaN, never wrong. Tail: the kernel's parameters holding residual ([rows, hidden]
 // or nullptr: none), weight ([hidden]), out, residual_out ([rows, hidden]) and eps;
 // held by reference, so they stay in parameter space rather than in registers.
+// The row sum: cluster_row_sum_async (no cluster barrier); the kernel starts with
+// cluster_start(epi), and a cluster looping over rows calls cluster_arrive_next_row()
+// between two rows' finish().
 template <class Tail>
 struct ArNormRow {
   const Tail& t;
   int hidden;
-  RowSumShared* shared;
+  RowSumAsync* shared;
   Fragment w{}, old{};
+  uint32_t phase = 0;  // of shared->bar: flips with every row sum
+
+  __device__ __forceinline__ void init_cluster() { cluster_sum_async_init(*shared); }
 
   __device__ __forceinline__ void load_params(int frag, bool active) {
     if (active) w = static_cast<const Fragment*>(t.weight)[frag];
@@ -158,12 +283,16 @@ struct ArNormRow {
   __device__ __forceinline__ void load_inputs(int, long at, bool active) {
     if (active && t.residual) old = static_cast<const Fragment*>(t.residual)[at];
   }
-  // Why both stores after the row sum: the cluster barrier's fence would wait for
-  // a store issued before it.
-  __device__ __forceinline__ void finish(Fragment fresh, bool ok, int, long at, int, bool active) {
+  // Both stores after the row sum (why, with cluster_row_sum: the cluster
+  // barrier's fence would wait for a store issued before it; kept so here).
+  // after_barrier: row_collective.cuh's hook, run after the row sum's CTA barrier.
+  template <class Hook = NoHook>
+  __device__ __forceinline__ void finish(Fragment fresh, bool ok, int, long at, int, bool active,
+                                         const Hook& after_barrier = Hook{}) {
     if (active && ok && t.residual) fresh = add_residual(fresh, old);
     const float squares = ok ? thread_squares(fresh) : __int_as_float(0x7fc00000);
-    const float total = cluster_row_sum(squares, *shared);
+    const float total = cluster_row_sum_async(squares, *shared, phase, after_barrier);
+    phase ^= 1u;
     if (active) {
       static_cast<Fragment*>(t.out)[at] = normed(fresh, w, rstd(total, hidden, t.eps));
       static_cast<Fragment*>(t.residual_out)[at] = ok ? fresh : lamport::poisoned();

@@ -97,8 +97,11 @@ struct Row {
       if (i < p.nb) v[i] = as<Fragment>(p.blocks)[i * (p.block_stride / 8) + at];
   }
 
-  // y: the reduced row's fragment (zeros in threads without one).
-  __device__ __forceinline__ void finish(const Fragment& y, bool ok, int row, long at, int frag, bool active) {
+  // y: the reduced row's fragment (zeros in threads without one). after_barrier:
+  // row_collective.cuh's hook, run after the first row sum's CTA barrier.
+  template <class Hook = rownorm::NoHook>
+  __device__ __forceinline__ void finish(const Fragment& y, bool ok, int row, long at, int frag, bool active,
+                                         const Hook& after_barrier = Hook{}) {
     const Fragment fresh = p.new_block ? y : rownorm::add_residual(y, old);
     if (active) static_cast<Fragment*>(p.partial_out)[at] = ok ? fresh : lamport::poisoned();
     const int nb = p.nb;
@@ -119,7 +122,7 @@ struct Row {
 #pragma unroll
       for (int j = 0; j < kSums; ++j) s[j] = __int_as_float(0x7fc00000);
     }
-    rownorm::cluster_row_sums(s, kSums, shared->first, true);
+    rownorm::cluster_row_sums(s, kSums, shared->first, true, after_barrier);
 
     float logit[kMaxBlocks + 1];
     float mx = -INFINITY;

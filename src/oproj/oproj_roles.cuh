@@ -97,7 +97,7 @@ __device__ __forceinline__ void produce(const OprojParams& p, const warp_splitk:
 template <OprojEpilogue kEpilogue, class F>
 __device__ __forceinline__ void with_row_epilogue(const OprojParams& p, F&& f) {
   if constexpr (kEpilogue == OprojEpilogue::kArNorm) {
-    __shared__ rownorm::RowSumShared shared;
+    __shared__ rownorm::RowSumAsync shared;
     rownorm::ArNormRow<ArNormTail> epi{p.ar_norm, p.hidden, &shared};
     f(epi);
   } else {
@@ -128,7 +128,7 @@ __device__ __forceinline__ void consume_two_shot(const OprojParams& p) {
   using namespace lamport;
   with_row_epilogue<kEpilogue>(p, [&](auto& epi) {
     __shared__ uint32_t entry;
-    rownorm::cluster_arrive_started();
+    rownorm::cluster_start(epi);
     const int row_frags = p.hidden / 8;
     const int owner_frags = row_frags / kRanks;
     const int frags_per_cta = p.hidden / (8 * kArNormCtas);
