@@ -33,6 +33,17 @@ inline constexpr int kArNormMaxThreads = 256;  // 8 columns per thread: hidden <
 static_assert(kArNormMaxHidden == 8 * kArNormCtas * kArNormMaxThreads, "comm.hpp's served sizes are this geometry's");
 constexpr int ar_norm_threads(int64_t hidden) { return static_cast<int>((hidden / 64 + 31) / 32 * 32); }
 
+// The residual add + RMSNorm's tensors as a kernel that reduced its rows otherwise
+// holds them (row_norm.cuh's ArNormRow): the two-shot ArNorm, the o-projection's
+// consumers.
+struct ArNormTail {
+  const void* residual;  // [rows, H], or nullptr: none
+  const void* weight;    // [H]
+  void* out;             // [rows, H]
+  void* residual_out;    // [rows, H]
+  float eps;
+};
+
 struct ArNormParams {
   lamport::TeamRef team;
   lamport::MailboxRef box;  // [parities, TP, rows_cap, row_bytes]
@@ -99,11 +110,8 @@ struct TwoShotParams {
 };
 // The ArNorm variant: the same rows as ar_norm.cu (row_norm.cuh), so the same bits.
 struct TwoShotNormParams {
-  TwoShotParams base;
-  const void* residual;  // [rows, width] bf16, or nullptr: none
-  const void* weight;    // [width] bf16
-  void* residual_out;    // [rows, width] bf16
-  float eps;
+  TwoShotParams base;  // base.out unused: the outputs are norm's
+  ArNormTail norm;     // [rows, width] bf16, weight [width]
 };
 // max_ctas / max_clusters: the budget below, computed once per team.
 void launch_two_shot_all_reduce(const RankContext& ctx, cudaStream_t stream, const TwoShotParams& p, int max_ctas);

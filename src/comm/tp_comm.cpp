@@ -127,11 +127,8 @@ class TpComm::Impl {
       const RankContext& ctx = team_.rank_context(i);
       const ArNormIo& a = io[i];
       TwoShotNormParams p{};
-      p.base = two_shot_params(i, a.x, a.out.data);
-      p.residual = a.residual.data;
-      p.weight = a.weight.data;
-      p.residual_out = a.residual_out.data;
-      p.eps = a.eps;
+      p.base = two_shot_params(i, a.x, nullptr);
+      p.norm = ArNormTail{a.residual.data, a.weight.data, a.out.data, a.residual_out.data, a.eps};
       launch_two_shot_ar_norm(ctx, streams[i], p, two_shot_clusters_);
     }
   }

@@ -98,9 +98,10 @@ template <int kRanks>
 __global__ void __launch_bounds__(kArNormMaxThreads) two_shot_ar_norm_kernel(const TwoShotNormParams np) {
   using namespace lamport;
   const TwoShotParams& p = np.base;
-  __shared__ rownorm::RowSumShared shared;
+  __shared__ rownorm::RowSumAsync shared;
   __shared__ uint32_t entry;
-  rownorm::cluster_arrive_started();
+  rownorm::ArNormRow<ArNormTail> epi{np.norm, p.width, &shared};
+  rownorm::cluster_start(epi);
   const int row_frags = p.width / 8;
   const int owner_frags = row_frags / kRanks;
   const int frags_per_cta = p.width / (8 * kArNormCtas);
@@ -109,9 +110,8 @@ __global__ void __launch_bounds__(kArNormMaxThreads) two_shot_ar_norm_kernel(con
   const bool reducer = active && frag % kRanks == 0;
   const int first_row = static_cast<int>(blockIdx.y);
   const int row_step = static_cast<int>(gridDim.y);
-  Fragment weight{};
   // Why before the wait: the weight is a parameter, not an output of the previous kernel.
-  if (active) weight = static_cast<const Fragment*>(np.weight)[frag];
+  epi.load_params(frag, active);
   uint32_t epoch = 0;
   const auto [entered, reduce, collect] = start_call(p, entry, &epoch);
   Memory mem(p.team.timeout_ns);
@@ -126,18 +126,11 @@ __global__ void __launch_bounds__(kArNormMaxThreads) two_shot_ar_norm_kernel(con
       ok = two_shot_reduce<kRanks>(mem, p.team, p.recv, p.gather, reduce, row, frag / kRanks, owner_frags);
   two_shot_gather_phase(mem, p.team);
   for (int row = first_row; row < p.rows; row += row_step) {
-    const int at = row * row_frags + frag;  // fragment index in [rows, width]
-    Fragment fresh{};                       // the new residual (zeros in threads without a fragment)
-    if (active && ok) {
-      const Fragment old = np.residual ? static_cast<const Fragment*>(np.residual)[at] : Fragment{};
-      ok = two_shot_collect(mem, p.team, p.gather, collect, row, frag, owner_frags, &fresh);
-      if (ok && np.residual) fresh = rownorm::add_residual(fresh, old);
-    }
-    if (active) static_cast<Fragment*>(np.residual_out)[at] = ok ? fresh : poisoned();
-    const float squares = ok ? rownorm::thread_squares(fresh) : __int_as_float(0x7fc00000);
-    const float total = rownorm::cluster_row_sum(squares, shared);
-    if (active)
-      static_cast<Fragment*>(p.out)[at] = rownorm::normed(fresh, weight, rownorm::rstd(total, p.width, np.eps));
+    const long at = static_cast<long>(row) * row_frags + frag;  // fragment index in [rows, width]
+    epi.load_inputs(row, at, active);
+    Fragment sum{};  // the reduced row's fragment (zeros in threads without one)
+    if (active && ok) ok = two_shot_collect(mem, p.team, p.gather, collect, row, frag, owner_frags, &sum);
+    epi.finish(sum, ok, row, at, frag, active);
     if (row + row_step < p.rows) rownorm::cluster_arrive_next_row();
   }
   if (threadIdx.x == 0 && entered) advance_if_last(mem, p.team, p.recv, epoch, ticket, gridDim.x * gridDim.y);

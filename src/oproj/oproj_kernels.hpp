@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "comm/kernels.hpp"
 #include "comm/protocol.hpp"
 #include "gemm/warp_splitk_launch.hpp"
 #include "team/rank_context.hpp"
@@ -14,14 +15,6 @@ namespace tpdecode {
 
 // Token tiles of the producer's GEMM for m rows (8 rows each): 1, 2, 4 or 8.
 int oproj_token_tiles(int m);
-
-struct ArNormTail {
-  const void* residual;  // [rows, H], or nullptr
-  const void* weight;    // [H]
-  void* out;             // [rows, H]
-  void* residual_out;    // [rows, H]
-  float eps;
-};
 
 // The AttnRes epilogue's tensors (attn_res.cuh has the math; [rows, H] unless said).
 struct AttnResTail {
