@@ -2,10 +2,11 @@
 // (docs/drafter.md) on the visible GPUs and runs its decode step on the stock
 // path (cuBLAS + stock collectives + separate norms) and the specialised path
 // (DecodeGemm + DrafterComm + PDL): per-step time, breakdown, token agreement,
-// bitwise repeatability. Several GPUs: an NCCL team at that TP (one thread per
-// GPU). One GPU: a real TP 1 run and a local-team TP 8 run (8 ranks' work on one
-// GPU: it measures the protocol, not NVLink). No GPU: the CPU reference step of a
-// reduced configuration, with its math checked.
+// bitwise repeatability, the specialised step against its floor (weight bytes / the
+// read ceiling measured in the same run). Several GPUs: an NCCL team at that TP (one
+// thread per GPU). One GPU: a real TP 1 run and a local-team TP 8 run (8 ranks' work
+// on one GPU: it measures the protocol, not NVLink). No GPU: the CPU reference step
+// of a reduced configuration, with its math checked (no floor: nothing measured).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -18,8 +19,10 @@
 #include "commands.hpp"
 #include "json_file.hpp"
 #include "drafter_run.hpp"
+#include "read_ceiling.hpp"
 #include "tpdecode/device_info.hpp"
 #include "drafter/cpu_checks.hpp"
+#include "drafter/step.hpp"
 #include "tpdecode/error.hpp"
 #include "tpdecode/local_team.hpp"
 #include "tpdecode/nccl_team.hpp"
@@ -63,7 +66,26 @@ struct TeamRun {
   std::string comm;  // which collectives the specialised path has
   std::vector<DrafterRow> rows;
   bool ranks_identical = true;  // NCCL team: every rank's logits hash equal, per row
+  int64_t weight_bytes = 0;     // one rank's weights read per step (count_step_ops)
+  int ranks_per_gpu = 1;        // the local team: every rank on GPU 0
 };
+
+// The step's floor: the weights one GPU streams per step (a rank's, times the ranks
+// sharing it) at the read ceiling measured in this run.
+double floor_us(const TeamRun& t, const bench::ReadCeiling& ceiling) {
+  return static_cast<double>(t.weight_bytes) * t.ranks_per_gpu / (ceiling.tb_per_s * 1e6);
+}
+
+// Once per run, on GPU 0 (every team has a rank there), before the weights take its memory.
+bench::ReadCeiling measure_ceiling() {
+  fmt::print(stderr, "drafter: measuring the read ceiling on GPU 0\n");
+  TPD_CUDA(cudaSetDevice(0));
+  cudaStream_t stream;
+  TPD_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const bench::ReadCeiling c = bench::measure_read_ceiling(std::size_t{4} << 30, 20, stream);
+  TPD_CUDA(cudaStreamDestroy(stream));
+  return c;
+}
 
 // No GPU: the CPU reference step of the reduced configuration at each row count,
 // with its checks; --json gets the checks.
@@ -91,17 +113,23 @@ bool run_cpu(const Options& o) {
 
 std::string ratio(double stock, double ours) { return ours > 0 ? fmt::format("{:.2f}x", stock / ours) : "-"; }
 
-void print_run(const TeamRun& t) {
+void print_run(const TeamRun& t, const bench::ReadCeiling& ceiling) {
+  const double floor = floor_us(t, ceiling);
   fmt::print("\n{} (specialised path's collectives: {})\n", t.team, t.comm);
-  fmt::print("{:>4} {:>10} {:>10} {:>6} | {:>23} | {:>23} | {:>9} {:>9} {:>8} {:>6}\n", "M", "stock us", "spec us",
-             "ratio", "stock gemm/coll/other", "spec gemm/coll/other", "tokens", "near-tie", "max|dL|", "bitwise");
+  fmt::print("floor {:.1f} us: {}{:.1f} MB of weights per rank / {:.2f} TB/s\n", floor,
+             t.ranks_per_gpu > 1 ? fmt::format("{} ranks x ", t.ranks_per_gpu) : "", t.weight_bytes / 1e6,
+             ceiling.tb_per_s);
+  fmt::print("{:>4} {:>10} {:>10} {:>6} {:>9} {:>10} | {:>23} | {:>23} | {:>9} {:>9} {:>8} {:>6}\n", "M", "stock us",
+             "spec us", "ratio", "floor us", "step/floor", "stock gemm/coll/other", "spec gemm/coll/other", "tokens",
+             "near-tie", "max|dL|", "bitwise");
   for (const DrafterRow& r : t.rows) {
     const auto parts = [](const PathTimes& p) {
       return fmt::format("{:.0f}/{:.0f}/{:.0f}", p.gemm_us, p.collective_us, p.other_us);
     };
-    fmt::print("{:>4} {:>10.1f} {:>10.1f} {:>6} | {:>23} | {:>23} | {:>4}/{:<4} {:>9} {:>8.4f} {:>6}\n", r.m,
-               r.stock.step_us, r.specialised.step_us, ratio(r.stock.step_us, r.specialised.step_us), parts(r.stock),
-               parts(r.specialised), r.m - r.token_disagreements, r.m,
+    fmt::print("{:>4} {:>10.1f} {:>10.1f} {:>6} {:>9.1f} {:>10.2f} | {:>23} | {:>23} | {:>4}/{:<4} {:>9} {:>8.4f} "
+               "{:>6}\n",
+               r.m, r.stock.step_us, r.specialised.step_us, ratio(r.stock.step_us, r.specialised.step_us), floor,
+               r.specialised.step_us / floor, parts(r.stock), parts(r.specialised), r.m - r.token_disagreements, r.m,
                fmt::format("{}/{}", r.disagreements_near_tie, r.token_disagreements), r.max_logit_diff,
                r.repeat_bitwise && r.ranks_identical ? "yes" : "NO");
   }
@@ -112,18 +140,28 @@ nlohmann::json to_json(const PathTimes& p) {
 }
 
 void write_json(const std::string& path, const std::vector<TeamRun>& runs, const drafter::DrafterConfig& c,
-                const std::string& device) {
+                const std::string& device, const bench::ReadCeiling& ceiling) {
   nlohmann::json j;
   j["device"] = device;
   j["config"] = c.describe();
   j["near_tie_ulps"] = kNearTieUlps;
+  j["read_ceiling"] = {{"tb_per_s", ceiling.tb_per_s}, {"bytes", ceiling.bytes}, {"median_us", ceiling.median_us}};
   for (const TeamRun& t : runs) {
-    nlohmann::json jt{{"team", t.team}, {"tp", t.tp}, {"collectives", t.comm}, {"rows", nlohmann::json::array()}};
+    nlohmann::json jt{{"team", t.team},
+                      {"tp", t.tp},
+                      {"collectives", t.comm},
+                      {"weight_bytes_per_rank", t.weight_bytes},
+                      {"ranks_per_gpu", t.ranks_per_gpu},
+                      {"rows", nlohmann::json::array()}};
+    const double floor = floor_us(t, ceiling);
     for (const DrafterRow& r : t.rows)
       jt["rows"].push_back({{"m", r.m},
                             {"stock", to_json(r.stock)},
                             {"specialised", to_json(r.specialised)},
                             {"ratio", r.stock.step_us / r.specialised.step_us},
+                            {"floor_us", floor},
+                            {"step_over_floor", r.specialised.step_us / floor},
+                            {"read_ceiling_tb_per_s", ceiling.tb_per_s},
                             {"token_disagreements", r.token_disagreements},
                             {"disagreements_near_tie", r.disagreements_near_tie},
                             {"max_logit_diff", r.max_logit_diff},
@@ -159,8 +197,13 @@ void run(const Options& o) {
   fmt::print("per-step medians of CUDA-graph replays ({} replays of one step); breakdown: graphs of only the GEMMs,\n"
              "only the collectives, only the other kernels, each timed alone; tokens: rows whose draft tokens agree;\n"
              "near-tie: disagreements whose stock top-2 logits are within {} BF16 ulps; bitwise: specialised logits\n"
-             "identical run to run and on every rank\n",
+             "identical run to run and on every rank; floor: the weights one GPU streams per step (each GEMM shard\n"
+             "and norm weight of a rank once; a local team's GPU streams every rank's) / the read ceiling measured in\n"
+             "this run (next line), no collective time; step/floor: spec us / floor us\n",
              ro.replays, kNearTieUlps);
+  const bench::ReadCeiling ceiling = measure_ceiling();
+  fmt::print("read ceiling {:.2f} TB/s on GPU 0 ({:.1f} GB streamed in {:.1f} us)\n", ceiling.tb_per_s,
+             ceiling.bytes / 1e9, ceiling.median_us);
   std::vector<TeamRun> runs;
   bool failed = false;
   if (gpus >= 2) {
@@ -171,6 +214,7 @@ void run(const Options& o) {
     std::vector<int> devices;
     for (int d = 0; d < tp; ++d) devices.push_back(d);
     TeamRun t{fmt::format("NCCL team, TP {} on {} GPUs", tp, tp), tp, "", {}, true};
+    t.weight_bytes = drafter::count_step_ops(config, tp).weight_bytes;
     std::mutex mu;
     std::vector<std::vector<uint64_t>> hashes(static_cast<std::size_t>(tp));
     NcclTeam::run_threads(devices, [&](NcclTeam& team) {
@@ -188,7 +232,7 @@ void run(const Options& o) {
       for (const auto& h : hashes) same &= h.at(i) == hashes[0].at(i);
       t.rows[i].ranks_identical = same;
     }
-    print_run(t);
+    print_run(t, ceiling);
     runs.push_back(t);
   } else {
     for (int tp : o.local_tp.empty() ? std::vector<int>{1, 8} : o.local_tp) {
@@ -197,6 +241,8 @@ void run(const Options& o) {
       TeamRun t{tp == 1 ? std::string("TP 1 on one GPU")
                         : fmt::format("local team TP {} on one GPU (protocol cost, not NVLink)", tp),
                 tp, "", {}, true};
+      t.weight_bytes = drafter::count_step_ops(config, tp).weight_bytes;
+      t.ranks_per_gpu = tp;
       try {
         LocalTeam team(tp, 0, options);
         measure_drafter(team, config, ro, t.rows, &t.comm);
@@ -205,11 +251,11 @@ void run(const Options& o) {
         fmt::print("{}: FAILED: {}\n", t.team, e.what());
         failed = true;
       }
-      print_run(t);
+      print_run(t, ceiling);
       runs.push_back(t);
     }
   }
-  if (!o.json.empty()) write_json(o.json, runs, config, prop.name);
+  if (!o.json.empty()) write_json(o.json, runs, config, prop.name, ceiling);
   if (failed) throw Error("drafter: a team run failed (see above)");
 }
 

@@ -116,22 +116,41 @@ namespace {
 
 class CountingOps final : public StepOps {
  public:
+  CountingOps(const DrafterConfig& config, int tp) : config_(config), tp_(tp) {}
   StepOpCounts n;
   void embed(const Slice&) override { ++n.others; }
-  void gemm(WeightId, const Slice&, const Slice&) override { ++n.gemms; }
-  void ar_norm(const Slice&, bool, WeightId, const Slice&) override { ++n.ar_norms; }
-  void rms_norm(const Slice&, WeightId, const Slice&) override { ++n.norms; }
+  void gemm(WeightId w, const Slice&, const Slice&) override {
+    ++n.gemms;
+    read(w);
+  }
+  void ar_norm(const Slice&, bool, WeightId norm, const Slice&) override {
+    ++n.ar_norms;
+    read(norm);
+  }
+  void rms_norm(const Slice&, WeightId norm, const Slice&) override {
+    ++n.norms;
+    read(norm);
+  }
   void attention(const Slice&, const Slice&, const Slice&, const Slice&) override { ++n.others; }
   void silu_mul(const Slice&, const Slice&) override { ++n.others; }
   void gather(GatherKind, const Slice&, const Slice&) override { ++n.gathers; }
   void add(const Slice&, const Slice&, const Slice&) override { ++n.others; }
   void argmax(const Slice&) override { ++n.others; }
+
+ private:
+  // Rank 0's shard: every rank's is as large (rank_shapes refuses uneven splits).
+  void read(WeightId w) {
+    const ShardMap m = weight_fill(config_, w, tp_, 0).map;
+    n.weight_bytes += m.rows * m.cols * static_cast<int64_t>(sizeof(uint16_t));  // bf16
+  }
+  const DrafterConfig& config_;
+  int tp_;
 };
 
 }  // namespace
 
 StepOpCounts count_step_ops(const DrafterConfig& c, int tp) {
-  CountingOps ops;
+  CountingOps ops(c, tp);
   run_step(c, rank_shapes(c, tp), ops);
   return ops.n;
 }

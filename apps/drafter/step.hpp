@@ -114,6 +114,10 @@ void run_step(const DrafterConfig& config, const RankShapes& shapes, StepOps& op
 
 struct StepOpCounts {
   int gemms = 0, ar_norms = 0, gathers = 0, norms = 0, others = 0;
+  // Bytes of the weights one rank's ops read, each once: its GEMM shards and the
+  // norm weights. Not the embedding: its lookup reads only the rows of the step's
+  // tokens (at most M), and leaving them out keeps a floor made from this a lower bound.
+  int64_t weight_bytes = 0;
 };
 // The op sequence's counts at team size tp.
 StepOpCounts count_step_ops(const DrafterConfig& config, int tp);

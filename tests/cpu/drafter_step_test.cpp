@@ -124,6 +124,22 @@ TEST(DrafterStepCpu, OpSequenceCounts) {
   EXPECT_EQ(count_step_ops(DrafterConfig::reduced_cpu(), 2).ar_norms, 5);
 }
 
+// The step's floor counts these bytes: docs/drafter.md's per-rank linears (each
+// read once per layer, the lm_head and the context projection once) and the norm
+// weights (per layer: input, q_a, kv, post-attention; then the final norm); the
+// embedding lookup is not counted.
+TEST(DrafterStepCpu, WeightBytesPerRank) {
+  const int64_t norms = 5 * (7168 + 1536 + 512 + 7168) + 7168;
+  const int64_t tp8_layer = 2112 * 7168 + 2304 * 1536 + 7168 * 1536 + 4608 * 7168 + 7168 * 2304;
+  const int64_t tp8 = 5 * tp8_layer + 20480 * 7168 + 896 * 35840 + norms;
+  EXPECT_EQ(count_step_ops(DrafterConfig::reference(), 8).weight_bytes, 2 * tp8);
+  EXPECT_EQ(2 * tp8, 1150334976);  // about 1.15 GB per rank at TP 8
+  const int64_t tp1_layer = 2112 * 7168 + 18432 * 1536 + 7168 * 12288 + 36864 * 7168 + 7168 * 18432;
+  const int64_t tp1 = 5 * tp1_layer + 163840 * int64_t{7168} + 7168 * 35840 + norms;
+  EXPECT_EQ(count_step_ops(DrafterConfig::reference(), 1).weight_bytes, 2 * tp1);
+  EXPECT_EQ(2 * tp1, 8141715456);  // docs/performance.md's 8.14 GB at TP 1
+}
+
 TEST(DrafterStepCpu, LocalNormSumOrder) {
   std::vector<uint16_t> ones(512, bf16::from_float(1.0f));
   EXPECT_EQ(local_norm_square_sum(ones), 512.0f);
