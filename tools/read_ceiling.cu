@@ -16,9 +16,13 @@ namespace {
 constexpr int kThreads = 512;
 constexpr int kUnroll = 4;  // independent 16-byte loads in flight per thread, the tail's too
 
-// A 16-byte read that allocates nothing in L1 and asks L2 for the whole 256-byte
-// sector group (what a streaming reader wants: the neighbouring threads' bytes).
+// Two ways to stream 16 bytes, both timed (the ceiling is the faster): through the
+// non-coherent path, allocating nothing in L1 and asking L2 for the whole 256-byte
+// sector group; or an evict-first load (ld.global.cs).
+enum class Load { kNonCoherent256, kEvictFirst };
+template <Load kLoad>
 __device__ __forceinline__ uint4 load_streaming(const uint4* p) {
+  if constexpr (kLoad == Load::kEvictFirst) return __ldcs(p);
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
@@ -33,7 +37,7 @@ __device__ __forceinline__ uint4 load_streaming(const uint4* p) {
 // chain of such buffers at half the ceiling for that reason). Why the write is
 // conditional: the folded value must look used, and a store per CTA (or atomics
 // into a few words) would be part of what is timed.
-template <bool kPdl>
+template <bool kPdl, Load kLoad>
 __global__ void __launch_bounds__(kThreads) streaming_sum_kernel(const uint4* p, int64_t words, unsigned* sink) {
   if constexpr (kPdl) dev::pdl_launch_dependents();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
@@ -41,7 +45,7 @@ __global__ void __launch_bounds__(kThreads) streaming_sum_kernel(const uint4* p,
   for (int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; i < words; i += kUnroll * stride) {
     uint4 v[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = i + u * stride < words ? load_streaming(p + i + u * stride) : uint4{};
+    for (int u = 0; u < kUnroll; ++u) v[u] = i + u * stride < words ? load_streaming<kLoad>(p + i + u * stride) : uint4{};
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) s += v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
   }
@@ -49,26 +53,36 @@ __global__ void __launch_bounds__(kThreads) streaming_sum_kernel(const uint4* p,
   if (s == 0x9e3779b9u) sink[blockIdx.x % 64] = s;
 }
 
-void enqueue_streaming_sum(const void* buf, int64_t words, unsigned* sink, int ctas_per_sm, bool pdl,
+// One way to read: CTAs per SM and the load.
+struct ReadShape {
+  int ctas_per_sm;
+  Load load;
+};
+
+void enqueue_streaming_sum(const void* buf, int64_t words, unsigned* sink, ReadShape shape, bool pdl,
                            cudaStream_t stream) {
   int device = 0, sms = 0;
   TPD_CUDA(cudaGetDevice(&device));
   TPD_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   LaunchShape s;
-  s.grid = dim3(static_cast<unsigned>(sms * ctas_per_sm));
+  s.grid = dim3(static_cast<unsigned>(sms * shape.ctas_per_sm));
   s.block = dim3(kThreads);
   s.pdl = pdl;
-  if (pdl)
-    launch_kernel(streaming_sum_kernel<true>, s, stream, static_cast<const uint4*>(buf), words, sink);
-  else
-    launch_kernel(streaming_sum_kernel<false>, s, stream, static_cast<const uint4*>(buf), words, sink);
+  using Kernel = void (*)(const uint4*, int64_t, unsigned*);
+  constexpr Kernel kernels[2][2] = {
+      {streaming_sum_kernel<false, Load::kNonCoherent256>, streaming_sum_kernel<false, Load::kEvictFirst>},
+      {streaming_sum_kernel<true, Load::kNonCoherent256>, streaming_sum_kernel<true, Load::kEvictFirst>}};
+  launch_kernel(kernels[pdl ? 1 : 0][shape.load == Load::kEvictFirst ? 1 : 0], s, stream,
+                static_cast<const uint4*>(buf), words, sink);
 }
 
-// The fastest of 1, 2 and 4 CTAs per SM (a ceiling is the best the hardware does).
+// The fastest over 1, 2 and 4 CTAs per SM and both loads (a ceiling is the best
+// the hardware does).
 template <class Time>
-double best_over_ctas_per_sm(Time time) {
+double best_over_read_shapes(Time time) {
   double best = 1e30;
-  for (int ctas_per_sm : {1, 2, 4}) best = std::min(best, time(ctas_per_sm));
+  for (Load load : {Load::kNonCoherent256, Load::kEvictFirst})
+    for (int ctas_per_sm : {1, 2, 4}) best = std::min(best, time(ReadShape{ctas_per_sm, load}));
   return best;
 }
 
@@ -77,12 +91,12 @@ double best_over_ctas_per_sm(Time time) {
 double time_streaming_read(const void* base, std::size_t bytes, int copies, int calls, int replays,
                            cudaStream_t stream) {
   const DeviceBuffer sink(64 * sizeof(unsigned));
-  return best_over_ctas_per_sm([&](int ctas_per_sm) {
+  return best_over_read_shapes([&](ReadShape shape) {
     return time_graph(
                stream,
                [&](cudaStream_t s, int c) {
                  enqueue_streaming_sum(static_cast<const char*>(base) + bytes * static_cast<std::size_t>(c % copies),
-                                       static_cast<int64_t>(bytes / 16), sink.as<unsigned>(), ctas_per_sm, false, s);
+                                       static_cast<int64_t>(bytes / 16), sink.as<unsigned>(), shape, false, s);
                },
                calls, replays)
         .median_us;
@@ -91,13 +105,13 @@ double time_streaming_read(const void* base, std::size_t bytes, int copies, int 
 
 double time_read_chain(const std::vector<ReadBuffer>& buffers, bool pdl, int replays, cudaStream_t stream) {
   const DeviceBuffer sink(64 * sizeof(unsigned));
-  return best_over_ctas_per_sm([&](int ctas_per_sm) {
+  return best_over_read_shapes([&](ReadShape shape) {
     return time_graph(
                stream,
                [&](cudaStream_t s, int) {
                  for (const ReadBuffer& b : buffers)
-                   enqueue_streaming_sum(b.data, static_cast<int64_t>(b.bytes / 16), sink.as<unsigned>(), ctas_per_sm,
-                                         pdl, s);
+                   enqueue_streaming_sum(b.data, static_cast<int64_t>(b.bytes / 16), sink.as<unsigned>(), shape, pdl,
+                                         s);
                },
                1, replays)
         .median_us;

@@ -1,6 +1,7 @@
 // The HBM read ceiling, measured: a streaming read (sum) over a buffer far larger
 // than L2, timed like the benchmarks (graph replay, median). Every figure here is
-// the fastest of 1, 2 and 4 CTAs per SM: a ceiling is the best the hardware does.
+// the fastest of 1, 2 and 4 CTAs per SM and of two kinds of streaming load: a
+// ceiling is the best the hardware does.
 #pragma once
 
 #include <cuda_runtime_api.h>

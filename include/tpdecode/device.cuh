@@ -124,6 +124,25 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   while (!mbar_try_wait(bar, parity))
     if (global_timer_ns() - start > kMbarTimeoutNs) __trap();
 }
+// mbar_try_wait with acquire at cluster scope: for a barrier whose bytes come from
+// other CTAs of the cluster (st.async completes them with release at cluster scope).
+__device__ __forceinline__ bool mbar_try_wait_cluster(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\t"
+      "selp.u32 %0, 1, 0, p;\n\t}"
+      : "=r"(done)
+      : "r"(shared_address(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+// mbar_wait for such a barrier (the same deadline and trap).
+__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {
+  if (mbar_try_wait_cluster(bar, parity)) return;
+  const uint64_t start = global_timer_ns();
+  while (!mbar_try_wait_cluster(bar, parity))
+    if (global_timer_ns() - start > kMbarTimeoutNs) __trap();
+}
 
 // A barrier over `threads` threads (a multiple of 32) of the CTA; id 0 is __syncthreads.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {

@@ -159,19 +159,21 @@ TPD_HD void note_abort(Memory& mem, const TeamRef& team, Op op, int parity, uint
 
 inline constexpr uint32_t kAbortedEntry = 0xffffffffu;
 
-// Entry of one CTA of a call (one thread per CTA), in three parts so that the
-// atomic stays off the critical path:
+// Entry of one CTA of a call, in three parts so that the atomic stays off the
+// critical path:
 //  begin(): the abort word and the epoch in one round trip: the parity to use, or
 //    kAbortedEntry (nothing may be touched; the caller poisons its outputs).
 //  take_ticket(): the CTA's arrival (an atomic increment), once per CTA by its thread
-//    0 (on the device only lane 0 of a warp arrives: Memory::arrive), after the
-//    CTA has published the parity to its threads (kernels: a shared-memory store
-//    and a barrier; then the ticket after the pushes). Its result is not waited
+//    0 (on the device only lane 0 of a warp arrives: Memory::arrive), after a
+//    CTA-wide barrier that follows every begin() of the CTA (two forms: thread 0
+//    reads and publishes the parity through shared memory and a barrier, the
+//    two-shot kernels; or every thread reads it itself and the ticket waits for
+//    the row sum's first barrier, row_collective.cuh). Its result is not waited
 //    for until advance_if_last(), at the end of the thread's work.
 //  advance_if_last(): the CTA that arrived last resets the count and advances the
 //    epoch.
-// Why no CTA can read the advanced epoch: a CTA arrives only after its epoch load
-// has returned (the value was stored and a barrier passed before the ticket is
+// Why no CTA can read the advanced epoch: a CTA arrives only after its epoch loads
+// have returned (each value was used, then a barrier passed before the ticket is
 // taken), and the last CTA's stores are issued only once its ticket has returned
 // the count of all the others (they depend on its value).
 // The next call reads the advanced epoch after the kernel boundary (griddepcontrol

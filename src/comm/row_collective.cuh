@@ -114,7 +114,8 @@ __device__ __forceinline__ void row_collective(const RowCall& c, Epilogue& epi, 
   // whose values feed the row sum). The last CTA's advance is issued only once its
   // ticket has returned the count of every other CTA's (it depends on the value),
   // so it follows every thread's epoch read of every CTA: none reads the advanced
-  // epoch. A thread that saw the abort never uses its epoch value.
+  // epoch. A thread that saw the abort, or has no fragment, never uses its epoch
+  // value (nothing to order).
   // An abort seen by some threads only: those poison their fragment (ok false: the
   // row's sum of squares and so every output of the row NaN, the residual poisoned)
   // and neither push nor poll; the others' polls stay bounded (the deadline, and
@@ -162,8 +163,9 @@ __device__ __forceinline__ void row_collective(const RowCall& c, Epilogue& epi, 
     if (threadIdx.x == 0 && entry != kAbortedEntry) ticket = take_ticket(mem, c.team, c.box);
   };
   epi.finish(sum, ok, row, at, frag, active, take);
-  // Why after the epilogue: its cluster barrier's fence waits for the thread's
-  // outstanding global stores; the re-arm only has to precede the call's end.
+  // Why after the epilogue: a cluster barrier's fence in it (the AttnRes row sums)
+  // would wait for the thread's outstanding global stores; the re-arm only has to
+  // precede the call's end.
   if (rearm) lamport::rearm<kRanks>(mem, own_slot);  // one_shot_rearm
   // Why: keeps the ticket's first use here; ptxas otherwise computes ticket + 1 at
   // once after the atomic (in the hook's branch), stalling thread 0 before its

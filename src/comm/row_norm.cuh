@@ -150,6 +150,7 @@ struct RowSumAsync {
   uint64_t bar;  // one phase per row sum: 1 arrival + (kArNormCtas - 1) · 4 bytes
 };
 inline constexpr uint32_t kPeerSumBytes = (kArNormCtas - 1) * sizeof(float);
+static_assert(kArNormCtas > 1, "st.async needs a cluster of more than one CTA");
 
 // Thread 0 initialises the CTA's mbarrier; called BEFORE cluster_arrive_started()
 // (by the same thread), so the started phase also publishes the initialisation to
@@ -173,19 +174,6 @@ __device__ __forceinline__ void st_async_peer(const float* local, const uint64_t
   asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(dst),
                "r"(__float_as_uint(v)), "r"(remote_bar)
                : "memory");
-}
-
-// Why acquire.cluster: the peers' st.async complete their bytes with release at
-// cluster scope (PTX: st.async); the wait must synchronise with them.
-__device__ __forceinline__ bool mbar_try_wait_cluster(uint64_t* bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\t"
-      "selp.u32 %0, 1, 0, p;\n\t}"
-      : "=r"(done)
-      : "r"(dev::shared_address(bar)), "r"(parity)
-      : "memory");
-  return done != 0;
 }
 
 // Steps 2-4 of one value (cluster_row_sum's order and result). Every thread of every
@@ -227,8 +215,7 @@ __device__ __forceinline__ float cluster_row_sum_async(float s, RowSumAsync& sh,
     for (uint32_t peer = 1; peer < kArNormCtas; ++peer)
       st_async_peer(&sh.cta[me], &sh.bar, (me + peer) % kArNormCtas, cta);
   }
-  while (!mbar_try_wait_cluster(&sh.bar, phase)) {
-  }
+  dev::mbar_wait_cluster(&sh.bar, phase);
   float total = sh.cta[0];
 #pragma unroll
   for (int c = 1; c < kArNormCtas; ++c) total = __fadd_rn(total, sh.cta[c]);
@@ -285,10 +272,12 @@ struct ArNormRow {
   }
   // Both stores after the row sum (why, with cluster_row_sum: the cluster
   // barrier's fence would wait for a store issued before it; kept so here).
-  // after_barrier: row_collective.cuh's hook, run after the row sum's CTA barrier.
-  template <class Hook = NoHook>
+  // after_barrier: row_collective.cuh's hook (it takes the CTA's epoch ticket), run
+  // once by every thread after the row sum's CTA barrier; NoHook{} for callers that
+  // take their ticket themselves.
+  template <class Hook>
   __device__ __forceinline__ void finish(Fragment fresh, bool ok, int, long at, int, bool active,
-                                         const Hook& after_barrier = Hook{}) {
+                                         const Hook& after_barrier) {
     if (active && ok && t.residual) fresh = add_residual(fresh, old);
     const float squares = ok ? thread_squares(fresh) : __int_as_float(0x7fc00000);
     const float total = cluster_row_sum_async(squares, *shared, phase, after_barrier);

@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(kArNormMaxThreads) two_shot_ar_norm_kernel(con
     epi.load_inputs(row, at, active);
     Fragment sum{};  // the reduced row's fragment (zeros in threads without one)
     if (active && ok) ok = two_shot_collect(mem, p.team, p.gather, collect, row, frag, owner_frags, &sum);
-    epi.finish(sum, ok, row, at, frag, active);
+    epi.finish(sum, ok, row, at, frag, active, rownorm::NoHook{});  // its ticket is taken above
     if (row + row_step < p.rows) rownorm::cluster_arrive_next_row();
   }
   if (threadIdx.x == 0 && entered) advance_if_last(mem, p.team, p.recv, epoch, ticket, gridDim.x * gridDim.y);

@@ -99,9 +99,9 @@ struct Row {
 
   // y: the reduced row's fragment (zeros in threads without one). after_barrier:
   // row_collective.cuh's hook, run after the first row sum's CTA barrier.
-  template <class Hook = rownorm::NoHook>
+  template <class Hook>
   __device__ __forceinline__ void finish(const Fragment& y, bool ok, int row, long at, int frag, bool active,
-                                         const Hook& after_barrier = Hook{}) {
+                                         const Hook& after_barrier) {
     const Fragment fresh = p.new_block ? y : rownorm::add_residual(y, old);
     if (active) static_cast<Fragment*>(p.partial_out)[at] = ok ? fresh : lamport::poisoned();
     const int nb = p.nb;

@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(kArNormMaxThreads) attn_res_kernel(const AttnR
   dev::pdl_wait();
   epi.load_inputs(row, at, active);
   const Fragment sum = active ? y[at] : Fragment{};
-  epi.finish(sum, true, row, at, frag, active);
+  epi.finish(sum, true, row, at, frag, active, rownorm::NoHook{});
 }
 
 template <int kRanks, OprojEpilogue kEpilogue>

@@ -158,7 +158,7 @@ __device__ __forceinline__ void consume_two_shot(const OprojParams& p) {
       epi.load_inputs(row, at, active);
       Fragment sum{};
       if (active && ok) ok = two_shot_collect(mem, p.team, p.gather, call, row, frag, owner_frags, &sum);
-      epi.finish(sum, ok, row, at, frag, active);
+      epi.finish(sum, ok, row, at, frag, active, rownorm::NoHook{});  // its ticket is taken above
       if (row + row_step < rows) rownorm::cluster_arrive_next_row();
     }
     if (threadIdx.x == 0 && entered) advance_if_last(mem, p.team, p.recv, epoch, ticket, gridDim.x * gridDim.y);
