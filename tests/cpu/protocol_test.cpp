@@ -257,5 +257,82 @@ TEST(Protocol, EpochAdvancesOncePerCallWhateverTheCtaCount) {
   EXPECT_EQ(team.control(0).mailbox[box].epoch, 7u);
 }
 
+// What the threads of the row entries saw: epochs other than their call's (the
+// counter starts at 0 and advances once per call) and, per call, the parity the
+// first thread saw (+1; 0: none yet) and how many threads saw another.
+struct RowEntries {
+  explicit RowEntries(int rounds) : parity(static_cast<std::size_t>(rounds)) {}
+  std::vector<std::atomic<uint32_t>> parity;  // [call]
+  std::atomic<long> other_epoch{0}, other_parity{0};
+};
+
+// `rounds` calls of one rank through ArNorm's per-thread entry (row_collective.cuh),
+// `ctas` CTAs of `threads` threads: every thread begin()s (report false); thread 0
+// takes its CTA's ticket after the CTA's barrier (the row sum's first
+// __syncthreads), or before it (ticket_after_barrier false: the order that entry
+// must not have), and advances the epoch at the end if its CTA was last. Random
+// sleeps and yields before the entry (a late warp), before the barrier (pushes and
+// polls) and after it (the epilogue). run_cta_rounds's "CTAs" are these threads:
+// `threads` consecutive ones form a CTA.
+void run_row_entries(HostTeam& team, int parities, int ctas, int threads, int rounds, bool ticket_after_barrier,
+                     Counts& n, RowEntries& seen) {
+  const int box = team.add_mailbox(parities, 1, 1, 1);
+  std::vector<std::unique_ptr<std::barrier<>>> cta_barrier;
+  for (int c = 0; c < ctas; ++c) cta_barrier.push_back(std::make_unique<std::barrier<>>(threads));
+  run_cta_rounds(team, ctas * threads, rounds, 29, n, [&](int rank, int i, int u, CheckedMemory& mem, std::mt19937& rng) {
+    const int cta = i / threads;
+    const bool thread0 = i % threads == 0;
+    const lamport::TeamRef t = team.team_ref(rank);
+    const lamport::MailboxRef b = team.box_ref(box);
+    const auto jitter = [&] {
+      const unsigned r = rng() % 8;
+      if (r == 0)
+        std::this_thread::sleep_for(std::chrono::microseconds(rng() % 200));
+      else if (r < 4)
+        std::this_thread::yield();
+    };
+    jitter();
+    uint32_t epoch = 0;
+    const uint32_t parity = lamport::begin(mem, t, b, Op::kArNorm, &epoch, /*report=*/false);
+    if (epoch != static_cast<uint32_t>(u)) seen.other_epoch.fetch_add(1);
+    uint32_t first = 0;
+    if (!seen.parity[static_cast<std::size_t>(u)].compare_exchange_strong(first, parity + 1) && first != parity + 1)
+      seen.other_parity.fetch_add(1);
+    uint32_t ticket = 0;
+    if (thread0 && !ticket_after_barrier) ticket = lamport::take_ticket(mem, t, b);
+    jitter();
+    cta_barrier[static_cast<std::size_t>(cta)]->arrive_and_wait();
+    if (thread0 && ticket_after_barrier) ticket = lamport::take_ticket(mem, t, b);
+    jitter();
+    if (thread0) lamport::advance_if_last(mem, t, b, epoch, ticket, static_cast<unsigned>(ctas));
+  });
+}
+
+void expect_row_entries_agree(int parities, int ctas, int threads, int rounds) {
+  rounds = protocol_rounds(rounds);
+  HostTeam team(1, std::chrono::seconds(1));
+  Counts n;
+  RowEntries seen(rounds);
+  run_row_entries(team, parities, ctas, threads, rounds, true, n, seen);
+  EXPECT_EQ(seen.other_epoch, 0) << "a thread read an epoch not its call's (the advanced one)";
+  EXPECT_EQ(seen.other_parity, 0) << "threads of one call saw different parities";
+  for (int u = 0; u < rounds; ++u)
+    ASSERT_EQ(seen.parity[static_cast<std::size_t>(u)], static_cast<uint32_t>(u % parities) + 1) << "call " << u;
+  expect_clean(team, n, rounds, 0);
+}
+
+TEST(Protocol, RowEntryEveryThreadOfTwoCtasSeesItsCallsParity) { expect_row_entries_agree(2, 2, 4, 3000); }
+TEST(Protocol, RowEntryEveryThreadOfThreeCtasSeesItsCallsParityOfThree) { expect_row_entries_agree(3, 3, 3, 3000); }
+
+TEST(Protocol, RowEntryTicketBeforeTheCtaBarrierIsCaught) {
+  // The checks have teeth: a ticket taken before its CTA's barrier lets the last
+  // CTA advance the epoch while a late thread of another CTA has not read it yet.
+  HostTeam team(1, std::chrono::seconds(1));
+  Counts n;
+  RowEntries seen(1000);
+  run_row_entries(team, 2, 2, 4, 1000, false, n, seen);
+  EXPECT_GT(seen.other_epoch, 0);
+}
+
 }  // namespace
 }  // namespace tpdecode::test
