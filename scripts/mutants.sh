@@ -23,7 +23,7 @@ FILTER='Protocol.*:TwoShotProtocol.*'
 
 # name|file under src/comm|sed script|what the bug is
 MUTANTS=(
-  "one-parity|protocol.hpp|s/return epoch % static_cast<uint32_t>(box.parities);/return epoch % 1u;/|every call uses parity 0 (epoch % 1)"
+  "one-parity|protocol.hpp|s/return box.parities == 2 ? \*epoch \& 1u : \*epoch % static_cast<uint32_t>(box.parities);/return 0u;/|every call uses parity 0 (epoch % 1)"
   "first-word-only|protocol.hpp|s/return f.w\[0\] != kSentinel && f.w\[1\] != kSentinel && f.w\[2\] != kSentinel && f.w\[3\] != kSentinel;/return f.w[0] != kSentinel;/|published() checks the first word only (a torn fragment passes)"
   "no-abort-in-polls|memory.hpp|/if (load_word(abort_word) != 0) return PollCheck::kAborted;/d|polls never read the abort word (only their own deadline ends them)"
   "entry-ignores-abort|protocol.hpp|s/^  if (abort != 0) {/  if (false) {/|a call enters an aborted team"
