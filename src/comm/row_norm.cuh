@@ -122,10 +122,9 @@ __device__ __forceinline__ void cluster_row_sums(float (&s)[kN], int n, RowSums<
 // Steps 2-4: the row's total over the cluster, the same value in every thread.
 // Every thread of every CTA of the cluster must call it, after
 // cluster_arrive_started() (it completes that barrier phase and holds one more).
-template <class Hook = NoHook>
-__device__ __forceinline__ float cluster_row_sum(float s, RowSumShared& sh, const Hook& after_barrier = Hook{}) {
+__device__ __forceinline__ float cluster_row_sum(float s, RowSumShared& sh) {
   float sums[1] = {s};
-  cluster_row_sums(sums, 1, sh, true, after_barrier);
+  cluster_row_sums(sums, 1, sh, true);
   const float total = sums[0];
   return total;
 }
