@@ -23,11 +23,7 @@ enum class Load { kNonCoherent256, kEvictFirst };
 template <Load kLoad>
 __device__ __forceinline__ uint4 load_streaming(const uint4* p) {
   if constexpr (kLoad == Load::kEvictFirst) return __ldcs(p);
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
+  return dev::load_once16(p);
 }
 
 // Folds every 32-bit word. With PDL it lets the next kernel launch at entry and

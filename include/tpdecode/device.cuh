@@ -149,6 +149,18 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
+// ---- Streaming loads ----------------------------------------------------------
+// 16 bytes read once (weights): through the non-coherent path, allocating nothing in
+// L1 and asking L2 for the whole 256-byte sector group (the next lanes' and steps'
+// bytes). The memory must not be written while the kernel runs.
+__device__ __forceinline__ uint4 load_once16(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
 // ---- Warp-level matrix multiply (mma.sync, ldmatrix) --------------------------
 __device__ __forceinline__ uint4 load_shared16(const void* p) {
   uint4 v;
@@ -181,6 +193,24 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1
       "{%0, %1, %2, %3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+// d += one 16-byte piece of W rows g and g + 8 times the same 8 columns of token g
+// (g = lane / 4): two m16n8k16 MMAs whose K order is a permutation of the columns,
+// the same for A and B, so the dot products are the plain ones. Lane (g, t = lane %
+// 4) holds columns c .. c + 7 at c = 32 i + 8 t of a 32-column group i; MMA h takes
+// its columns 4 h + {0, 1} as logical k 2t, 2t+1 and 4 h + {2, 3} as 2t+8, 2t+9, so
+// the 4 lanes of a row fill logical k 0-15 from 16 distinct columns. No ldmatrix and
+// no shuffles: each lane multiplies the bytes it loaded.
+__device__ __forceinline__ void mma_bf16_piece(float (&d)[4], const uint4& row_g, const uint4& row_g8,
+                                               const uint4& token_g) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    mma_bf16(d, word(row_g, 2 * h), word(row_g8, 2 * h), word(row_g, 2 * h + 1), word(row_g8, 2 * h + 1),
+             word(token_g, 2 * h), word(token_g, 2 * h + 1));
 }
 
 }  // namespace tpdecode::dev

@@ -2,6 +2,7 @@
 
 #include <atomic>
 
+#include "gemm/direct_gemm_launch.hpp"
 #include "gemm/stream_k_launch.hpp"
 #include "gemm/warp_splitk_launch.hpp"
 #include "tpdecode/error.hpp"
@@ -32,8 +33,10 @@ void prepare_path(const GemmDecision& d, const TensorView& weight, int m, int sm
       prepare_stream_k();
       stream_devices.fetch_or(device_bit());
     }
-    ctx.reduction_scratch(stream_tactic(weight.rows, weight.cols, m, sms, d.variant).ctas);
+    ctx.reduction_scratch(stream_reduction_need(stream_tactic(weight.rows, weight.cols, m, sms, d.variant)));
   }
+  if (d.path == GemmPath::kDirect)
+    ctx.reduction_scratch(direct_reduction_need(direct_tactic(weight.rows, weight.cols, m, sms, d.variant)));
 }
 
 bool path_prepared(const GemmDecision& d, const TensorView& weight, int m, int sms, CublasContext& ctx) {
@@ -41,7 +44,9 @@ bool path_prepared(const GemmDecision& d, const TensorView& weight, int m, int s
     case GemmPath::kWarpSplitK: return (warp_devices.load() & device_bit()) != 0;
     case GemmPath::kStreamK:
       return (stream_devices.load() & device_bit()) != 0 &&
-             ctx.reduction_capacity() >= stream_tactic(weight.rows, weight.cols, m, sms, d.variant).ctas;
+             ctx.reduction_ready(stream_reduction_need(stream_tactic(weight.rows, weight.cols, m, sms, d.variant)));
+    case GemmPath::kDirect:
+      return ctx.reduction_ready(direct_reduction_need(direct_tactic(weight.rows, weight.cols, m, sms, d.variant)));
     case GemmPath::kCublas:
     case GemmPath::kCublasLt: return true;
   }
@@ -66,7 +71,7 @@ void launch_path(const GemmDecision& d, const TensorView& weight, const TensorVi
     }
     case GemmPath::kStreamK: {
       const StreamTactic t = stream_tactic(weight.rows, weight.cols, m, sms, d.variant);
-      const CublasContext::ReductionScratch scratch = ctx.reduction_scratch(t.ctas);
+      const CublasContext::ReductionScratch scratch = ctx.reduction_scratch(stream_reduction_need(t));
       const StreamKParams p{.w = weight.data,
                             .x = x.data,
                             .out = out.data,
@@ -83,6 +88,23 @@ void launch_path(const GemmDecision& d, const TensorView& weight, const TensorVi
                             .steps_per_tile = t.steps_per_tile,
                             .total_steps = t.total_steps};
       launch_stream_k(p, t, pdl, stream);
+      return;
+    }
+    case GemmPath::kDirect: {
+      const DirectTactic t = direct_tactic(weight.rows, weight.cols, m, sms, d.variant);
+      const CublasContext::ReductionScratch scratch = ctx.reduction_scratch(direct_reduction_need(t));
+      const DirectParams p{.w = weight.data,
+                           .x = x.data,
+                           .out = out.data,
+                           .partials = scratch.partials,
+                           .counters = scratch.counters,
+                           .m = m,
+                           .workers = t.workers,
+                           .k = weight.cols,
+                           .out_stride = out.row_stride,
+                           .steps_per_tile = t.steps_per_tile,
+                           .total_steps = t.total_steps};
+      launch_direct(p, t, pdl, stream);
       return;
     }
     case GemmPath::kCublasLt: ctx.gemm_lt(x, weight, out, d.lt_algo, stream); return;

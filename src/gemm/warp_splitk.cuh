@@ -16,13 +16,8 @@
 // along x. Other kernels run a CTA of the engine through run_cta() with their own
 // epilogue (the o-projection pushes its rounded outputs into peers' mailboxes).
 //
-// K permutation. The MMA's dot product does not care in which order K is
-// visited, as long as A and B use the same order. Within a chunk, thread
-// (g = lane / 4, t = lane % 4) takes the 16 bytes at columns 32 i + 8 t
-// (i = 0..3) of W rows g and g + 8 and of token g: the A and B fragments of two
-// MMAs (h = 0, 1), logical columns {2t, 2t+1, 2t+8, 2t+9} being physical
-// 32 i + 8 t + 4 h + {0, 1, 2, 3}. No ldmatrix, no shuffles: each thread reads
-// back from the ring the W bytes it copied itself.
+// K permutation: each lane multiplies the 16-byte pieces it copied itself (columns
+// 32 i + 8 t of W rows g and g + 8 and of token g; dev::mma_bf16_piece).
 #pragma once
 
 #include <cooperative_groups.h>
@@ -40,10 +35,6 @@ namespace cg = cooperative_groups;
 inline constexpr int kThreads = kWarpWarps * 32;
 inline constexpr int kWPieces = 8;  // 16-byte W copies per thread per stage: 2 rows x 4
 inline constexpr int kMaxSplit = 8;  // cluster ranks (the portable cluster size)
-
-__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
 
 // Where a CTA of the engine sits: its 64-row block of W, its rank among the
 // `split` CTAs of that block (each a K range) and the cluster rank of the first of
@@ -157,13 +148,8 @@ __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
-      for (int j = 0; j < kTiles; ++j) {
-        const uint4 xs = dev::load_shared16(sx + (i * kTokens + 8 * j + g) * 4 + t);  // token 8 j + g
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          dev::mma_bf16(acc[j], word(ws[0][i], 2 * h), word(ws[1][i], 2 * h), word(ws[0][i], 2 * h + 1),
-                   word(ws[1][i], 2 * h + 1), word(xs, 2 * h), word(xs, 2 * h + 1));
-      }
+      for (int j = 0; j < kTiles; ++j)  // token 8 j + g
+        dev::mma_bf16_piece(acc[j], ws[0][i], ws[1][i], dev::load_shared16(sx + (i * kTokens + 8 * j + g) * 4 + t));
   }
   dev::copy_wait<0>();
 
