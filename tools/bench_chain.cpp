@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -32,6 +34,7 @@ struct Options {
   std::vector<int> ms = {1, 8, 16, 28};
   int layers = 5;
   int replays = 20;
+  std::vector<int> direct;  // direct-engine variants timed with every link forced to them
   std::string json;
 };
 
@@ -41,6 +44,7 @@ struct Row {
   std::string chain;  // "layers" or "layers+lm_head"
   double bytes = 0;
   double stock_us = 0, ours_us = 0, read_us = 0, read_pdl_us = 0;
+  std::vector<double> direct_us;  // per Options::direct (infinite: M above what the engine serves)
   std::string paths;  // e.g. "stream 20, warp 5"
 };
 
@@ -113,6 +117,24 @@ void bench_tp(int tp, const Options& o, cudaStream_t stream, std::vector<Row>& r
                       },
                       1, o.replays)
                       .median_us;
+      for (int v : o.direct) {
+        if (!direct_variant_fits(m, v)) {
+          r.direct_us.push_back(std::numeric_limits<double>::infinity());
+          continue;
+        }
+        std::vector<std::unique_ptr<DecodeGemm>> forced;
+        for (std::size_t i = 0; i < count; ++i) {
+          forced.push_back(std::make_unique<DecodeGemm>(links[i].gemm->weight(), cublas));
+          forced.back()->force(m, direct_decision(v));
+        }
+        r.direct_us.push_back(bench::time_graph(
+                                  stream,
+                                  [&](cudaStream_t st, int) {
+                                    for (std::size_t i = 0; i < count; ++i) forced[i]->run(x_of(i), out_of(i), st);
+                                  },
+                                  1, o.replays)
+                                  .median_us);
+      }
       r.read_us = bench::time_read_chain(buffers, false, o.replays, stream);
       r.read_pdl_us = bench::time_read_chain(buffers, true, o.replays, stream);
       r.paths = path_counts(links, m);
@@ -121,16 +143,22 @@ void bench_tp(int tp, const Options& o, cudaStream_t stream, std::vector<Row>& r
   }
 }
 
-void print_table(const std::vector<Row>& rows, const bench::ReadCeiling& ceiling) {
+void print_table(const std::vector<Row>& rows, const bench::ReadCeiling& ceiling, const Options& o) {
+  for (int v : o.direct) fmt::print("\ndirect v{}: every link forced to the direct engine's variant {}\n", v, v);
   fmt::print("\n{:>3} {:>3} {:<15} {:>7} {:>9} {:>9} {:>6} {:>6} {:>6} {:>9} {:>6} {:>9} {:>6}  {}\n", "TP", "M",
              "chain", "MB", "stock us", "ours us", "x", "%stock", "%ours", "read us", "%read", "readPDL", "%rPDL",
              "paths (ours)");
   auto pct = [&](const Row& r, double us) { return 100.0 * r.bytes / (ceiling.tb_per_s * 1e6) / us; };
-  for (const Row& r : rows)
+  for (const Row& r : rows) {
     fmt::print("{:>3} {:>3} {:<15} {:>7.0f} {:>9.1f} {:>9.1f} {:>6.2f} {:>5.0f}% {:>5.0f}% {:>9.1f} {:>5.0f}% {:>9.1f} "
                "{:>5.0f}%  {}\n",
                r.tp, r.m, r.chain, r.bytes / 1e6, r.stock_us, r.ours_us, r.stock_us / r.ours_us, pct(r, r.stock_us),
                pct(r, r.ours_us), r.read_us, pct(r, r.read_us), r.read_pdl_us, pct(r, r.read_pdl_us), r.paths);
+    for (std::size_t i = 0; i < r.direct_us.size(); ++i)
+      if (std::isfinite(r.direct_us[i]))
+        fmt::print("{:>27} {:>17} {:>9.1f} {:>13} {:>5.0f}%\n", "", fmt::format("direct v{}", o.direct[i]),
+                   r.direct_us[i], "", pct(r, r.direct_us[i]));
+  }
   fmt::print(
       "\nOne CUDA graph per chain: the per-rank GEMMs of the drafter's layers (distinct weights per layer) and, in "
       "'+lm_head', the vocabulary shard. stock = cublasGemmEx (default algorithm); ours = DecodeGemm (tuned, PDL); "
@@ -171,6 +199,8 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const ben
                          {"stock_fraction_of_ceiling", floor_us / r.stock_us},
                          {"ours_fraction_of_ceiling", floor_us / r.ours_us},
                          {"paths", r.paths}});
+    for (std::size_t i = 0; i < r.direct_us.size(); ++i)
+      if (std::isfinite(r.direct_us[i])) j["rows"].back()[fmt::format("direct_v{}_us", o.direct[i])] = r.direct_us[i];
   }
   std::ofstream(path) << j.dump(2) << "\n";
 }
@@ -179,6 +209,9 @@ void run(const Options& o) {
   const Gpu gpu = require_gpu("bench chain");
   for (int m : o.ms) check(m >= 1, "bench chain: --m {}", m);
   check(o.layers >= 1, "bench chain: --layers {}", o.layers);
+  for (int v : o.direct)
+    check(v >= 0 && v < static_cast<int>(kDirectVariants.size()), "bench chain: --direct {} (0..{})", v,
+          kDirectVariants.size() - 1);
   cudaStream_t stream;
   TPD_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   fmt::print(stderr, "bench chain: {} ({} SMs); measuring the read ceiling\n", gpu.name, gpu.sms);
@@ -189,7 +222,7 @@ void run(const Options& o) {
     bench_tp(tp, o, stream, rows);
   }
   TPD_CUDA(cudaStreamDestroy(stream));
-  print_table(rows, ceiling);
+  print_table(rows, ceiling, o);
   if (!o.json.empty()) write_json(o.json, rows, ceiling, gpu, o);
 }
 
@@ -203,6 +236,8 @@ void register_bench_chain(CLI::App& app) {
   cmd->add_option("--m", o->ms, "rows per call (repeatable; default 1 8 16 28)");
   cmd->add_option("--layers", o->layers, "draft layers in the chain")->capture_default_str();
   cmd->add_option("--replays", o->replays, "timed graph replays per measurement")->capture_default_str();
+  cmd->add_option("--direct", o->direct, "also time the chain with every link forced to this direct-engine variant "
+                                          "(repeatable; M <= 8)");
   cmd->add_option("--json", o->json, "also write the rows as JSON to this file");
   cmd->callback([o] { run(*o); });
 }

@@ -178,14 +178,16 @@ StreamTactic stream_tactic(int64_t n, int64_t k, int m, int sms, int variant);
 // dependent launch and requests its own weights while this one drains. Nothing
 // fitted picks among the variants: the tuner times them.
 struct DirectVariant {
-  int group;        // steps whose weights one warp requests before it multiplies (registers)
-  int ctas_per_sm;  // CTAs of kDirectWarps warps per SM
+  int ctas_per_sm;        // CTAs of kDirectWarps warps per SM
+  int l2_prefetch_steps;  // steps past the first request each warp asks into L2 before griddepcontrol.wait
 };
-inline constexpr std::array<DirectVariant, 3> kDirectVariants = {{
-    {2, 1},  // v0: 8 KB in flight per warp, half the SM's registers: room beside it
-    {2, 2},  // v1: twice the warps (a lone call)
-    {4, 1},  // v2: 16 KB in flight per warp
+inline constexpr std::array<DirectVariant, 4> kDirectVariants = {{
+    {1, 0},  // v0: half the SM's registers: room for the next kernel beside it
+    {2, 0},  // v1: twice the warps (a lone call)
+    {1, 3},  // v2: v0, and 12 KB per warp to L2 while the previous kernel finishes
+    {1, 6},  // v3: v0, and 24 KB per warp (about half of L2 over 132 SMs)
 }};
+inline constexpr int kDirectGroup = 2;       // steps whose weights a warp requests before it multiplies
 inline constexpr int kDirectMaxRows = 8;     // one 8-token MMA tile
 inline constexpr int kDirectWarps = 8;       // warps (workers) per CTA
 inline constexpr int kDirectRows = 16;       // W rows per tile (the MMA's 16-wide side)
@@ -199,12 +201,12 @@ bool direct_variant_fits(int m, int variant);
 
 struct DirectTactic {
   int variant = 0;
-  int group = 0;
+  int l2_prefetch_steps = 0;
   int workers = 0;             // warps with a range: min(SMs * CTAs per SM * warps, steps / kDirectMinSteps)
   int ctas = 0;                // ceil(workers / kDirectWarps)
   int64_t steps_per_tile = 0;  // K / 128
   int64_t total_steps = 0;     // N / 16 * K / 128
-  std::string describe() const;  // e.g. "v0: 1056 warps, 2 steps per request"
+  std::string describe() const;  // e.g. "v2: 1056 warps, 3 steps to L2 early"
 };
 // The launch shape; InvalidArgument where the shape or M is not served.
 DirectTactic direct_tactic(int64_t n, int64_t k, int m, int sms, int variant);

@@ -3,7 +3,7 @@
 // Work. W is cut into tiles of 16 rows and each tile's K into steps of 128 columns;
 // the (tile, step) sequence, tile-major, is split into equal contiguous ranges, one
 // per warp (stream_k_plan.hpp's split with warps as its workers). A warp walks its
-// range `group` steps at a time: it requests those steps' weight bytes straight into
+// range kDirectGroup steps at a time: it requests those steps' weight bytes straight into
 // registers (per lane 4 x 16 bytes of W rows g and g + 8 per step), then the
 // activations of token g (through L1: every warp of the SM reads them), then
 // multiplies (dev::mma_bf16_piece: W rows on the MMA's 16-wide side, tokens on the
@@ -73,10 +73,24 @@ __device__ __forceinline__ void finish_tile(const DirectParams& p, int64_t tile,
   }
 }
 
-// Why the register bound: at 2 steps per request a warp needs ~100 registers, and
-// two CTAs per SM (variant 1, or one beside the next kernel's) need <= 128.
-template <int kGroup>
-__global__ void __launch_bounds__(kThreads, kGroup <= 2 ? 2 : 1) direct_kernel(const DirectParams p) {
+// Asks L2 for the weight bytes of steps [from, to) of a warp's range (one bulk
+// prefetch per row and tile segment, lanes 0-15 one row each).
+__device__ __forceinline__ void prefetch_l2(const DirectParams& p, int64_t from, int64_t to, int lane) {
+  const auto* w = static_cast<const uint8_t*>(p.w);
+  for (int64_t pos = from; pos < to;) {
+    const int64_t tile = pos / p.steps_per_tile;
+    const int64_t tile_end = (tile + 1) * p.steps_per_tile;
+    const int64_t segment_end = to < tile_end ? to : tile_end;
+    if (lane < kDirectRows)
+      dev::bulk_prefetch_l2(w + ((tile * kDirectRows + lane) * p.k + (pos - tile * p.steps_per_tile) * kDirectStepCols) * 2,
+                            static_cast<uint32_t>((segment_end - pos) * kDirectStepCols * 2));
+    pos = segment_end;
+  }
+}
+
+// Why the register bound: two CTAs per SM (variant 1, or one beside the next
+// kernel's) need <= 128 registers per thread.
+__global__ void __launch_bounds__(kThreads, 2) direct_kernel(const DirectParams p) {
   // Why at entry: the next kernel in the stream may launch once every CTA of this
   // one runs; without shared memory its CTAs fit beside ours and request their
   // weights while our tail drains. It reads our output only after its own
@@ -91,9 +105,10 @@ __global__ void __launch_bounds__(kThreads, kGroup <= 2 ? 2 : 1) direct_kernel(c
   const auto* w = static_cast<const uint4*>(p.w);
   const auto* x = static_cast<const uint4*>(p.x) + g * pitch + t;  // token g, read only when g < m
   const bool has_token = g < p.m;
+  const int64_t begin = stream_k::range_begin(p.total_steps, p.workers, worker);
   const int64_t end = stream_k::range_begin(p.total_steps, p.workers, worker + 1);
   bool waited = false;
-  for (int64_t pos = stream_k::range_begin(p.total_steps, p.workers, worker); pos < end;) {
+  for (int64_t pos = begin; pos < end;) {
     const int64_t tile = pos / p.steps_per_tile;
     const int64_t first = pos - tile * p.steps_per_tile;  // the first step, within the tile
     const int64_t tile_end = (tile + 1) * p.steps_per_tile;
@@ -103,10 +118,10 @@ __global__ void __launch_bounds__(kThreads, kGroup <= 2 ? 2 : 1) direct_kernel(c
     const uint4* w_g8 = w_g + 8 * pitch;
     const uint4* x_g = x + first * 16;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int s = 0; s < steps; s += kGroup) {
-      uint4 a[kGroup][2][4];  // [step][row g, g + 8][column group i]
+    for (int s = 0; s < steps; s += kDirectGroup) {
+      uint4 a[kDirectGroup][2][4];  // [step][row g, g + 8][column group i]
 #pragma unroll
-      for (int d = 0; d < kGroup; ++d)
+      for (int d = 0; d < kDirectGroup; ++d)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const bool in = s + d < steps;
@@ -114,19 +129,23 @@ __global__ void __launch_bounds__(kThreads, kGroup <= 2 ? 2 : 1) direct_kernel(c
           a[d][1][i] = in ? dev::load_once16(w_g8 + (s + d) * 16 + 4 * i) : uint4{};
         }
       // Why here: the weights do not depend on the previous kernel, so the first
-      // request goes out before the grid-dependency wait; x, out and the workspace
-      // are touched only after it.
+      // request (and, in some variants, the next steps into L2) goes out before the
+      // grid-dependency wait; x, out and the workspace are touched only after it.
       if (!waited) {
+        if (p.l2_prefetch_steps > 0) {
+          const int64_t from = begin + kDirectGroup < end ? begin + kDirectGroup : end;
+          prefetch_l2(p, from, from + p.l2_prefetch_steps < end ? from + p.l2_prefetch_steps : end, lane);
+        }
         dev::pdl_wait();
         waited = true;
       }
-      uint4 b[kGroup][4];
+      uint4 b[kDirectGroup][4];
 #pragma unroll
-      for (int d = 0; d < kGroup; ++d)
+      for (int d = 0; d < kDirectGroup; ++d)
 #pragma unroll
         for (int i = 0; i < 4; ++i) b[d][i] = has_token && s + d < steps ? __ldg(x_g + (s + d) * 16 + 4 * i) : uint4{};
 #pragma unroll
-      for (int d = 0; d < kGroup; ++d) {
+      for (int d = 0; d < kDirectGroup; ++d) {
         if (s + d >= steps) break;
 #pragma unroll
         for (int i = 0; i < 4; ++i) dev::mma_bf16_piece(acc, a[d][0][i], a[d][1][i], b[d][i]);
@@ -144,11 +163,7 @@ void launch_direct(const DirectParams& p, const DirectTactic& t, bool pdl, cudaS
   s.grid = dim3(static_cast<unsigned>(t.ctas));
   s.block = dim3(direct::kThreads);
   s.pdl = pdl;
-  switch (t.group) {
-    case 2: launch_kernel(direct::direct_kernel<2>, s, stream, p); return;
-    case 4: launch_kernel(direct::direct_kernel<4>, s, stream, p); return;
-    default: throw InvalidArgument("direct engine: no kernel for that many steps per request");
-  }
+  launch_kernel(direct::direct_kernel, s, stream, p);
 }
 
 }  // namespace tpdecode

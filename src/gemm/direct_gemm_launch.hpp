@@ -18,6 +18,7 @@ struct DirectParams {
   unsigned* counters;  // [workers]: zero between calls
   int m;
   int workers;
+  int l2_prefetch_steps;  // per warp, past its first request
   int64_t k;
   int64_t out_stride;  // elements
   int64_t steps_per_tile;

@@ -100,6 +100,7 @@ void launch_path(const GemmDecision& d, const TensorView& weight, const TensorVi
                            .counters = scratch.counters,
                            .m = m,
                            .workers = t.workers,
+                           .l2_prefetch_steps = t.l2_prefetch_steps,
                            .k = weight.cols,
                            .out_stride = out.row_stride,
                            .steps_per_tile = t.steps_per_tile,

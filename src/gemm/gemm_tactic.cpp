@@ -252,7 +252,7 @@ DirectTactic direct_tactic(int64_t n, int64_t k, int m, int sms, int variant) {
   const DirectVariant& v = kDirectVariants[static_cast<std::size_t>(variant)];
   DirectTactic t;
   t.variant = variant;
-  t.group = v.group;
+  t.l2_prefetch_steps = v.l2_prefetch_steps;
   t.steps_per_tile = k / kDirectStepCols;
   t.total_steps = n / kDirectRows * t.steps_per_tile;
   t.workers = static_cast<int>(std::min<int64_t>(int64_t{sms} * v.ctas_per_sm * kDirectWarps,
@@ -262,7 +262,8 @@ DirectTactic direct_tactic(int64_t n, int64_t k, int m, int sms, int variant) {
 }
 
 std::string DirectTactic::describe() const {
-  return fmt::format("v{}: {} warps, {} step{} per request", variant, workers, group, group > 1 ? "s" : "");
+  return fmt::format("v{}: {} warps{}", variant, workers,
+                     l2_prefetch_steps ? fmt::format(", {} steps to L2 early", l2_prefetch_steps) : "");
 }
 
 // ---- The reduction workspace ---------------------------------------------------------

@@ -190,7 +190,7 @@ TEST(DecodeGemm, PdlChainsBackToBack) {
   const std::vector<GemmDecision> links = {stream_decision(0), warp_decision(2),   stream_decision(2),
                                            direct_decision(0), direct_decision(2), stream_decision(3),
                                            warp_decision(1),   cublas_decision(),  direct_decision(1),
-                                           stream_decision(0), stream_decision(2), direct_decision(0)};
+                                           stream_decision(0), stream_decision(2), direct_decision(3)};
   const int m = 7;
   std::vector<DeviceBuffer> weights;
   std::vector<std::unique_ptr<DecodeGemm>> gemms;
@@ -207,24 +207,33 @@ TEST(DecodeGemm, PdlChainsBackToBack) {
   fill_uniform(input.get(), m * kDim, rng);
   cudaStream_t stream;
   TPD_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  auto chain = [&](bool pdl, cudaStream_t s) {
+  auto nonzero = [&](const DeviceBuffer& b) {
+    const std::vector<uint16_t> host = test::to_host<uint16_t>(b, bytes / 2);
+    return std::count_if(host.begin(), host.end(), [](uint16_t v) { return (v & 0x7fff) != 0; });
+  };
+  // check_links: wait after each link and check that it wrote a product (mostly
+  // nonzero values), so a link that writes nothing or zeros is named.
+  auto chain = [&](bool pdl, cudaStream_t s, bool check_links = false) {
     TPD_CUDA(cudaMemcpyAsync(ping.get(), input.get(), bytes, cudaMemcpyDeviceToDevice, s));
     for (std::size_t i = 0; i < gemms.size(); ++i) {
       gemms[i]->set_pdl(pdl);
       const DeviceBuffer& from = i % 2 ? pong : ping;
       const DeviceBuffer& to = i % 2 ? ping : pong;
       gemms[i]->run(TensorView::bf16(from.get(), m, kDim), TensorView::bf16(to.get(), m, kDim), s);
+      if (check_links) {
+        TPD_CUDA(cudaStreamSynchronize(s));
+        ASSERT_GT(nonzero(to), m * kDim / 2) << "link " << i << " (" << describe(links[i]) << ")";
+      }
     }
   };
   const DeviceBuffer& result = gemms.size() % 2 ? pong : ping;
-  chain(false, stream);
+  chain(false, stream, true);
   TPD_CUDA(cudaMemcpyAsync(without.get(), result.get(), bytes, cudaMemcpyDeviceToDevice, stream));
   chain(true, stream);
   TPD_CUDA(cudaMemcpyAsync(with_pdl.get(), result.get(), bytes, cudaMemcpyDeviceToDevice, stream));
   TPD_CUDA(cudaStreamSynchronize(stream));
   EXPECT_EQ(count_differences(with_pdl.get(), without.get(), m * kDim), 0u) << "eager chain";
-  const std::vector<uint16_t> host = test::to_host<uint16_t>(without, bytes / 2);
-  EXPECT_GT(std::count_if(host.begin(), host.end(), [](uint16_t v) { return (v & 0x7fff) != 0; }), m * kDim / 2);
+  EXPECT_GT(nonzero(without), m * kDim / 2);
 
   cudaGraph_t graph;
   TPD_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
