@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -34,7 +35,7 @@ struct Options {
   std::vector<int> ms = {1, 8, 16, 28};
   int layers = 5;
   int replays = 20;
-  std::vector<int> direct;  // direct-engine variants timed with every link forced to them
+  std::vector<std::string> force;  // chains also timed with every link forced (forced_decision)
   std::string json;
 };
 
@@ -44,7 +45,7 @@ struct Row {
   std::string chain;  // "layers" or "layers+lm_head"
   double bytes = 0;
   double stock_us = 0, ours_us = 0, read_us = 0, read_pdl_us = 0;
-  std::vector<double> direct_us;  // per Options::direct (infinite: M above what the engine serves)
+  std::vector<double> forced_us;  // per Options::force (infinite: a link the forced path cannot run)
   std::string paths;  // e.g. "stream 20, warp 5"
 };
 
@@ -54,6 +55,29 @@ struct Link {
   DeviceBuffer weight;  // [N, K] bf16
   std::unique_ptr<DecodeGemm> gemm;
 };
+
+// What --force NAME runs on a link: "warp" (the warp engine at the rule's split),
+// "directV" (the direct engine's variant V) or "cublas"; none where it cannot.
+std::optional<GemmDecision> forced_decision(const std::string& name, const GemmShape& s, int m) {
+  if (name == "cublas") return cublas_decision();
+  if (name == "warp") {
+    if (!warp_eligible(s.n, s.k) || m > kWarpMaxRows) return std::nullopt;
+    int device = 0, sms = 0;
+    TPD_CUDA(cudaGetDevice(&device));
+    TPD_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return warp_decision(choose_tactic(s.n, s.k, m, sms).split);
+  }
+  const int v = std::stoi(name.substr(6));
+  if (!direct_eligible(s.n, s.k) || !direct_variant_fits(m, v)) return std::nullopt;
+  return direct_decision(v);
+}
+
+bool valid_force(const std::string& name) {
+  if (name == "cublas" || name == "warp") return true;
+  if (name.size() != 7 || name.rfind("direct", 0) != 0) return false;
+  const int v = name[6] - '0';
+  return v >= 0 && v < static_cast<int>(kDirectVariants.size());
+}
 
 std::string path_counts(const std::vector<Link>& links, int m) {
   std::map<std::string, int> count;
@@ -117,17 +141,19 @@ void bench_tp(int tp, const Options& o, cudaStream_t stream, std::vector<Row>& r
                       },
                       1, o.replays)
                       .median_us;
-      for (int v : o.direct) {
-        if (!direct_variant_fits(m, v)) {
-          r.direct_us.push_back(std::numeric_limits<double>::infinity());
+      for (const std::string& name : o.force) {
+        std::vector<std::unique_ptr<DecodeGemm>> forced;
+        for (std::size_t i = 0; i < count && forced.size() == i; ++i) {
+          const std::optional<GemmDecision> d = forced_decision(name, links[i].shape, m);
+          if (!d) break;
+          forced.push_back(std::make_unique<DecodeGemm>(links[i].gemm->weight(), cublas));
+          forced.back()->force(m, *d);
+        }
+        if (forced.size() < count) {
+          r.forced_us.push_back(std::numeric_limits<double>::infinity());
           continue;
         }
-        std::vector<std::unique_ptr<DecodeGemm>> forced;
-        for (std::size_t i = 0; i < count; ++i) {
-          forced.push_back(std::make_unique<DecodeGemm>(links[i].gemm->weight(), cublas));
-          forced.back()->force(m, direct_decision(v));
-        }
-        r.direct_us.push_back(bench::time_graph(
+        r.forced_us.push_back(bench::time_graph(
                                   stream,
                                   [&](cudaStream_t st, int) {
                                     for (std::size_t i = 0; i < count; ++i) forced[i]->run(x_of(i), out_of(i), st);
@@ -144,7 +170,6 @@ void bench_tp(int tp, const Options& o, cudaStream_t stream, std::vector<Row>& r
 }
 
 void print_table(const std::vector<Row>& rows, const bench::ReadCeiling& ceiling, const Options& o) {
-  for (int v : o.direct) fmt::print("\ndirect v{}: every link forced to the direct engine's variant {}\n", v, v);
   fmt::print("\n{:>3} {:>3} {:<15} {:>7} {:>9} {:>9} {:>6} {:>6} {:>6} {:>9} {:>6} {:>9} {:>6}  {}\n", "TP", "M",
              "chain", "MB", "stock us", "ours us", "x", "%stock", "%ours", "read us", "%read", "readPDL", "%rPDL",
              "paths (ours)");
@@ -154,15 +179,16 @@ void print_table(const std::vector<Row>& rows, const bench::ReadCeiling& ceiling
                "{:>5.0f}%  {}\n",
                r.tp, r.m, r.chain, r.bytes / 1e6, r.stock_us, r.ours_us, r.stock_us / r.ours_us, pct(r, r.stock_us),
                pct(r, r.ours_us), r.read_us, pct(r, r.read_us), r.read_pdl_us, pct(r, r.read_pdl_us), r.paths);
-    for (std::size_t i = 0; i < r.direct_us.size(); ++i)
-      if (std::isfinite(r.direct_us[i]))
-        fmt::print("{:>27} {:>17} {:>9.1f} {:>13} {:>5.0f}%\n", "", fmt::format("direct v{}", o.direct[i]),
-                   r.direct_us[i], "", pct(r, r.direct_us[i]));
+    for (std::size_t i = 0; i < r.forced_us.size(); ++i)
+      if (std::isfinite(r.forced_us[i]))
+        fmt::print("{:>27} {:>17} {:>9.1f} {:>13} {:>5.0f}%\n", "", "forced " + o.force[i], r.forced_us[i], "",
+                   pct(r, r.forced_us[i]));
   }
   fmt::print(
       "\nOne CUDA graph per chain: the per-rank GEMMs of the drafter's layers (distinct weights per layer) and, in "
       "'+lm_head', the vocabulary shard. stock = cublasGemmEx (default algorithm); ours = DecodeGemm (tuned, PDL); "
-      "x = stock / ours; %% = weight bytes / read ceiling / time; read = a plain streaming read of the same buffers, "
+      "x = stock / ours; forced NAME = every link forced to that path (--force); %% = weight bytes / read ceiling / "
+      "time; read = a plain streaming read of the same buffers, "
       "ordinary launches and with PDL (what the hardware allows). Read ceiling {:.2f} TB/s.\n",
       ceiling.tb_per_s);
   // Issue 13's targets: the layers' chain at TP 8 (M <= 8) >= 85 %, at TP 4 and TP 2 >= 88 %.
@@ -199,8 +225,8 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const ben
                          {"stock_fraction_of_ceiling", floor_us / r.stock_us},
                          {"ours_fraction_of_ceiling", floor_us / r.ours_us},
                          {"paths", r.paths}});
-    for (std::size_t i = 0; i < r.direct_us.size(); ++i)
-      if (std::isfinite(r.direct_us[i])) j["rows"].back()[fmt::format("direct_v{}_us", o.direct[i])] = r.direct_us[i];
+    for (std::size_t i = 0; i < r.forced_us.size(); ++i)
+      if (std::isfinite(r.forced_us[i])) j["rows"].back()["forced_us"][o.force[i]] = r.forced_us[i];
   }
   std::ofstream(path) << j.dump(2) << "\n";
 }
@@ -209,8 +235,8 @@ void run(const Options& o) {
   const Gpu gpu = require_gpu("bench chain");
   for (int m : o.ms) check(m >= 1, "bench chain: --m {}", m);
   check(o.layers >= 1, "bench chain: --layers {}", o.layers);
-  for (int v : o.direct)
-    check(v >= 0 && v < static_cast<int>(kDirectVariants.size()), "bench chain: --direct {} (0..{})", v,
+  for (const std::string& name : o.force)
+    check(valid_force(name), "bench chain: --force {} (warp, cublas or direct0..direct{})", name,
           kDirectVariants.size() - 1);
   cudaStream_t stream;
   TPD_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -236,8 +262,9 @@ void register_bench_chain(CLI::App& app) {
   cmd->add_option("--m", o->ms, "rows per call (repeatable; default 1 8 16 28)");
   cmd->add_option("--layers", o->layers, "draft layers in the chain")->capture_default_str();
   cmd->add_option("--replays", o->replays, "timed graph replays per measurement")->capture_default_str();
-  cmd->add_option("--direct", o->direct, "also time the chain with every link forced to this direct-engine variant "
-                                          "(repeatable; M <= 8)");
+  cmd->add_option("--force", o->force,
+                  "also time the chain with every link forced to: warp (the rule's split), cublas or directV "
+                  "(the direct engine's variant V, M <= 8) (repeatable)");
   cmd->add_option("--json", o->json, "also write the rows as JSON to this file");
   cmd->callback([o] { run(*o); });
 }
