@@ -1,7 +1,7 @@
 // tpdecode bench chain: the per-rank GEMMs of the synthetic drafter's layers
 // (distinct weights per layer, so nothing stays in L2) and the lm_head, at TP 1, 2,
 // 4 and 8 shapes, back to back in one CUDA graph: stock (cuBLAS) against ours
-// (DecodeGemm, measured dispatch, PDL), bytes / time against the read ceiling
+// (DecodeGemm, measured dispatch for chain links, PDL), bytes / time against the read ceiling
 // measured in the same run, and what a plain streaming read of the same buffers
 // takes (ordinary launches and PDL: what the hardware allows for such a chain).
 #include <fmt/format.h>
@@ -96,6 +96,7 @@ void bench_tp(int tp, const Options& o, cudaStream_t stream, std::vector<Row>& r
     Link l{s, DeviceBuffer(static_cast<std::size_t>(s.bytes())), nullptr};
     fill_uniform_bf16(l.weight.get(), s.n * s.k, seed++, 0.05f, stream);
     l.gemm = std::make_unique<DecodeGemm>(TensorView::bf16(l.weight.get(), s.n, s.k), cublas);
+    l.gemm->set_chain(true);
     links.push_back(std::move(l));
   };
   for (int l = 0; l < o.layers; ++l)
@@ -186,7 +187,7 @@ void print_table(const std::vector<Row>& rows, const bench::ReadCeiling& ceiling
   }
   fmt::print(
       "\nOne CUDA graph per chain: the per-rank GEMMs of the drafter's layers (distinct weights per layer) and, in "
-      "'+lm_head', the vocabulary shard. stock = cublasGemmEx (default algorithm); ours = DecodeGemm (tuned, PDL); "
+      "'+lm_head', the vocabulary shard. stock = cublasGemmEx (default algorithm); ours = DecodeGemm (tuned as chain links, PDL); "
       "x = stock / ours; forced NAME = every link forced to that path (--force); %% = weight bytes / read ceiling / "
       "time; read = a plain streaming read of the same buffers, "
       "ordinary launches and with PDL (what the hardware allows). Read ceiling {:.2f} TB/s.\n",

@@ -1,5 +1,6 @@
 // tpdecode tune: pre-tunes DecodeGemm for a list of shapes (the drafter's per-rank
-// linears at the given TPs, any --shape) and every M bucket, and writes the
+// linears at the given TPs, any --shape) and every M bucket, as links of a PDL chain
+// (DecodeGemm::set_chain) unless --alone, and writes the
 // decisions to the tuning cache file that TPDECODE_TUNE_CACHE names at run time.
 #include <fmt/format.h>
 
@@ -26,6 +27,7 @@ struct Options {
   std::vector<int> ms = {1, 2, 4, 8, 12, 16, 24, 32};  // one per bucket
   std::string cache;
   bool fresh = false;
+  bool alone = false;  // decide for GEMMs alone rather than for links of a PDL chain
   std::string json;
 };
 
@@ -64,6 +66,7 @@ void run(const Options& o) {
     const DeviceBuffer w(static_cast<std::size_t>(s.bytes()));
     fill_uniform_bf16(w.get(), s.n * s.k, 42, 0.05f, stream);
     DecodeGemm gemm(TensorView::bf16(w.get(), s.n, s.k), cublas, tuner);
+    gemm.set_chain(!o.alone);
     if (!gemm.engine_eligible()) {
       fmt::print(stderr, "  no engine takes {}x{}: cuBLAS runs it, nothing to tune\n", s.n, s.k);
       continue;
@@ -98,6 +101,7 @@ void run(const Options& o) {
                    {"k", r.shape.k},
                    {"m_min", gemm_bucket_min(r.key.bucket)},
                    {"m_max", gemm_bucket_max(r.key.bucket)},
+                   {"chain", r.key.chain},
                    {"source", gemm_source_name(r.decision.source)},
                    {"path", gemm_path_name(r.decision.path)},
                    {"tactic", r.tactic},
@@ -117,6 +121,8 @@ void register_tune(CLI::App& app) {
   cmd->add_option("--m", o->ms, "rows (repeatable; default one per bucket: 1 2 4 8 12 16 24 32)");
   cmd->add_option("--cache", o->cache, "the cache file (default: $TPDECODE_TUNE_CACHE)");
   cmd->add_flag("--fresh", o->fresh, "re-time shapes the file already holds");
+  cmd->add_flag("--alone", o->alone,
+                "decide for GEMMs run alone (default: as links of a PDL chain, the way the drafter's step runs them)");
   cmd->add_option("--json", o->json, "also write the decisions as JSON to this file");
   cmd->callback([o] { run(*o); });
 }

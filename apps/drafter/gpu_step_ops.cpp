@@ -67,6 +67,7 @@ void GpuStepOps::gemm(WeightId weight, const Slice& x, const Slice& out) {
     if (specialised()) {
       DecodeGemm& g = *r->gemms.at(weight.key());
       g.set_pdl(pdl);
+      g.set_chain(pdl);  // a link of the step's chain of PDL kernels
       g.run(r->view(x, m_), r->view(out, m_), r->stream);
     } else {
       r->cublas->gemm(r->view(x, m_), r->weight(weight), r->view(out, m_), r->stream);

@@ -78,6 +78,13 @@ class DecodeGemm {
   // waiting for the previous one.
   void set_pdl(bool on) { pdl_ = on; }
   bool pdl() const { return pdl_; }
+  // This GEMM is a link of a chain of PDL kernels (a decode step's graph): its
+  // buckets are decided with stock candidates charged kChainBoundaryUs (what a stock
+  // link costs its neighbours' overlap; gemm_tuner.hpp), under a key of their own.
+  // Default off: a GEMM alone takes the fastest path alone. Changing it drops the
+  // decisions made so far (the next eager call decides again).
+  void set_chain(bool on);
+  bool chain() const { return chain_; }
   // A team's agreement (see gemm_tuner.hpp), called once per bucket at prepare.
   // With it set, an unprepared bucket under capture runs the static rule (the same
   // on every rank) rather than this rank's cache.
@@ -99,6 +106,7 @@ class DecodeGemm {
   GemmAgreement agree_;
   GemmEngines engines_;
   bool pdl_ = true;
+  bool chain_ = false;
   int device_ = 0;
   int sms_ = 0;
   std::string device_name_;

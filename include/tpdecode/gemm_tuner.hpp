@@ -38,9 +38,21 @@ struct GemmKey {
   int64_t k = 0;
   int bucket = 0;       // gemm_m_bucket(m)
   DType dtype = DType::kBF16;
+  bool chain = false;   // decided for a link of a PDL chain (charge_chain_boundaries)
   bool operator==(const GemmKey&) const = default;
-  std::string describe() const;  // e.g. "NVIDIA H200 (132 SMs) 2112x7168 M 5-8 bf16"
+  std::string describe() const;  // e.g. "NVIDIA H200 (132 SMs) 2112x7168 M 5-8 bf16 chain"
 };
+
+// What a stock (cuBLAS, cuBLASLt) link costs a chain of PDL kernels beyond its own
+// time: it neither lets the next kernel launch early nor starts before the previous
+// one has drained, so both boundaries lose their overlap. Measured on an H200
+// (`tpdecode bench chain --force warp`, docs/performance.md): the TP 8 chain with its
+// 11 stock links replaced by the warp engine took 22.8 us less at M 1 and 17.1 us
+// less at M 8, although those links were 0.2-1.0 us slower alone: ~2.3 us a link.
+inline constexpr double kChainBoundaryUs = 2.0;
+// The times a chain link's decision compares: `us` (per candidate) with
+// kChainBoundaryUs added to the stock candidates'.
+std::vector<double> charge_chain_boundaries(const std::vector<GemmDecision>& candidates, std::vector<double> us);
 
 // The tpdecode engines' revision and the cuBLASLt version: decisions made under
 // another version are not used.

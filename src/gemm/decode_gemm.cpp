@@ -53,7 +53,13 @@ DecodeGemm::DecodeGemm(const TensorView& weight, std::shared_ptr<CublasContext> 
 
 GemmKey DecodeGemm::key(int m) const {
   static const std::string version = gemm_library_version();
-  return {device_name_, sms_, version, n(), k(), gemm_m_bucket(m), DType::kBF16};
+  return {device_name_, sms_, version, n(), k(), gemm_m_bucket(m), DType::kBF16, chain_};
+}
+
+void DecodeGemm::set_chain(bool on) {
+  if (on == chain_) return;
+  chain_ = on;
+  decisions_ = {};
 }
 
 std::vector<GemmDecision> DecodeGemm::candidates(int m) {
@@ -74,8 +80,9 @@ void DecodeGemm::prepare(int m, cudaStream_t stream) {
   const int rows = gemm_bucket_max(gemm_m_bucket(m));  // what the bucket is timed and prepared at
   const GemmDecision rule = rule_decision(n(), k(), rows, sms_, engines_);
   const GemmMeasure measure = [&](const std::vector<GemmDecision>& c) {
-    return measure_paths(c, weight_, rows, sms_, *cublas_, pdl_, stream,
-                         [this](const std::string& message) { tuner_->warn(message); });
+    std::vector<double> us = measure_paths(c, weight_, rows, sms_, *cublas_, pdl_, stream,
+                                           [this](const std::string& message) { tuner_->warn(message); });
+    return chain_ ? charge_chain_boundaries(c, std::move(us)) : us;
   };
   GemmDecision d = resolve_decision(*tuner_, key(m), device_, candidates(rows), measure, rule, agree_);
   const bool runs = engine_decision_legal(d, n(), k(), rows, sms_, engines_) &&

@@ -24,14 +24,22 @@ constexpr int kEngineRevision = 3;
 
 // The map key: every field of GemmKey.
 std::string id_of(const GemmKey& k) {
-  return fmt::format("{}|{}|{}|{}|{}|{}|{}", k.device, k.sms, k.version, k.n, k.k, k.bucket, dtype_name(k.dtype));
+  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}", k.device, k.sms, k.version, k.n, k.k, k.bucket, dtype_name(k.dtype),
+                     k.chain ? "chain" : "alone");
 }
 
 }  // namespace
 
 std::string GemmKey::describe() const {
-  return fmt::format("{} ({} SMs) {}x{} M {}-{} {}", device, sms, n, k, gemm_bucket_min(bucket), gemm_bucket_max(bucket),
-                     dtype_name(dtype));
+  return fmt::format("{} ({} SMs) {}x{} M {}-{} {}{}", device, sms, n, k, gemm_bucket_min(bucket),
+                     gemm_bucket_max(bucket), dtype_name(dtype), chain ? " chain" : "");
+}
+
+std::vector<double> charge_chain_boundaries(const std::vector<GemmDecision>& candidates, std::vector<double> us) {
+  check(us.size() == candidates.size(), "chain charge: {} times for {} candidates", us.size(), candidates.size());
+  for (std::size_t i = 0; i < us.size(); ++i)
+    if (candidates[i].path == GemmPath::kCublas || candidates[i].path == GemmPath::kCublasLt) us[i] += kChainBoundaryUs;
+  return us;
 }
 
 std::string gemm_library_version() {

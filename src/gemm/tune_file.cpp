@@ -70,6 +70,7 @@ TuneEntry entry_of(const Json& e) {
   check<Error>(gemm_bucket_min(t.key.bucket) == m_min && gemm_bucket_max(t.key.bucket) == m_max,
                "m {}-{} is not a bucket", m_min, m_max);
   t.key.dtype = dtype_of(e.at("dtype").get<std::string>());
+  t.key.chain = e.value("chain", false);  // absent in files written before chain decisions
   t.decision.path = path_of(e.at("path").get<std::string>());
   t.decision.source = GemmSource::kCache;
   t.decision.split = small_unsigned<uint8_t>(e, "split", 255);
@@ -89,6 +90,7 @@ Json json_of(const TuneEntry& t) {
           {"m_min", gemm_bucket_min(t.key.bucket)},
           {"m_max", gemm_bucket_max(t.key.bucket)},
           {"dtype", dtype_name(t.key.dtype)},
+          {"chain", t.key.chain},
           {"path", gemm_path_name(t.decision.path)},
           {"split", t.decision.split},
           {"variant", t.decision.variant},

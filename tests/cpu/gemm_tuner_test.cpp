@@ -1,7 +1,7 @@
 // GemmTuner on the CPU, with fake timers: it keeps the measured-fastest candidate,
 // decides a key once however many threads ask, never measures twice at once on a
-// device, round-trips its cache file, survives a corrupt or unwritable file, and
-// lets the ranks of a team agree on one decision.
+// device, round-trips its cache file, survives a corrupt or unwritable file, lets
+// the ranks of a team agree on one decision, and decides chain links apart.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -220,10 +220,59 @@ TEST(GemmTuner, CacheRoundTrips) {
   EXPECT_EQ(a2.source, GemmSource::kCache);
   EXPECT_FLOAT_EQ(a2.measured_us, a.measured_us);
   EXPECT_FLOAT_EQ(b2.tune_ms, b.tune_ms);
-  // Keyed by every field: another version finds nothing.
+  // Keyed by every field: another version, or the same shape as a chain link, finds nothing.
   GemmKey other = key_of(4608, 0);
   other.version = "tpdecode next";
   EXPECT_FALSE(second.cached(other).has_value());
+  GemmKey link = key_of(4608, 0);
+  link.chain = true;
+  EXPECT_FALSE(second.cached(link).has_value());
+}
+
+// A chain link's decision charges the stock candidates what they cost their
+// neighbours: an engine within kChainBoundaryUs of cuBLAS wins as a link and loses
+// alone; one slower by more loses both ways. Both keys persist apart.
+TEST(GemmTuner, ChainLinksChargeStockCandidates) {
+  const std::vector<double> us = {20.0, 11.0, 30.0, 30.0, 10.0, 10.5};  // warp 8 trails cuBLAS by 1 us
+  const std::vector<double> charged = charge_chain_boundaries(kCandidates, us);
+  for (std::size_t i = 0; i < us.size(); ++i) {
+    const bool stock = kCandidates[i].path == GemmPath::kCublas || kCandidates[i].path == GemmPath::kCublasLt;
+    EXPECT_DOUBLE_EQ(charged[i], us[i] + (stock ? kChainBoundaryUs : 0.0)) << describe(kCandidates[i]);
+  }
+  EXPECT_THROW(charge_chain_boundaries(kCandidates, {1.0}), InvalidArgument);
+
+  const TempFile file("tpdecode_tune_chain");
+  GemmTunerOptions o;
+  o.cache_path = file.path;
+  GemmKey alone = key_of(7168, 1), link = key_of(7168, 1);
+  link.chain = true;
+  {
+    GemmTuner tuner(o);
+    FakeTimer t{us};
+    EXPECT_TRUE(tuner.decide(alone, 0, kCandidates, t.measure(), warp_decision(1)).same_path(cublas_decision()));
+    const GemmMeasure as_link = [&](const std::vector<GemmDecision>& c) { return charge_chain_boundaries(c, us); };
+    EXPECT_TRUE(tuner.decide(link, 0, kCandidates, as_link, cublas_decision()).same_path(warp_decision(8)));
+    std::vector<double> far = us;
+    far[1] = 10.0 + kChainBoundaryUs + 0.5;  // beyond the charge: cuBLAS stays
+    const GemmMeasure far_link = [&](const std::vector<GemmDecision>& c) { return charge_chain_boundaries(c, far); };
+    GemmKey other = link;
+    other.n = 2304;
+    EXPECT_TRUE(tuner.decide(other, 0, kCandidates, far_link, warp_decision(1)).same_path(cublas_decision()));
+  }
+  GemmTuner reread(o);
+  ASSERT_TRUE(reread.cached(alone).has_value());
+  ASSERT_TRUE(reread.cached(link).has_value());
+  EXPECT_TRUE(reread.cached(alone)->same_path(cublas_decision()));
+  EXPECT_TRUE(reread.cached(link)->same_path(warp_decision(8)));
+  // A file written before chain keys (no "chain" field) holds decisions for GEMMs alone.
+  const std::string old = R"({"format": "tpdecode-gemm-tune/1", "entries": [{"device": "NVIDIA H200", "sms": 132,
+      "version": "tpdecode test", "n": 4608, "k": 7168, "m_min": 5, "m_max": 8, "dtype": "bf16", "path": "warp",
+      "split": 4, "variant": 0, "lt_algo": "%s", "us": 1, "tune_ms": 1}]})";
+  const std::size_t at = old.find("%s");
+  { std::ofstream(file.path) << old.substr(0, at) + std::string(128, '0') + old.substr(at + 2); }
+  GemmTuner legacy(o);
+  ASSERT_TRUE(legacy.cached(key_of(4608, 3)).has_value());
+  EXPECT_TRUE(legacy.cached(key_of(4608, 3))->same_path(warp_decision(4)));
 }
 
 TEST(GemmTuner, SavingKeepsWhatOtherProcessesWrote) {
@@ -337,6 +386,9 @@ TEST(GemmTuner, EveryRankOfATeamRunsTheSameDecision) {
 
 TEST(GemmTuner, KeysDescribeThemselves) {
   EXPECT_EQ(key_of(2112, 3).describe(), "NVIDIA H200 (132 SMs) 2112x7168 M 5-8 bf16");
+  GemmKey link = key_of(2112, 3);
+  link.chain = true;
+  EXPECT_EQ(link.describe(), "NVIDIA H200 (132 SMs) 2112x7168 M 5-8 bf16 chain");
   EXPECT_NE(gemm_library_version().find("cuBLASLt"), std::string::npos);
 }
 
