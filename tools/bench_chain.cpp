@@ -56,8 +56,8 @@ struct Link {
   std::unique_ptr<DecodeGemm> gemm;
 };
 
-// What --force NAME runs on a link: "warp" (the warp engine at the rule's split),
-// "directV" (the direct engine's variant V) or "cublas"; none where it cannot.
+// What --force NAME runs on a link: "warp" (the warp engine at the rule's split) or
+// "cublas"; none where it cannot.
 std::optional<GemmDecision> forced_decision(const std::string& name, const GemmShape& s, int m) {
   if (name == "cublas") return cublas_decision();
   if (name == "warp") {
@@ -67,17 +67,10 @@ std::optional<GemmDecision> forced_decision(const std::string& name, const GemmS
     TPD_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     return warp_decision(choose_tactic(s.n, s.k, m, sms).split);
   }
-  const int v = std::stoi(name.substr(6));
-  if (!direct_eligible(s.n, s.k) || !direct_variant_fits(m, v)) return std::nullopt;
-  return direct_decision(v);
+  return std::nullopt;
 }
 
-bool valid_force(const std::string& name) {
-  if (name == "cublas" || name == "warp") return true;
-  if (name.size() != 7 || name.rfind("direct", 0) != 0) return false;
-  const int v = name[6] - '0';
-  return v >= 0 && v < static_cast<int>(kDirectVariants.size());
-}
+bool valid_force(const std::string& name) { return name == "cublas" || name == "warp"; }
 
 std::string path_counts(const std::vector<Link>& links, int m) {
   std::map<std::string, int> count;
@@ -237,8 +230,7 @@ void run(const Options& o) {
   for (int m : o.ms) check(m >= 1, "bench chain: --m {}", m);
   check(o.layers >= 1, "bench chain: --layers {}", o.layers);
   for (const std::string& name : o.force)
-    check(valid_force(name), "bench chain: --force {} (warp, cublas or direct0..direct{})", name,
-          kDirectVariants.size() - 1);
+    check(valid_force(name), "bench chain: --force {} (warp or cublas)", name);
   cudaStream_t stream;
   TPD_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   fmt::print(stderr, "bench chain: {} ({} SMs); measuring the read ceiling\n", gpu.name, gpu.sms);
@@ -264,8 +256,7 @@ void register_bench_chain(CLI::App& app) {
   cmd->add_option("--layers", o->layers, "draft layers in the chain")->capture_default_str();
   cmd->add_option("--replays", o->replays, "timed graph replays per measurement")->capture_default_str();
   cmd->add_option("--force", o->force,
-                  "also time the chain with every link forced to: warp (the rule's split), cublas or directV "
-                  "(the direct engine's variant V, M <= 8) (repeatable)");
+                  "also time the chain with every link forced to: warp (the rule's split) or cublas (repeatable)");
   cmd->add_option("--json", o->json, "also write the rows as JSON to this file");
   cmd->callback([o] { run(*o); });
 }

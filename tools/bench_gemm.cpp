@@ -64,9 +64,7 @@ struct Row {
       if (keep(t.decision.path) && (!b || t.us < b->us)) b = &t;
     return b;
   }
-  static bool engine(GemmPath p) {
-    return p == GemmPath::kWarpSplitK || p == GemmPath::kStreamK || p == GemmPath::kDirect;
-  }
+  static bool engine(GemmPath p) { return p == GemmPath::kWarpSplitK || p == GemmPath::kStreamK; }
   static bool cublas(GemmPath p) { return p == GemmPath::kCublas; }
   static bool lt(GemmPath p) { return p == GemmPath::kCublasLt; }
   static bool any(GemmPath) { return true; }

@@ -56,7 +56,6 @@ std::string tactic_of(const GemmDecision& d, int64_t n, int64_t k, int m, int sm
   switch (d.path) {
     case GemmPath::kWarpSplitK: return fmt::format("warp {}", tactic_with_split(n, k, m, sms, d.split).describe());
     case GemmPath::kStreamK: return fmt::format("stream {}", stream_tactic(n, k, m, sms, d.variant).describe());
-    case GemmPath::kDirect: return fmt::format("direct {}", direct_tactic(n, k, m, sms, d.variant).describe());
     case GemmPath::kCublasLt: return fmt::format("cublaslt {}", CublasContext::describe_lt(d.lt_algo));
     case GemmPath::kCublas: break;
   }

@@ -24,9 +24,8 @@ enum class GemmPath : uint8_t {
   kCublas,      // cublasGemmEx with cuBLAS's default algorithm (the stock path)
   kStreamK,     // the stream-K engine (stream_k.cuh)
   kCublasLt,    // cublasLtMatmul with an algorithm the tuner measured
-  kDirect,      // the direct engine (direct_gemm.cuh): weights straight into registers
 };
-const char* gemm_path_name(GemmPath p);  // "warp", "cublas", "stream", "cublaslt", "direct"
+const char* gemm_path_name(GemmPath p);  // "warp", "cublas", "stream", "cublaslt"
 
 // Where a decision came from.
 enum class GemmSource : uint8_t { kRule, kTuned, kCache, kAgreed, kForced };
@@ -41,7 +40,7 @@ struct GemmDecision {
   GemmPath path = GemmPath::kCublas;
   GemmSource source = GemmSource::kRule;
   uint8_t split = 1;        // kWarpSplitK: CTAs per cluster (1, 2, 4, 8)
-  uint8_t variant = 0;      // kStreamK: index into kStreamVariants; kDirect: into kDirectVariants
+  uint8_t variant = 0;      // kStreamK: index into kStreamVariants
   float measured_us = 0;    // the tuner's median time per call (0: not measured)
   float tune_ms = 0;        // what deciding cost (timing every candidate)
   CublasLtAlgo lt_algo{};   // kCublasLt
@@ -50,11 +49,10 @@ struct GemmDecision {
     return path == o.path && split == o.split && variant == o.variant && lt_algo == o.lt_algo;
   }
 };
-std::string describe(const GemmDecision& d);  // e.g. "stream v2", "warp split 8", "cublaslt #3fa9c1", "direct v1"
+std::string describe(const GemmDecision& d);  // e.g. "stream v2", "warp split 8", "cublaslt #3fa9c1"
 // Decisions to force (DecodeGemm::force) or compare with.
 GemmDecision warp_decision(int split);
 GemmDecision stream_decision(int variant);
-GemmDecision direct_decision(int variant);
 GemmDecision cublas_decision();
 
 // ---- M buckets -------------------------------------------------------------------
@@ -170,47 +168,6 @@ bool stream_variant_fits(int m, int variant);
 // The launch shape; InvalidArgument where the shape is not eligible or the variant does not fit.
 StreamTactic stream_tactic(int64_t n, int64_t k, int m, int sms, int variant);
 
-// ---- The direct engine ------------------------------------------------------------
-// For up to 8 rows. Every warp is a worker that owns an equal contiguous range of the
-// (16-row tile, 128-column step) sequence (the stream-K split, stream_k_plan.hpp, over
-// warps instead of CTAs) and loads its weight bytes straight into registers: no
-// shared memory, so the next kernel of a chain fits beside it under programmatic
-// dependent launch and requests its own weights while this one drains. Nothing
-// fitted picks among the variants: the tuner times them.
-struct DirectVariant {
-  int ctas_per_sm;        // CTAs of kDirectWarps warps per SM
-  int l2_prefetch_steps;  // steps past the first request each warp asks into L2 before griddepcontrol.wait
-};
-inline constexpr std::array<DirectVariant, 4> kDirectVariants = {{
-    {1, 0},  // v0: half the SM's registers: room for the next kernel beside it
-    {2, 0},  // v1: twice the warps (a lone call)
-    {1, 3},  // v2: v0, and 12 KB per warp to L2 while the previous kernel finishes
-    {1, 6},  // v3: v0, and 24 KB per warp (about half of L2 over 132 SMs)
-}};
-inline constexpr int kDirectGroup = 2;       // steps whose weights a warp requests before it multiplies
-inline constexpr int kDirectMaxRows = 8;     // one 8-token MMA tile
-inline constexpr int kDirectWarps = 8;       // warps (workers) per CTA
-inline constexpr int kDirectRows = 16;       // W rows per tile (the MMA's 16-wide side)
-inline constexpr int kDirectStepCols = 128;  // K columns per step: 16 bytes x 4 per thread and row
-inline constexpr int kDirectMinSteps = 2;    // a worker streams at least 2 steps (tiny weights: fewer workers)
-inline constexpr int kDirectPartialFloats = 8 * kDirectRows;  // a worker's partial of a split tile: [8 tokens, 16 rows]
-
-// N % 16 == 0, K % 128 == 0 and N * K <= 2^40 (as stream-K), at most 8 rows.
-bool direct_eligible(int64_t n, int64_t k);
-bool direct_variant_fits(int m, int variant);
-
-struct DirectTactic {
-  int variant = 0;
-  int l2_prefetch_steps = 0;
-  int workers = 0;             // warps with a range: min(SMs * CTAs per SM * warps, steps / kDirectMinSteps)
-  int ctas = 0;                // ceil(workers / kDirectWarps)
-  int64_t steps_per_tile = 0;  // K / 128
-  int64_t total_steps = 0;     // N / 16 * K / 128
-  std::string describe() const;  // e.g. "v2: 1056 warps, 3 steps to L2 early"
-};
-// The launch shape; InvalidArgument where the shape or M is not served.
-DirectTactic direct_tactic(int64_t n, int64_t k, int m, int sms, int variant);
-
 // The most any engine variant needs of the shared reduction workspace on `sms` SMs
 // (CublasContext allocates it once: graphs keep its address).
 struct ReductionNeed {
@@ -219,13 +176,12 @@ struct ReductionNeed {
 };
 ReductionNeed reduction_bound(int sms);
 ReductionNeed stream_reduction_need(const StreamTactic& t);
-ReductionNeed direct_reduction_need(const DirectTactic& t);
 
 // ---- Candidates and the static rule -------------------------------------------
 // What the weight and the activations allow (set by DecodeGemm from the operands).
 struct GemmEngines {
   bool warp = false;    // warp_weight_ok
-  bool stream = false;  // stream_weight_ok (the direct engine takes the same weights)
+  bool stream = false;  // stream_weight_ok
 };
 
 // Every engine tactic that can run (N, K, m), then stock cuBLAS: what the tuner

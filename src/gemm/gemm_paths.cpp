@@ -2,7 +2,6 @@
 
 #include <atomic>
 
-#include "gemm/direct_gemm_launch.hpp"
 #include "gemm/stream_k_launch.hpp"
 #include "gemm/warp_splitk_launch.hpp"
 #include "tpdecode/error.hpp"
@@ -35,8 +34,6 @@ void prepare_path(const GemmDecision& d, const TensorView& weight, int m, int sm
     }
     ctx.reduction_scratch(stream_reduction_need(stream_tactic(weight.rows, weight.cols, m, sms, d.variant)));
   }
-  if (d.path == GemmPath::kDirect)
-    ctx.reduction_scratch(direct_reduction_need(direct_tactic(weight.rows, weight.cols, m, sms, d.variant)));
 }
 
 bool path_prepared(const GemmDecision& d, const TensorView& weight, int m, int sms, CublasContext& ctx) {
@@ -45,8 +42,6 @@ bool path_prepared(const GemmDecision& d, const TensorView& weight, int m, int s
     case GemmPath::kStreamK:
       return (stream_devices.load() & device_bit()) != 0 &&
              ctx.reduction_ready(stream_reduction_need(stream_tactic(weight.rows, weight.cols, m, sms, d.variant)));
-    case GemmPath::kDirect:
-      return ctx.reduction_ready(direct_reduction_need(direct_tactic(weight.rows, weight.cols, m, sms, d.variant)));
     case GemmPath::kCublas:
     case GemmPath::kCublasLt: return true;
   }
@@ -88,24 +83,6 @@ void launch_path(const GemmDecision& d, const TensorView& weight, const TensorVi
                             .steps_per_tile = t.steps_per_tile,
                             .total_steps = t.total_steps};
       launch_stream_k(p, t, pdl, stream);
-      return;
-    }
-    case GemmPath::kDirect: {
-      const DirectTactic t = direct_tactic(weight.rows, weight.cols, m, sms, d.variant);
-      const CublasContext::ReductionScratch scratch = ctx.reduction_scratch(direct_reduction_need(t));
-      const DirectParams p{.w = weight.data,
-                           .x = x.data,
-                           .out = out.data,
-                           .partials = scratch.partials,
-                           .counters = scratch.counters,
-                           .m = m,
-                           .workers = t.workers,
-                           .l2_prefetch_steps = t.l2_prefetch_steps,
-                           .k = weight.cols,
-                           .out_stride = out.row_stride,
-                           .steps_per_tile = t.steps_per_tile,
-                           .total_steps = t.total_steps};
-      launch_direct(p, t, pdl, stream);
       return;
     }
     case GemmPath::kCublasLt: ctx.gemm_lt(x, weight, out, d.lt_algo, stream); return;

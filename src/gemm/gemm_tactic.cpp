@@ -108,7 +108,6 @@ const char* gemm_path_name(GemmPath p) {
     case GemmPath::kCublas: return "cublas";
     case GemmPath::kStreamK: return "stream";
     case GemmPath::kCublasLt: return "cublaslt";
-    case GemmPath::kDirect: return "direct";
   }
   return "?";
 }
@@ -128,7 +127,6 @@ std::string describe(const GemmDecision& d) {
   switch (d.path) {
     case GemmPath::kWarpSplitK: return fmt::format("warp split {}", int{d.split});
     case GemmPath::kStreamK: return fmt::format("stream v{}", int{d.variant});
-    case GemmPath::kDirect: return fmt::format("direct v{}", int{d.variant});
     case GemmPath::kCublasLt: {
       uint64_t h = 0;  // a short name for the algorithm's bytes
       for (uint64_t word : d.lt_algo) h = hash::mix64(h ^ word);
@@ -149,13 +147,6 @@ GemmDecision warp_decision(int split) {
 GemmDecision stream_decision(int variant) {
   GemmDecision d;
   d.path = GemmPath::kStreamK;
-  d.variant = static_cast<uint8_t>(variant);
-  return d;
-}
-
-GemmDecision direct_decision(int variant) {
-  GemmDecision d;
-  d.path = GemmPath::kDirect;
   d.variant = static_cast<uint8_t>(variant);
   return d;
 }
@@ -236,44 +227,10 @@ std::string StreamTactic::describe() const {
                      l2_prefetch_bytes ? fmt::format(", {} KB to L2 early", l2_prefetch_bytes / 1024) : "");
 }
 
-// ---- The direct engine ------------------------------------------------------------
-
-bool direct_eligible(int64_t n, int64_t k) { return stream_eligible(n, k); }
-
-bool direct_variant_fits(int m, int variant) {
-  return m >= 1 && m <= kDirectMaxRows && variant >= 0 && variant < static_cast<int>(kDirectVariants.size());
-}
-
-DirectTactic direct_tactic(int64_t n, int64_t k, int m, int sms, int variant) {
-  check(direct_eligible(n, k), "direct engine: shape {}x{} is not eligible", n, k);
-  check(sms >= 1, "direct engine: no SMs");
-  check(direct_variant_fits(m, variant), "direct engine: variant {} does not serve {} rows (1..{})", variant, m,
-        kDirectMaxRows);
-  const DirectVariant& v = kDirectVariants[static_cast<std::size_t>(variant)];
-  DirectTactic t;
-  t.variant = variant;
-  t.l2_prefetch_steps = v.l2_prefetch_steps;
-  t.steps_per_tile = k / kDirectStepCols;
-  t.total_steps = n / kDirectRows * t.steps_per_tile;
-  t.workers = static_cast<int>(std::min<int64_t>(int64_t{sms} * v.ctas_per_sm * kDirectWarps,
-                                                 std::max<int64_t>(1, t.total_steps / kDirectMinSteps)));
-  t.ctas = static_cast<int>(ceil_div(t.workers, kDirectWarps));
-  return t;
-}
-
-std::string DirectTactic::describe() const {
-  return fmt::format("v{}: {} warps{}", variant, workers,
-                     l2_prefetch_steps ? fmt::format(", {} steps to L2 early", l2_prefetch_steps) : "");
-}
-
 // ---- The reduction workspace ---------------------------------------------------------
 
 ReductionNeed stream_reduction_need(const StreamTactic& t) {
   return {int64_t{t.ctas} * 2 * stream_k::kPartialFloats, t.ctas};
-}
-
-ReductionNeed direct_reduction_need(const DirectTactic& t) {
-  return {int64_t{t.workers} * 2 * kDirectPartialFloats, t.workers};
 }
 
 ReductionNeed reduction_bound(int sms) {
@@ -281,11 +238,6 @@ ReductionNeed reduction_bound(int sms) {
   for (const StreamVariant& v : kStreamVariants) {
     need.partial_floats = std::max(need.partial_floats, int64_t{v.ctas_per_sm} * sms * 2 * stream_k::kPartialFloats);
     need.counters = std::max(need.counters, v.ctas_per_sm * sms);
-  }
-  for (const DirectVariant& v : kDirectVariants) {
-    const int workers = v.ctas_per_sm * sms * kDirectWarps;
-    need.partial_floats = std::max(need.partial_floats, int64_t{workers} * 2 * kDirectPartialFloats);
-    need.counters = std::max(need.counters, workers);
   }
   return need;
 }
@@ -300,9 +252,6 @@ std::vector<GemmDecision> engine_candidates(int64_t n, int64_t k, int m, GemmEng
   if (engines.stream && stream_eligible(n, k))
     for (int v = 0; v < static_cast<int>(kStreamVariants.size()); ++v)
       if (stream_variant_fits(m, v)) out.push_back(stream_decision(v));
-  if (engines.stream && direct_eligible(n, k))
-    for (int v = 0; v < static_cast<int>(kDirectVariants.size()); ++v)
-      if (direct_variant_fits(m, v)) out.push_back(direct_decision(v));
   out.push_back(cublas_decision());
   for (GemmDecision& d : out) d.source = GemmSource::kTuned;
   return out;
@@ -325,7 +274,6 @@ bool engine_decision_legal(const GemmDecision& d, int64_t n, int64_t k, int m, i
       return engines.warp && warp_eligible(n, k) && (d.split == 1 || d.split == 2 || d.split == 4 || d.split == 8) &&
              split_legal(k, d.split);
     case GemmPath::kStreamK: return engines.stream && stream_eligible(n, k) && stream_variant_fits(m, d.variant);
-    case GemmPath::kDirect: return engines.stream && direct_eligible(n, k) && direct_variant_fits(m, d.variant);
   }
   return false;
 }

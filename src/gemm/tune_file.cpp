@@ -37,7 +37,7 @@ CublasLtAlgo algo_of_hex(const std::string& s) {
 }
 
 GemmPath path_of(const std::string& name) {
-  for (GemmPath p : {GemmPath::kWarpSplitK, GemmPath::kCublas, GemmPath::kStreamK, GemmPath::kCublasLt, GemmPath::kDirect})
+  for (GemmPath p : {GemmPath::kWarpSplitK, GemmPath::kCublas, GemmPath::kStreamK, GemmPath::kCublasLt})
     if (name == gemm_path_name(p)) return p;
   throw Error(fmt::format("unknown path \"{}\"", name));
 }

@@ -1,5 +1,5 @@
 // DecodeGemm's host rules (seed 004 eligibility, the tactic rule, which operands
-// the engines take, the stream-K and direct engines' variants and work split, the M buckets,
+// the engines take, the stream-K engine's variants and work split, the M buckets,
 // the candidates the tuner times) and the FP64 reference GEMM the device tests trust.
 #include <gtest/gtest.h>
 
@@ -192,17 +192,16 @@ TEST(GemmRules, StreamTacticCoversSmallWeights) {
   for (int sms : {1, 7, 132}) EXPECT_EQ(stream_tactic(64, 1024, 8, sms, 0).ctas, std::min(sms, 8));
 }
 
-// The work split, as the kernels walk it (stream-K's CTAs, the direct engine's warps):
-// every (tile, step) once, in whole ranges of
+// The work split, as the kernel walks it: every (tile, step) once, in whole ranges of
 // nearly equal length; a split tile's contributors consecutive, each in at most two
 // workspace slots, its counter used by no other split tile.
 TEST(GemmRules, StreamWorkSplitCoversEveryStepOnce) {
   std::mt19937_64 rng(11);
   for (int trial = 0; trial < 400; ++trial) {
     const int64_t tiles = 1 + static_cast<int64_t>(rng() % 300);
-    // Steps per tile: K / 16 for stream-K (a multiple of 8), K / 128 for the direct
-    // engine (any); workers: at least one step each.
-    const int64_t spt = (rng() % 2 ? 8 : 1) * static_cast<int64_t>(1 + rng() % 300);
+    // Steps per tile: K / 16 (a multiple of 8); CTAs: at least one step each (the
+    // tactic gives each at least kMinStepsPerCta).
+    const int64_t spt = 8 * static_cast<int64_t>(1 + rng() % 300);
     const int64_t total = tiles * spt;
     const int ctas = static_cast<int>(std::min<int64_t>(1 + rng() % 3000, total));
     const int stage_steps = std::array<int, 3>{8, 16, 32}[rng() % 3];
@@ -250,50 +249,6 @@ TEST(GemmRules, StreamWorkSplitCoversEveryStepOnce) {
   }
 }
 
-TEST(GemmRules, DirectTacticServesUpToEightRows) {
-  std::mt19937_64 rng(12);
-  for (int sms : {1, 7, 132})
-    for (int trial = 0; trial < 300; ++trial) {
-      const int64_t n = 16 * static_cast<int64_t>(1 + rng() % 4096);
-      const int64_t k = 128 * static_cast<int64_t>(1 + rng() % 300);
-      const int m = 1 + static_cast<int>(rng() % kDirectMaxRows);
-      const int v = static_cast<int>(rng() % kDirectVariants.size());
-      SCOPED_TRACE(testing::Message() << n << "x" << k << " M " << m << " v" << v << " on " << sms << " SMs");
-      ASSERT_TRUE(direct_variant_fits(m, v));
-      const DirectTactic t = direct_tactic(n, k, m, sms, v);
-      const DirectVariant& dv = kDirectVariants[static_cast<std::size_t>(v)];
-      EXPECT_EQ(t.steps_per_tile, k / kDirectStepCols);
-      EXPECT_EQ(t.total_steps, n / kDirectRows * t.steps_per_tile);
-      EXPECT_GE(t.workers, 1);
-      EXPECT_LE(t.workers, sms * dv.ctas_per_sm * kDirectWarps);
-      // Every warp streams at least kDirectMinSteps steps (one warp: the whole weight).
-      EXPECT_TRUE(t.workers == 1 || t.total_steps / t.workers >= kDirectMinSteps);
-      EXPECT_GE(t.ctas * kDirectWarps, t.workers);
-      EXPECT_LT((t.ctas - 1) * kDirectWarps, t.workers);
-      const ReductionNeed need = direct_reduction_need(t), bound = reduction_bound(sms);
-      EXPECT_LE(need.partial_floats, bound.partial_floats);
-      EXPECT_LE(need.counters, bound.counters);
-    }
-  // The TP 8 fused_qkv_a: 132 tiles x 56 steps over 132 x 8 warps.
-  const DirectTactic qkv = direct_tactic(2112, 7168, 1, kH200Sms, 0);
-  EXPECT_EQ(qkv.total_steps, 132 * 56);
-  EXPECT_EQ(qkv.workers, kH200Sms * kDirectWarps);
-  EXPECT_EQ(qkv.ctas, kH200Sms);
-  EXPECT_EQ(direct_tactic(16, 128, 8, kH200Sms, 1).workers, 1);
-  for (int v = 0; v < static_cast<int>(kDirectVariants.size()); ++v) {
-    EXPECT_FALSE(direct_variant_fits(9, v));
-    EXPECT_THROW(direct_tactic(2112, 7168, 9, kH200Sms, v), InvalidArgument);
-  }
-  EXPECT_FALSE(direct_variant_fits(1, static_cast<int>(kDirectVariants.size())));
-  EXPECT_THROW(direct_tactic(2120, 7168, 1, kH200Sms, 0), InvalidArgument);  // N % 16
-  // The workspace bound covers every stream-K variant too.
-  for (int v = 0; v < static_cast<int>(kStreamVariants.size()); ++v) {
-    const ReductionNeed need = stream_reduction_need(stream_tactic(4608, 7168, 1, kH200Sms, v));
-    EXPECT_LE(need.partial_floats, reduction_bound(kH200Sms).partial_floats);
-    EXPECT_LE(need.counters, reduction_bound(kH200Sms).counters);
-  }
-}
-
 TEST(GemmRules, CandidatesAreLegalAndEndWithCublas) {
   std::mt19937_64 rng(5);
   for (int trial = 0; trial < 300; ++trial) {
@@ -304,14 +259,12 @@ TEST(GemmRules, CandidatesAreLegalAndEndWithCublas) {
     const std::vector<GemmDecision> c = engine_candidates(n, k, m, engines);
     ASSERT_FALSE(c.empty());
     EXPECT_EQ(c.back().path, GemmPath::kCublas);
-    int streams = 0, directs = 0;
+    int streams = 0;
     for (const GemmDecision& d : c) {
       EXPECT_TRUE(engine_decision_legal(d, n, k, m, kH200Sms, engines)) << describe(d) << " " << n << "x" << k;
       streams += d.path == GemmPath::kStreamK;
-      directs += d.path == GemmPath::kDirect;
     }
     EXPECT_GE(streams, 2) << n << "x" << k << " M " << m;
-    EXPECT_EQ(directs, m <= kDirectMaxRows ? static_cast<int>(kDirectVariants.size()) : 0) << n << "x" << k << " M " << m;
     EXPECT_TRUE(engine_decision_legal(rule_decision(n, k, m, kH200Sms, engines), n, k, m, kH200Sms, engines));
   }
   // No engine: cuBLAS alone.
@@ -324,11 +277,6 @@ TEST(GemmRules, CandidatesAreLegalAndEndWithCublas) {
   EXPECT_FALSE(engine_decision_legal(bad, 2112, 7168, 16, kH200Sms, {true, true}));  // v1 holds 8 rows at most
   bad.variant = 9;
   EXPECT_FALSE(engine_decision_legal(bad, 2112, 7168, 4, kH200Sms, {true, true}));
-  bad.path = GemmPath::kDirect;
-  bad.variant = 0;
-  EXPECT_TRUE(engine_decision_legal(bad, 2112, 7168, 8, kH200Sms, {true, true}));
-  EXPECT_FALSE(engine_decision_legal(bad, 2112, 7168, 9, kH200Sms, {true, true}));  // 8 rows at most
-  EXPECT_FALSE(engine_decision_legal(bad, 2112, 7168, 8, kH200Sms, {true, false}));
   bad.path = GemmPath::kWarpSplitK;
   bad.split = 3;
   EXPECT_FALSE(engine_decision_legal(bad, 2112, 7168, 4, kH200Sms, {true, true}));
@@ -356,8 +304,6 @@ TEST(GemmRules, DecisionRecordIsSmallAndTriviallyCopyable) {
   EXPECT_TRUE(a.same_path(b));
   EXPECT_EQ(describe(a), describe(b));
   EXPECT_EQ(std::string(gemm_path_name(GemmPath::kStreamK)), "stream");
-  EXPECT_EQ(std::string(gemm_path_name(GemmPath::kDirect)), "direct");
-  EXPECT_EQ(describe(direct_decision(2)), "direct v2");
 }
 
 alignas(16) uint16_t host[64 * 1024];

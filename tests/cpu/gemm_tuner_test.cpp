@@ -285,7 +285,7 @@ TEST(GemmTuner, SavingKeepsWhatOtherProcessesWrote) {
   tuner.decide(key_of(4608), 0, kCandidates, t.measure(), cublas_decision());
   // Another process adds an entry meanwhile; our next save keeps it.
   std::vector<TuneEntry> now = read_tune_file(file.path);
-  now.push_back({key_of(888), direct_decision(1)});
+  now.push_back({key_of(888), stream_decision(3)});
   write_tune_file(file.path, now);
   tuner.insert(key_of(999), warp_decision(4));
   const std::vector<TuneEntry> all = read_tune_file(file.path);
@@ -293,7 +293,7 @@ TEST(GemmTuner, SavingKeepsWhatOtherProcessesWrote) {
   int found = 0;
   for (const TuneEntry& e : all)
     found += (e.key == key_of(777, 2, "NVIDIA H100") && e.decision.same_path(warp_decision(2))) +
-             (e.key == key_of(888) && e.decision.same_path(direct_decision(1))) + (e.key == key_of(4608)) +
+             (e.key == key_of(888) && e.decision.same_path(stream_decision(3))) + (e.key == key_of(4608)) +
              (e.key == key_of(999) && e.decision.same_path(warp_decision(4)));
   EXPECT_EQ(found, 4);
 }

@@ -1,5 +1,5 @@
-// DecodeGemm's engines on the GPU: every stream-K and direct variant and the warp
-// split-K against an FP64 reference (no worse than cuBLAS on the same inputs, plus a stated
+// DecodeGemm's engines on the GPU: every stream-K variant and the warp split-K
+// against an FP64 reference (no worse than cuBLAS on the same inputs, plus a stated
 // slack), bitwise repeatable, every output element written; graph capture and
 // replay; chains with true dependencies under programmatic dependent launch.
 #include <gtest/gtest.h>
@@ -25,15 +25,14 @@ std::vector<int> row_counts() {
 }
 
 // The engine decisions checked for (shape, m): a stream-K variant (a different one
-// from M to M, so every variant meets every token tile), a direct variant likewise
-// (up to 8 rows) and the warp engine at the rule's split where it takes the shape.
+// from M to M, so every variant meets every token tile) and the warp engine at the
+// rule's split where it takes the shape.
 std::vector<GemmDecision> engine_decisions(int64_t n, int64_t k, int m) {
   std::vector<GemmDecision> out;
   std::vector<int> fits;
   for (int v = 0; v < static_cast<int>(kStreamVariants.size()); ++v)
     if (stream_variant_fits(m, v)) fits.push_back(v);
   out.push_back(stream_decision(fits[static_cast<std::size_t>(m + n / 16) % fits.size()]));
-  if (m <= kDirectMaxRows) out.push_back(direct_decision(static_cast<int>((m + n / 16) % kDirectVariants.size())));
   if (warp_eligible(n, k)) out.push_back(warp_decision(choose_tactic(n, k, m, sm_count()).split));
   return out;
 }
@@ -96,24 +95,6 @@ TEST(DecodeGemm, StreamKEdgeShapesEveryVariant) {
       for (int m : {1, 8, 13, 32}) {
         if (!stream_variant_fits(m, v)) continue;
         gemm.force(m, stream_decision(v));
-        check_rows(p, gemm, cublas, m, 3);
-      }
-  }
-}
-
-// The direct engine where one warp does everything, tiles split over many warps, a
-// K of one step, and the drafter's TP 8 shapes: every variant, 1-8 rows.
-TEST(DecodeGemm, DirectEdgeShapesEveryVariant) {
-  TPD_REQUIRE_GPU();
-  std::mt19937_64 rng(test::fresh_seed());
-  CublasContext cublas;
-  for (const Shape& s : std::vector<Shape>{{16, 128}, {16, 256}, {32, 40960}, {4096, 128}, {80, 1152}, {2112, 7168},
-                                           {2304, 1536}, {7168, 2304}}) {
-    Problem p(s.n, s.k, rng);
-    DecodeGemm gemm(p.weight(), nullptr, private_tuner(false));
-    for (int v = 0; v < static_cast<int>(kDirectVariants.size()); ++v)
-      for (int m : {1, 3, 8}) {
-        gemm.force(m, direct_decision(v));
         check_rows(p, gemm, cublas, m, 3);
       }
   }
@@ -188,9 +169,8 @@ TEST(DecodeGemm, PdlChainsBackToBack) {
   std::mt19937_64 rng(test::fresh_seed());
   constexpr int64_t kDim = 4096;
   const std::vector<GemmDecision> links = {stream_decision(0), warp_decision(2),   stream_decision(2),
-                                           direct_decision(0), direct_decision(2), stream_decision(3),
-                                           warp_decision(1),   cublas_decision(),  direct_decision(1),
-                                           stream_decision(0), stream_decision(2), direct_decision(3)};
+                                           stream_decision(3), warp_decision(1),   cublas_decision(),
+                                           stream_decision(0), stream_decision(2)};
   const int m = 7;
   std::vector<DeviceBuffer> weights;
   std::vector<std::unique_ptr<DecodeGemm>> gemms;
