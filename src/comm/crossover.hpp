@@ -35,9 +35,12 @@ inline constexpr int kNever = 1 << 30;
 
 // MEASURED on one H200 and 2 x H200 (NVLink), 2026-11-30, `bench comm` (docs/
 // performance.md, "Two-shot"):
-//  - local team TP 8, all_reduce, H 7168: the two-shot 9.95 µs at 8 rows (one-shot
-//    10.47, stock 10.50), 12.41 at 16 (one-shot 15.94, stock 12.10), 17.67 at 32
-//    (stock 15.84), 24.78 at 64 (stock 25.49): rows 8 to 16.
+//  - local team TP 8, all_reduce, H 7168 (refit from a run at abe58b5, the
+//    collectives as of a5a3bd6's row body): the two-shot 8.32 µs at 8 rows (one-shot
+//    9.71, stock 9.84), 10.64 at 16 (stock 11.35), 13.42 at 32 (stock 14.92), 21.24
+//    at 64 (stock 24.64); at 4 rows 7.98 against the one-shot's 8.02 (within 3 %:
+//    the one-shot keeps it): rows 8 and up. (The first fit, 3bc6758, had the
+//    two-shot behind stock at 32 rows: 17.67 vs 15.84.)
 //  - local team TP 8, ar_norm: the two-shot behind the one-shot at 1-4 rows
 //    (11.60 vs 9.83 at 1) and behind stock from 8 (17.84 vs 16.16; 88.4 vs 43.0 at
 //    64): never.
@@ -57,7 +60,7 @@ inline constexpr CrossoverPoint kCrossover[] = {
     {4, CommTransport::kNvlink, false, 7168, 18, kNever},
     {8, CommTransport::kNvlink, false, 7168, 5, kNever},
     {16, CommTransport::kNvlink, false, 7168, 2, kNever},
-    {8, CommTransport::kOneGpu, false, 7168, 8, 16},
+    {8, CommTransport::kOneGpu, false, 7168, 8, kNever},
 };
 
 }  // namespace tpdecode

@@ -156,8 +156,8 @@ TEST(CommRules, AutoTakesTheTwoShotOnlyWhereMeasuredFasterElseOneShotElseStock) 
     }
   }
   // Measured (crossover.hpp): the local team at TP 8 takes the all-reduce's two-shot
-  // at 8 to 16 rows, and its ArNorm never.
-  EXPECT_EQ(two_shot_rows_for(l, 7168, false), std::make_pair(8, 16));
+  // from 8 rows, and its ArNorm never.
+  EXPECT_EQ(two_shot_rows_for(l, 7168, false), std::make_pair(8, kNever));
   EXPECT_EQ(two_shot_rows_for(l, 7168, true).first, kNever);
   // Where the two-shot does not serve a width, the one-shot does what it can.
   EXPECT_EQ(choose_all_reduce(l, CommAlgorithm::kAuto, 16, 7168 + 8, false).path, CommPath::kOneShot);
