@@ -44,16 +44,16 @@ class CublasContext {
   // "<major>.<minor>.<patch>" of the cuBLASLt library loaded.
   static std::string lt_version();
 
-  // The engines' split-tile reduction workspace (partial sums, and counters that
-  // every call leaves at zero), sized once for the most any variant needs on this
-  // device (reduction_bound). Allocated on first use: host only, never under capture.
+  // The stream-K engine's reduction workspace for up to `ctas` CTAs (partial sums,
+  // and counters that every call leaves at zero). Allocated on first use: host
+  // only, never under capture.
   struct ReductionScratch {
     float* partials = nullptr;
     unsigned* counters = nullptr;
   };
-  ReductionScratch reduction_scratch(const ReductionNeed& need);
-  // Whether the workspace serves `need` without allocating.
-  bool reduction_ready(const ReductionNeed& need) const;
+  ReductionScratch reduction_scratch(int ctas);
+  // The CTAs the workspace serves without allocating.
+  int reduction_capacity() const;
 
  private:
   struct Impl;

@@ -168,15 +168,6 @@ bool stream_variant_fits(int m, int variant);
 // The launch shape; InvalidArgument where the shape is not eligible or the variant does not fit.
 StreamTactic stream_tactic(int64_t n, int64_t k, int m, int sms, int variant);
 
-// The most any engine variant needs of the shared reduction workspace on `sms` SMs
-// (CublasContext allocates it once: graphs keep its address).
-struct ReductionNeed {
-  int64_t partial_floats = 0;
-  int counters = 0;
-};
-ReductionNeed reduction_bound(int sms);
-ReductionNeed stream_reduction_need(const StreamTactic& t);
-
 // ---- Candidates and the static rule -------------------------------------------
 // What the weight and the activations allow (set by DecodeGemm from the operands).
 struct GemmEngines {

@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "core/check.hpp"
+#include "gemm/stream_k_launch.hpp"
 #include "tpdecode/gemm_tactic.hpp"
 #include "tpdecode/device_buffer.hpp"
 #include "tpdecode/error.hpp"
@@ -81,9 +82,9 @@ struct CublasContext::Impl {
   cublasLtHandle_t lt = nullptr;
   DeviceBuffer workspace;  // [workspace_bytes] bytes
   std::size_t workspace_bytes = 0;
-  DeviceBuffer partials;   // the engines' split-tile partial sums, f32
-  DeviceBuffer counters;   // u32, zero between calls
-  ReductionNeed scratch;   // what they hold (zero: not allocated yet)
+  DeviceBuffer partials;   // [ctas, 2, 32, 64] f32
+  DeviceBuffer counters;   // [ctas] u32, zero
+  int scratch_ctas = 0;
 };
 
 CublasContext::CublasContext(std::size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
@@ -182,37 +183,34 @@ std::string CublasContext::describe_lt(const CublasLtAlgo& algo) {
 
 std::string CublasContext::lt_version() { return fmt::format("{}", cublasLtGetVersion()); }
 
-CublasContext::ReductionScratch CublasContext::reduction_scratch(const ReductionNeed& need) {
-  if (impl_->scratch.counters == 0) {
+CublasContext::ReductionScratch CublasContext::reduction_scratch(int ctas) {
+  if (impl_->scratch_ctas == 0) {
     // Why the most any variant launches on this device, once: a buffer is never
     // replaced, since CUDA graphs captured earlier keep its address.
     int device = 0, sms = 0;
     TPD_CUDA(cudaGetDevice(&device));
     TPD_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    ReductionNeed cap = reduction_bound(sms);
-    cap.partial_floats = std::max(cap.partial_floats, need.partial_floats);
-    cap.counters = std::max(cap.counters, need.counters);
-    impl_->partials = DeviceBuffer(static_cast<std::size_t>(cap.partial_floats) * sizeof(float));
-    impl_->counters = DeviceBuffer(static_cast<std::size_t>(cap.counters) * sizeof(unsigned));
+    int per_sm = 1;
+    for (const StreamVariant& v : kStreamVariants) per_sm = std::max(per_sm, v.ctas_per_sm);
+    const int cap = std::max(ctas, per_sm * sms);
+    impl_->partials = DeviceBuffer(static_cast<std::size_t>(stream_k_partial_floats(cap)) * sizeof(float));
+    impl_->counters = DeviceBuffer(static_cast<std::size_t>(cap) * sizeof(unsigned));
     // Why a stream of its own, waited for: the counters must be zero before any
     // kernel reads them, and the legacy stream would join (and break) a capture of
     // another thread's blocking stream.
     cudaStream_t s = nullptr;
     TPD_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    const cudaError_t set = cudaMemsetAsync(impl_->counters.get(), 0, impl_->counters.bytes(), s);
+    const cudaError_t set = cudaMemsetAsync(impl_->counters.get(), 0, static_cast<std::size_t>(cap) * sizeof(unsigned), s);
     const cudaError_t done = cudaStreamSynchronize(s);
     cudaStreamDestroy(s);
     TPD_CUDA(set);
     TPD_CUDA(done);
-    impl_->scratch = cap;
+    impl_->scratch_ctas = cap;
   }
-  check(reduction_ready(need), "decode gemm: the reduction workspace serves {} floats and {} counters, {} and {} asked",
-        impl_->scratch.partial_floats, impl_->scratch.counters, need.partial_floats, need.counters);
+  check(ctas <= impl_->scratch_ctas, "stream-K: {} CTAs, the reduction workspace serves {}", ctas, impl_->scratch_ctas);
   return {impl_->partials.as<float>(), impl_->counters.as<unsigned>()};
 }
 
-bool CublasContext::reduction_ready(const ReductionNeed& need) const {
-  return need.partial_floats <= impl_->scratch.partial_floats && need.counters <= impl_->scratch.counters;
-}
+int CublasContext::reduction_capacity() const { return impl_->scratch_ctas; }
 
 }  // namespace tpdecode

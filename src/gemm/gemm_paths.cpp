@@ -32,7 +32,7 @@ void prepare_path(const GemmDecision& d, const TensorView& weight, int m, int sm
       prepare_stream_k();
       stream_devices.fetch_or(device_bit());
     }
-    ctx.reduction_scratch(stream_reduction_need(stream_tactic(weight.rows, weight.cols, m, sms, d.variant)));
+    ctx.reduction_scratch(stream_tactic(weight.rows, weight.cols, m, sms, d.variant).ctas);
   }
 }
 
@@ -41,7 +41,7 @@ bool path_prepared(const GemmDecision& d, const TensorView& weight, int m, int s
     case GemmPath::kWarpSplitK: return (warp_devices.load() & device_bit()) != 0;
     case GemmPath::kStreamK:
       return (stream_devices.load() & device_bit()) != 0 &&
-             ctx.reduction_ready(stream_reduction_need(stream_tactic(weight.rows, weight.cols, m, sms, d.variant)));
+             ctx.reduction_capacity() >= stream_tactic(weight.rows, weight.cols, m, sms, d.variant).ctas;
     case GemmPath::kCublas:
     case GemmPath::kCublasLt: return true;
   }
@@ -66,7 +66,7 @@ void launch_path(const GemmDecision& d, const TensorView& weight, const TensorVi
     }
     case GemmPath::kStreamK: {
       const StreamTactic t = stream_tactic(weight.rows, weight.cols, m, sms, d.variant);
-      const CublasContext::ReductionScratch scratch = ctx.reduction_scratch(stream_reduction_need(t));
+      const CublasContext::ReductionScratch scratch = ctx.reduction_scratch(t.ctas);
       const StreamKParams p{.w = weight.data,
                             .x = x.data,
                             .out = out.data,

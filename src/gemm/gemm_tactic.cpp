@@ -227,21 +227,6 @@ std::string StreamTactic::describe() const {
                      l2_prefetch_bytes ? fmt::format(", {} KB to L2 early", l2_prefetch_bytes / 1024) : "");
 }
 
-// ---- The reduction workspace ---------------------------------------------------------
-
-ReductionNeed stream_reduction_need(const StreamTactic& t) {
-  return {int64_t{t.ctas} * 2 * stream_k::kPartialFloats, t.ctas};
-}
-
-ReductionNeed reduction_bound(int sms) {
-  ReductionNeed need;
-  for (const StreamVariant& v : kStreamVariants) {
-    need.partial_floats = std::max(need.partial_floats, int64_t{v.ctas_per_sm} * sms * 2 * stream_k::kPartialFloats);
-    need.counters = std::max(need.counters, v.ctas_per_sm * sms);
-  }
-  return need;
-}
-
 // ---- Candidates and the static rule -------------------------------------------
 
 std::vector<GemmDecision> engine_candidates(int64_t n, int64_t k, int m, GemmEngines engines) {
