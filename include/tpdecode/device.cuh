@@ -28,11 +28,6 @@ __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;"
 // observer in the system (other GPUs, the host).
 __device__ __forceinline__ void fence_acq_rel_sys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
 
-// Keeps the first use of `v` (e.g. an atomic's result) where this call stands.
-// Why: ptxas may otherwise consume the result right after the atomic is issued,
-// stalling the thread for the atomic's round trip before its later work.
-__device__ __forceinline__ void first_use_here(uint32_t& v) { asm volatile("" : "+r"(v)); }
-
 __device__ __forceinline__ uint64_t global_timer_ns() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));

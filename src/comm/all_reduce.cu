@@ -39,11 +39,10 @@ __global__ void __launch_bounds__(kThreads) one_shot_kernel(const OneShotParams 
   test_delay(0);
   if (p.system_fence) dev::fence_acq_rel_sys();
   one_shot_push<kRanks>(mem, p.team, p.box, call, row, frag, mine);
-  uint32_t ticket = threadIdx.x == 0 ? take_ticket(mem, p.team, p.box) : 0u;
+  const uint32_t ticket = threadIdx.x == 0 ? take_ticket(mem, p.team, p.box) : 0u;
   test_delay(1);
   Fragment sum;
   const bool ok = one_shot_collect<kRanks>(mem, p.team, p.box, call, row, frag, &sum);
-  dev::first_use_here(ticket);  // not before thread 0's polls
   if (threadIdx.x == 0) advance_if_last(mem, p.team, p.box, epoch, ticket, gridDim.x * gridDim.y);
   // Why late with several ranks on one GPU: a dependent grid launched early could
   // hold SM slots that a peer's grid of this call still needs; once this thread has

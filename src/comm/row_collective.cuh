@@ -134,9 +134,10 @@ __device__ __forceinline__ void row_collective(const RowCall& c, Epilogue& epi, 
   // would wait for the thread's outstanding global stores; the re-arm only has to
   // precede the call's end.
   if (rearm) lamport::rearm<kRanks>(mem, own_slot);  // one_shot_rearm
-  // Why: ptxas otherwise computes ticket + 1 at once after the atomic (in the hook's
-  // branch), stalling thread 0 before its cluster-sum stores.
-  dev::first_use_here(ticket);
+  // Why: keeps the ticket's first use here; ptxas otherwise computes ticket + 1 at
+  // once after the atomic (in the hook's branch), stalling thread 0 before its
+  // cluster-sum stores for the atomic's round trip.
+  asm volatile("" : "+r"(ticket));
   if (threadIdx.x == 0 && entry != kAbortedEntry)
     advance_if_last(mem, c.team, c.box, epoch, ticket, gridDim.x * gridDim.y);
   if (c.early) dev::pdl_wait();

@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kThreads) two_shot_all_reduce_kernel(const Two
   if (ok)
     for (int i = first; i < items; i += step)
       two_shot_push(mem, p.team, p.recv, reduce, i / row_frags, i % row_frags, owner_frags, x[i]);
-  uint32_t ticket = threadIdx.x == 0 && entered ? take_ticket(mem, p.team, p.recv) : 0u;
+  const uint32_t ticket = threadIdx.x == 0 && entered ? take_ticket(mem, p.team, p.recv) : 0u;
   for (int j = first; ok && j < items / kRanks; j += step)
     ok = two_shot_reduce<kRanks>(mem, p.team, p.recv, p.gather, reduce, j / owner_frags, j % owner_frags, owner_frags);
   two_shot_gather_phase(mem, p.team);
@@ -83,7 +83,6 @@ __global__ void __launch_bounds__(kThreads) two_shot_all_reduce_kernel(const Two
     if (ok) ok = two_shot_collect(mem, p.team, p.gather, collect, i / row_frags, i % row_frags, owner_frags, &got);
     out[i] = ok ? got : poisoned();
   }
-  dev::first_use_here(ticket);  // not before thread 0's reductions and gather polls
   if (threadIdx.x == 0 && entered) advance_if_last(mem, p.team, p.recv, epoch, ticket, gridDim.x * gridDim.y);
   if (!p.trigger_early) dev::pdl_launch_dependents();
 }
@@ -121,7 +120,7 @@ __global__ void __launch_bounds__(kArNormMaxThreads) two_shot_ar_norm_kernel(con
   if (active && ok)
     for (int row = first_row; row < p.rows; row += row_step)
       two_shot_push(mem, p.team, p.recv, reduce, row, frag, owner_frags, x[row * row_frags + frag]);
-  uint32_t ticket = threadIdx.x == 0 && entered ? take_ticket(mem, p.team, p.recv) : 0u;
+  const uint32_t ticket = threadIdx.x == 0 && entered ? take_ticket(mem, p.team, p.recv) : 0u;
   if (reducer)
     for (int row = first_row; ok && row < p.rows; row += row_step)
       ok = two_shot_reduce<kRanks>(mem, p.team, p.recv, p.gather, reduce, row, frag / kRanks, owner_frags);
@@ -134,7 +133,6 @@ __global__ void __launch_bounds__(kArNormMaxThreads) two_shot_ar_norm_kernel(con
     epi.finish(sum, ok, row, at, frag, active, rownorm::NoHook{});  // its ticket is taken above
     if (row + row_step < p.rows) rownorm::cluster_arrive_next_row();
   }
-  dev::first_use_here(ticket);  // not before thread 0's reductions, polls and row sums
   if (threadIdx.x == 0 && entered) advance_if_last(mem, p.team, p.recv, epoch, ticket, gridDim.x * gridDim.y);
   if (!p.trigger_early) dev::pdl_launch_dependents();
 }

@@ -147,7 +147,7 @@ __device__ __forceinline__ void consume_two_shot(const OprojParams& p) {
     __syncthreads();
     const bool entered = entry != kAbortedEntry;
     const Call call{Op::kOproj, static_cast<int>(entry)};
-    uint32_t ticket = threadIdx.x == 0 && entered ? take_ticket(mem, p.team, p.recv) : 0u;
+    const uint32_t ticket = threadIdx.x == 0 && entered ? take_ticket(mem, p.team, p.recv) : 0u;
     bool ok = entered;
     if (reducer)
       for (int row = first_row; ok && row < rows; row += row_step)
@@ -161,7 +161,6 @@ __device__ __forceinline__ void consume_two_shot(const OprojParams& p) {
       epi.finish(sum, ok, row, at, frag, active, rownorm::NoHook{});  // its ticket is taken above
       if (row + row_step < rows) rownorm::cluster_arrive_next_row();
     }
-    dev::first_use_here(ticket);  // not before thread 0's reductions, polls and row sums
     if (threadIdx.x == 0 && entered) advance_if_last(mem, p.team, p.recv, epoch, ticket, gridDim.x * gridDim.y);
     if (!p.trigger_early) dev::pdl_launch_dependents();
   });
