@@ -47,18 +47,27 @@ inline constexpr int kNever = 1 << 30;
 //  - NCCL TP 2 (NVLink): behind the one-shot at every row count, all_reduce 3.67 vs
 //    2.57 µs at 1 row, 5.61 vs 5.44 at 64; ar_norm 6.30 vs 4.24, 10.28 vs 8.72:
 //    never (the same bytes, one hop more).
-// MODEL, NOT MEASURED (no 4- or 8-GPU machine): NVLink all_reduce, time ≈ fixed +
+// MEASURED on 4 x H200 (NVLink), 2026-11-30, NCCL team TP 4, H 7168 (docs/
+// performance.md, "fifth session"):
+//  - all_reduce: one-shot / two-shot 4.84 / 4.81 µs at 16 rows (a tie: the one-shot
+//    keeps it), 5.37 / 5.20 at 20, 5.88 / 5.61 at 24, 6.93 / 6.04 at 32, 11.17 / 7.34
+//    at 64 (stock 17.23): from 20 rows (the model below said 18).
+//  - ar_norm: 6.50 / 6.85 at 16, 7.10 / 7.09 at 20 (a tie), 7.63 / 7.30 at 24, 8.76 /
+//    7.90 at 32, 13.19 / 10.69 at 64: from 24 rows.
+// MODEL, NOT MEASURED (no 8-GPU machine): NVLink all_reduce, time ≈ fixed +
 // hops · h + bytes / bw with h = 1.5 µs and bw = 250 GB/s (the TP 2 runs); bytes
 // into each GPU per row: one-shot (TP−1)·width·2, two-shot 2·(TP−1)/TP·width·2;
-// two-shot from h·bw·TP / ((TP−1)(TP−2)·width·2) rows: TP 4 from 18, TP 8 from 5,
-// TP 16 from 2. The ArNorm two-shot (its clusters walk their rows one by one) was
-// measured far behind on the local team: never, until measured on NVLink. The local
-// team at TP 4 and 16: never, until measured.
+// two-shot from h·bw·TP / ((TP−1)(TP−2)·width·2) rows: TP 4 from 18 (measured: 20),
+// TP 8 from 5, TP 16 from 2. ArNorm at TP 8: the all_reduce's point times TP 4's
+// measured ArNorm / all_reduce ratio (24 / 20): from 6. The local team at TP 4 and
+// 16: never, until measured.
 inline constexpr CrossoverPoint kCrossover[] = {
     {2, CommTransport::kNvlink, false, 7168, kNever, kNever},
     {2, CommTransport::kNvlink, true, 7168, kNever, kNever},
-    {4, CommTransport::kNvlink, false, 7168, 18, kNever},
+    {4, CommTransport::kNvlink, false, 7168, 20, kNever},
+    {4, CommTransport::kNvlink, true, 7168, 24, kNever},
     {8, CommTransport::kNvlink, false, 7168, 5, kNever},
+    {8, CommTransport::kNvlink, true, 7168, 6, kNever},
     {16, CommTransport::kNvlink, false, 7168, 2, kNever},
     {8, CommTransport::kOneGpu, false, 7168, 8, kNever},
 };

@@ -192,6 +192,11 @@ TEST(CommRules, CrossoverTableScalesWithWidthAndNeverAtTp2) {
   const int tp4 = two_shot_rows_for(l, 7168, false).first;
   l.team_size = 8;
   EXPECT_LT(two_shot_rows_for(l, 7168, false).first, tp4);
+  // Measured on NVLink at TP 4 (crossover.hpp): the all-reduce from 20 rows, ArNorm
+  // from 24 (its row body costs the two-shot more).
+  l.team_size = 4;
+  EXPECT_EQ(two_shot_rows_for(l, 7168, false), std::make_pair(20, kNever));
+  EXPECT_EQ(two_shot_rows_for(l, 7168, true), std::make_pair(24, kNever));
   // A team size the table does not list: never.
   l.team_size = 32;
   EXPECT_EQ(two_shot_rows_for(l, 7168, false).first, kNever);
