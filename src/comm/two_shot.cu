@@ -36,13 +36,16 @@ struct Started {
 };
 
 // Every thread of a CTA: PDL (no mailbox store and no input read before the wait),
+// load_first() (the thread's first input: its round trip overlaps the entry's),
 // then the CTA's entry (protocol.hpp begin()) through `entry` (shared memory);
 // thread 0 keeps the epoch for its ticket (take_ticket() after its pushes,
 // advance_if_last() at the end: the atomic's round trip stays off the data path).
-__device__ Started start_call(const TwoShotParams& p, uint32_t& entry, uint32_t* epoch) {
+template <class LoadFirst>
+__device__ Started start_call(const TwoShotParams& p, uint32_t& entry, uint32_t* epoch, LoadFirst&& load_first) {
   using namespace lamport;
   if (p.trigger_early) dev::pdl_launch_dependents();
   dev::pdl_wait();
+  load_first();
   if (threadIdx.x == 0) {
     Memory mem(p.team.timeout_ns);
     entry = begin(mem, p.team, p.recv, Op::kTwoShotReduce, epoch);
@@ -64,14 +67,17 @@ __global__ void __launch_bounds__(kThreads) two_shot_all_reduce_kernel(const Two
   const int first = static_cast<int>(blockIdx.x) * kThreads + static_cast<int>(threadIdx.x);
   const int step = static_cast<int>(gridDim.x) * kThreads;
   uint32_t epoch = 0;
-  const auto [entered, reduce, collect] = start_call(p, entry, &epoch);
+  const Fragment* x = static_cast<const Fragment*>(p.x);
+  Fragment head{};  // x[first]
+  const auto [entered, reduce, collect] = start_call(p, entry, &epoch, [&] {
+    if (first < items) head = x[first];
+  });
   Memory mem(p.team.timeout_ns);
   bool ok = entered;
-  const Fragment* x = static_cast<const Fragment*>(p.x);
   Fragment* out = static_cast<Fragment*>(p.out);
   if (ok)
     for (int i = first; i < items; i += step)
-      two_shot_push(mem, p.team, p.recv, reduce, i / row_frags, i % row_frags, owner_frags, x[i]);
+      two_shot_push(mem, p.team, p.recv, reduce, i / row_frags, i % row_frags, owner_frags, i == first ? head : x[i]);
   const uint32_t ticket = threadIdx.x == 0 && entered ? take_ticket(mem, p.team, p.recv) : 0u;
   for (int j = first; ok && j < items / kRanks; j += step)
     ok = two_shot_reduce<kRanks>(mem, p.team, p.recv, p.gather, reduce, j / owner_frags, j % owner_frags, owner_frags);
@@ -113,13 +119,17 @@ __global__ void __launch_bounds__(kArNormMaxThreads) two_shot_ar_norm_kernel(con
   // Why before the wait: the weight is a parameter, not an output of the previous kernel.
   epi.load_params(frag, active);
   uint32_t epoch = 0;
-  const auto [entered, reduce, collect] = start_call(p, entry, &epoch);
+  const Fragment* x = static_cast<const Fragment*>(p.x);
+  Fragment head{};  // the first row's fragment
+  const auto [entered, reduce, collect] = start_call(p, entry, &epoch, [&] {
+    if (active && first_row < p.rows) head = x[first_row * row_frags + frag];
+  });
   Memory mem(p.team.timeout_ns);
   bool ok = entered;
-  const Fragment* x = static_cast<const Fragment*>(p.x);
   if (active && ok)
     for (int row = first_row; row < p.rows; row += row_step)
-      two_shot_push(mem, p.team, p.recv, reduce, row, frag, owner_frags, x[row * row_frags + frag]);
+      two_shot_push(mem, p.team, p.recv, reduce, row, frag, owner_frags,
+                    row == first_row ? head : x[row * row_frags + frag]);
   const uint32_t ticket = threadIdx.x == 0 && entered ? take_ticket(mem, p.team, p.recv) : 0u;
   if (reducer)
     for (int row = first_row; ok && row < p.rows; row += row_step)
