@@ -64,6 +64,10 @@ int64_t DecodeGemmObj::run(DLView x, DLView out) {
   });
 }
 
+void DecodeGemmObj::set_chain(bool on) {
+  translated([&] { gemm_->set_chain(on); });
+}
+
 TVM_FFI_STATIC_INIT_BLOCK() {
   namespace refl = tvm::ffi::reflection;
   refl::ObjectDef<DecodeGemmObj>(refl::init(false))
@@ -75,6 +79,8 @@ TVM_FFI_STATIC_INIT_BLOCK() {
       .def("prepared", &DecodeGemmObj::prepared)
       .def("path", &DecodeGemmObj::path)
       .def("decision", &DecodeGemmObj::decision)
+      .def("set_chain", &DecodeGemmObj::set_chain)
+      .def("chain", &DecodeGemmObj::chain)
       .def("decode_gemm", &DecodeGemmObj::run);
 }
 

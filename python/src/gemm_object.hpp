@@ -31,6 +31,10 @@ class DecodeGemmObj : public tvm::ffi::Object {
   tvm::ffi::String decision(int64_t m) const;
   // out = x · Wᵀ on the caller's stream; returns the GemmPath taken.
   int64_t run(DLView x, DLView out);
+  // DecodeGemm::set_chain / chain (decode_gemm.hpp): decisions for a link of a
+  // chain of PDL kernels; changing it drops the decisions made so far.
+  void set_chain(bool on);
+  bool chain() const { return gemm_->chain(); }
 
   static constexpr bool _type_mutable = true;
   TVM_FFI_DECLARE_OBJECT_INFO_FINAL("tpdecode.DecodeGemm", DecodeGemmObj, tvm::ffi::Object);

@@ -21,16 +21,34 @@ class DecodeGemm:
     weight: [N, K] bfloat16 on a CUDA device (kept referenced by this object).
     shared_cublas: use the device's shared cuBLAS context (one 32 MB workspace for
     all DecodeGemms; they must not run concurrently on different streams), else a
-    private one."""
+    private one.
+    chain: this GEMM is a link of a chain of kernels launched with programmatic
+    dependent launch (e.g. consecutive DecodeGemms in one graph): a cuBLAS
+    candidate is charged what a link that does not overlap its neighbours costs
+    them (``chain`` can be changed later; that drops the decisions made so far).
+    Leave it off where the neighbours are ordinary kernels."""
 
     max_rows = 32
 
-    def __init__(self, weight: torch.Tensor, *, shared_cublas: bool = True):
+    def __init__(self, weight: torch.Tensor, *, shared_cublas: bool = True, chain: bool = False):
         self.weight = weight
         # Why detach: DLPack does not export tensors that require grad (parameters).
         self._handle = _lib.module.decode_gemm(weight.detach(), shared_cublas)
         self._id = _ops.register(self._handle.decode_gemm)
         self.n, self.k = self._handle.n, self._handle.k
+        if chain:
+            self.chain = True
+
+    @property
+    def chain(self) -> bool:
+        """Whether the decisions are made for a link of a PDL chain (see the class)."""
+        return self._handle.chain()
+
+    @chain.setter
+    def chain(self, on: bool) -> None:
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("DecodeGemm.chain under CUDA-graph capture: set it before capturing")
+        self._handle.set_chain(bool(on))
 
     def __del__(self):
         _ops.unregister(getattr(self, "_id", 0))

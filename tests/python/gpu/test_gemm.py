@@ -32,6 +32,22 @@ def test_decode_gemm_matches_torch(n, k):
     assert gemm(x3).shape == (2, 3, n)
 
 
+def test_decode_gemm_chain_links_decide_and_stay_correct():
+    w = weight(2112, 7168, seed=2)
+    gemm = tpdecode.DecodeGemm(w, chain=True)
+    assert gemm.chain
+    gemm.prepare([1, 8])
+    for m in (1, 8):
+        x = torch.randn(m, 7168, device="cuda").to(torch.bfloat16)
+        torch.testing.assert_close(gemm(x).float(), reference(x, w).float(), rtol=2**-7, atol=2**-6)
+        assert gemm.decision(m)
+    gemm.chain = False  # drops the chain decisions: the next eager call decides alone
+    assert not gemm.chain
+    x = torch.randn(8, 7168, device="cuda").to(torch.bfloat16)
+    torch.testing.assert_close(gemm(x).float(), reference(x, w).float(), rtol=2**-7, atol=2**-6)
+    assert gemm.path(8) in ("warp", "cublas", "stream", "cublaslt")
+
+
 def test_decode_gemm_argument_errors():
     gemm = tpdecode.DecodeGemm(weight(1024, 4096))
     with pytest.raises(ValueError, match="columns"):
