@@ -137,6 +137,17 @@ TPD_HD void two_shot_push(Memory& mem, const TeamRef& team, const MailboxRef& re
   mem.push(slot_fragment(recv, owner, call.parity, team.rank, row, frag - owner * owner_frags), clean(mine));
 }
 
+// In kernels where a thread holds fragment `frag` of every row it serves (ArNorm's
+// geometry): the owned chunk that thread reduces, or -1. The reducers are the
+// threads holding this rank's own columns. Why: they form warps of their own (no
+// warp waits on some lanes' reductions before its other lanes collect), and a
+// reducer's collect is the sum it stored itself (reducers on every TP-th thread
+// cost 0.7 µs at 1 row and 1.2 at 64, NCCL TP 2: docs/performance.md).
+TPD_HD int two_shot_own_chunk(int rank, int frag, int owner_frags) {
+  const int chunk = frag - rank * owner_frags;
+  return chunk >= 0 && chunk < owner_frags ? chunk : -1;
+}
+
 // Reduce, run by the owner (this rank) of chunk `chunk` (< owner_frags) of `row`:
 // polls the TP slots in its own recv, sums them in rank order (one rounding),
 // stores the cleaned sum into every rank's gather row (TP peer stores), then

@@ -97,11 +97,7 @@ __global__ void __launch_bounds__(kThreads) two_shot_all_reduce_kernel(const Two
 // CTA c holding fragment c·H/64 + t), so the norm is row_norm.cuh's, bit for bit.
 // Cluster y takes rows y, y + clusters, ... (every CTA of a cluster the same rows,
 // so every thread reaches each row's cluster barrier). The owned chunk k of a row
-// is reduced by the thread holding fragment rank·W/8 + k, the rank's own columns.
-// Why: the reducers are warps of their own (no warp waits on some lanes' reductions
-// before its other lanes collect), a reducer's collect is the sum it stored itself,
-// and every other thread collects at once (reducers on every TP-th thread cost
-// 0.7 µs at 1 row and 1.2 at 64, NCCL TP 2: docs/performance.md, fifth session).
+// is reduced by the thread holding fragment rank·W/8 + k (two_shot_own_chunk).
 // A failed fragment poisons its residual and, through a NaN sum of squares, every
 // output of its row; a thread that failed does no more polls (the team is aborted).
 template <int kRanks>
@@ -117,8 +113,7 @@ __global__ void __launch_bounds__(kArNormMaxThreads) two_shot_ar_norm_kernel(con
   const int frags_per_cta = p.width / (8 * kArNormCtas);
   const bool active = static_cast<int>(threadIdx.x) < frags_per_cta;
   const int frag = static_cast<int>(blockIdx.x) * frags_per_cta + static_cast<int>(threadIdx.x);
-  const int own_first = p.team.rank * owner_frags;  // this rank's columns, in fragments
-  const bool reducer = active && frag >= own_first && frag < own_first + owner_frags;
+  const int own_chunk = active ? two_shot_own_chunk(p.team.rank, frag, owner_frags) : -1;
   const int first_row = static_cast<int>(blockIdx.y);
   const int row_step = static_cast<int>(gridDim.y);
   // Why before the wait: the weight is a parameter, not an output of the previous kernel.
@@ -136,9 +131,9 @@ __global__ void __launch_bounds__(kArNormMaxThreads) two_shot_ar_norm_kernel(con
       two_shot_push(mem, p.team, p.recv, reduce, row, frag, owner_frags,
                     row == first_row ? head : x[row * row_frags + frag]);
   const uint32_t ticket = threadIdx.x == 0 && entered ? take_ticket(mem, p.team, p.recv) : 0u;
-  if (reducer)
+  if (own_chunk >= 0)
     for (int row = first_row; ok && row < p.rows; row += row_step)
-      ok = two_shot_reduce<kRanks>(mem, p.team, p.recv, p.gather, reduce, row, frag - own_first, owner_frags);
+      ok = two_shot_reduce<kRanks>(mem, p.team, p.recv, p.gather, reduce, row, own_chunk, owner_frags);
   two_shot_gather_phase(mem, p.team);
   for (int row = first_row; row < p.rows; row += row_step) {
     const long at = static_cast<long>(row) * row_frags + frag;  // fragment index in [rows, width]

@@ -117,9 +117,10 @@ __device__ __forceinline__ void consume(const OprojParams& p, int row, bool earl
 // The two-shot consumer of one CTA: ArNorm's geometry, the cluster taking rows
 // blockIdx.y, + gridDim.y, ... (every CTA of a cluster the same rows, so every
 // thread reaches each row's cluster barriers). Owner sums first (the thread holding
-// fragment k·TP reduces this rank's owned chunk k of each row: collectives.hpp's
-// two_shot_reduce, which broadcasts the sum into every rank's gather row and
-// re-arms), then per row the gather (two_shot_collect) and the epilogue. A
+// fragment rank·W/8 + k reduces this rank's owned chunk k of each row:
+// collectives.hpp's two_shot_own_chunk and two_shot_reduce, which broadcasts the sum
+// into every rank's gather row and re-arms), then per row the gather
+// (two_shot_collect) and the epilogue. A
 // reduction waits only on producer pushes, a gather only on reductions, and the
 // clusters of every rank on a GPU are resident at once (the host's budget): no
 // circular wait. The call's epoch is the recv mailbox's (the gather's is shared).
@@ -134,7 +135,7 @@ __device__ __forceinline__ void consume_two_shot(const OprojParams& p) {
     const int frags_per_cta = p.hidden / (8 * kArNormCtas);
     const bool active = static_cast<int>(threadIdx.x) < frags_per_cta;
     const int frag = static_cast<int>(blockIdx.x) * frags_per_cta + static_cast<int>(threadIdx.x);
-    const bool reducer = active && frag % kRanks == 0;
+    const int own_chunk = active ? two_shot_own_chunk(p.team.rank, frag, owner_frags) : -1;
     const int rows = p.gemm.m;
     const int first_row = static_cast<int>(blockIdx.y);
     const int row_step = static_cast<int>(gridDim.y);
@@ -149,9 +150,9 @@ __device__ __forceinline__ void consume_two_shot(const OprojParams& p) {
     const Call call{Op::kOproj, static_cast<int>(entry)};
     const uint32_t ticket = threadIdx.x == 0 && entered ? take_ticket(mem, p.team, p.recv) : 0u;
     bool ok = entered;
-    if (reducer)
+    if (own_chunk >= 0)
       for (int row = first_row; ok && row < rows; row += row_step)
-        ok = two_shot_reduce<kRanks>(mem, p.team, p.recv, p.gather, call, row, frag / kRanks, owner_frags);
+        ok = two_shot_reduce<kRanks>(mem, p.team, p.recv, p.gather, call, row, own_chunk, owner_frags);
     two_shot_gather_phase(mem, p.team);
     for (int row = first_row; row < rows; row += row_step) {
       const long at = static_cast<long>(row) * row_frags + frag;

@@ -155,6 +155,26 @@ std::vector<Fragment> one_row_of(const uint32_t (&word)[kRanks]) {
   return got;
 }
 
+// Every owned chunk of every rank has exactly one reducer, the thread holding that
+// column of the rank's own share; no other thread reduces.
+TEST(TwoShotProtocol, EachOwnedChunkHasOneReducerInItsOwnColumns) {
+  for (int ranks : {2, 4, 8, 16}) {
+    const int row_frags = 7168 / 8;
+    const int owner_frags = row_frags / ranks;
+    for (int rank = 0; rank < ranks; ++rank) {
+      std::vector<int> reducers(owner_frags, 0);
+      for (int frag = 0; frag < row_frags; ++frag) {
+        const int chunk = lamport::two_shot_own_chunk(rank, frag, owner_frags);
+        if (chunk < 0) continue;
+        ASSERT_LT(chunk, owner_frags);
+        EXPECT_EQ(frag / owner_frags, rank) << "a reducer outside the rank's own columns";
+        ++reducers[chunk];
+      }
+      for (int c = 0; c < owner_frags; ++c) EXPECT_EQ(reducers[c], 1) << "TP " << ranks << " rank " << rank << " chunk " << c;
+    }
+  }
+}
+
 TEST(TwoShotProtocol, OwnersSumInRankOrder) {
   // FP32 sums of {2^24, 1, -2^24, 1}: rank order gives 1, any other order 0 or 2.
   const float planted[4] = {16777216.0f, 1.0f, -16777216.0f, 1.0f};
