@@ -68,6 +68,7 @@ TEST(DecodeGemm, RanksAgreeAndReplicatedGemmsMatchBitwise) {
   DeviceBuffer w(static_cast<std::size_t>(n * k) * 2), x(static_cast<std::size_t>(m * k) * 2);
   fill_uniform(w.get(), n * k, rng);
   fill_uniform(x.get(), m * k, rng);
+  TPD_CUDA(cudaDeviceSynchronize());  // the fills ran on the legacy stream; the ranks' streams do not wait for it
   struct Broadcast {
     std::mutex mutex;
     std::condition_variable cv;

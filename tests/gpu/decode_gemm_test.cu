@@ -185,6 +185,9 @@ TEST(DecodeGemm, PdlChainsBackToBack) {
   const std::size_t bytes = static_cast<std::size_t>(m * kDim) * 2;
   DeviceBuffer input(bytes), ping(bytes), pong(bytes), with_pdl(bytes), without(bytes);
   fill_uniform(input.get(), m * kDim, rng);
+  // Why: the fills ran on the legacy stream, which a non-blocking stream does not wait
+  // for (run alone, the chain once read the input before its fill: all zeros).
+  TPD_CUDA(cudaDeviceSynchronize());
   cudaStream_t stream;
   TPD_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   auto nonzero = [&](const DeviceBuffer& b) {
