@@ -73,12 +73,14 @@ __device__ __forceinline__ void produce(const OprojParams& p, const warp_splitk:
         // round trip overlaps the activations' first copies. The barriers of the
         // main loop publish `entry` to the other threads.
         if (threadIdx.x == 0) entry = begin(mem, p.team, entry_box, Op::kOproj, &epoch);
-        // Why after the wait: the consumer launched now may read its inputs and the
-        // epoch without waiting (row_collective.cuh: `early`).
-        if (p.trigger_early) dev::pdl_launch_dependents();
         if (p.system_fence) dev::fence_acq_rel_sys();  // before this thread's first push
       },
       [&](int token, int64_t column, const float (&v)[8]) {
+        // Why here, after the weights are streamed (a CTA without outputs counts at
+        // its exit): consumers launched during the GEMM sat on its SMs, polling, for
+        // all of it. After the wait, so the consumer may read its inputs and the
+        // epoch without waiting (row_collective.cuh: `early`).
+        if (p.trigger_early) dev::pdl_launch_dependents();
         if (entry == kAbortedEntry) return;
         Fragment f;
 #pragma unroll
