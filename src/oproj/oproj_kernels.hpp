@@ -46,7 +46,7 @@ struct OprojParams {
   int split;                // the GEMM's K split (1, 2, 4, 8)
   int token_tiles;
   int hidden;
-  bool trigger_early;  // one rank per GPU: producers let the consumer launch after their wait; consumers poll early
+  bool trigger_early;  // one rank per GPU: producers let the consumer launch from their epilogue; consumers poll early
   bool system_fence;   // CommConfig::system_fence: producers fence before their pushes
   OprojEpilogue epilogue;
   ArNormTail ar_norm;     // kArNorm
