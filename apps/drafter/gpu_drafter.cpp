@@ -75,6 +75,7 @@ GpuDrafter::GpuDrafter(Team& team, const DrafterConfig& config, int rows_cap, co
         // Why: fused_qkv_a is replicated; every rank must run the same path for the
         // same shape, or the ranks' outputs (and the draft tokens) could differ.
         g->set_agreement(team.gemm_agreement());
+        g->set_sharing(team.ranks_sharing_gpu());
         r->gemms[id.key()] = std::move(g);
       }
     TPD_CUDA(cudaStreamSynchronize(s));  // the host token copy must land before `tokens` goes

@@ -85,6 +85,11 @@ class DecodeGemm {
   // decisions made so far (the next eager call decides again).
   void set_chain(bool on);
   bool chain() const { return chain_; }
+  // `ranks` ranks' GEMMs run on this GPU at once (a local team's driven ranks;
+  // default 1): its buckets are decided under a key of their own, among the splits
+  // warp_split_for_shared_gpu keeps. Changing it drops the decisions made so far.
+  void set_sharing(int ranks);
+  int sharing() const { return sharing_; }
   // A team's agreement (see gemm_tuner.hpp), called once per bucket at prepare.
   // With it set, an unprepared bucket under capture runs the static rule (the same
   // on every rank) rather than this rank's cache.
@@ -107,6 +112,7 @@ class DecodeGemm {
   GemmEngines engines_;
   bool pdl_ = true;
   bool chain_ = false;
+  int sharing_ = 1;
   int device_ = 0;
   int sms_ = 0;
   std::string device_name_;

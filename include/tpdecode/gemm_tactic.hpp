@@ -39,7 +39,7 @@ using CublasLtAlgo = std::array<uint64_t, 8>;
 struct GemmDecision {
   GemmPath path = GemmPath::kCublas;
   GemmSource source = GemmSource::kRule;
-  uint8_t split = 1;        // kWarpSplitK: CTAs per cluster (1, 2, 4, 8)
+  uint8_t split = 1;        // kWarpSplitK: CTAs per cluster (1 .. 8)
   uint8_t variant = 0;      // kStreamK: index into kStreamVariants
   float measured_us = 0;    // the tuner's median time per call (0: not measured)
   float tune_ms = 0;        // what deciding cost (timing every candidate)
@@ -68,6 +68,7 @@ int gemm_bucket_max(int bucket);  // the row count the tuner times
 inline constexpr int kWarpMaxRows = 32;
 // K is streamed in chunks of this many columns (one ring stage per warp).
 inline constexpr int kWarpChunkK = 128;
+inline constexpr int kWarpMaxSplit = 8;  // CTAs of a cluster (the portable cluster size)
 
 // Seed 004: 16-row output tiles, K a multiple of 128, and at most 64 K tiles of
 // 128 (or of 256 when K % 256 == 0). N, K > 0.
@@ -82,7 +83,7 @@ bool warp_activations_ok(const TensorView& x);
 // Launch shape of one engine call.
 struct GemmTactic {
   int token_tiles = 1;  // 8-token MMA tiles per CTA: 1, 2 or 4 (M <= 8, 16, 32)
-  int split = 1;        // CTAs per 64-row block (a cluster), each a K range; 1, 2, 4 or 8
+  int split = 1;        // CTAs per 64-row block (a cluster), each a K range; 1 .. 8
   int64_t blocks = 0;   // ceil(N / 64)
   int64_t ctas = 0;     // blocks * split
   double predicted_us = 0;  // the rule's time model (see choose_tactic)
@@ -115,6 +116,14 @@ int warp_ctas_per_sm(int token_tiles);
 // engine_preferred: M <= 8, at most SMs / 2 blocks of 64 rows and 4096 <= K <= 8192 --
 // where the engine was measured ahead of cuBLAS; elsewhere the rule keeps cuBLAS.
 GemmTactic choose_tactic(int64_t n, int64_t k, int m, int sms);
+// A split the engine runs for K: 1 .. 8 CTAs per cluster, each with at least two
+// 128-column chunks when split > 1. The tuner times every one of them; the rule
+// models the powers of two only (what its constants were fitted to).
+bool warp_split_ok(int64_t k, int split);
+// The splits timed where several ranks' GEMMs share one GPU (a local team): the
+// powers of two. Timed alone, 3 and 6 win some drafter shapes, but beside seven
+// other ranks' GEMMs they were slower (docs/performance.md, 2026-12-01).
+bool warp_split_for_shared_gpu(int split);
 // The rule's tactic with the split forced (benchmarks, tests); split must be legal.
 GemmTactic tactic_with_split(int64_t n, int64_t k, int m, int sms, int split);
 

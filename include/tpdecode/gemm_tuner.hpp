@@ -39,8 +39,9 @@ struct GemmKey {
   int bucket = 0;       // gemm_m_bucket(m)
   DType dtype = DType::kBF16;
   bool chain = false;   // decided for a link of a PDL chain (charge_chain_boundaries)
+  int sharing = 1;      // ranks whose GEMMs run on this GPU at once (a local team's)
   bool operator==(const GemmKey&) const = default;
-  std::string describe() const;  // e.g. "NVIDIA H200 (132 SMs) 2112x7168 M 5-8 bf16 chain"
+  std::string describe() const;  // e.g. "NVIDIA H200 (132 SMs) 2112x7168 M 5-8 bf16 chain, shared by 8"
 };
 
 // What a stock (cuBLAS, cuBLASLt) link costs a chain of PDL kernels beyond its own

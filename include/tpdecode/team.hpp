@@ -86,6 +86,9 @@ class Team {
   int driven() const { return static_cast<int>(contexts_.size()); }
   int rank(int driven = 0) const;
   int device(int driven = 0) const;
+  // Driven ranks on driven rank 0's GPU, whose kernels run there at once (a local
+  // team's: all of them; DecodeGemm::set_sharing).
+  int ranks_sharing_gpu() const;
   // A stream the team made for a driven rank (any stream of that device works).
   cudaStream_t stream(int driven = 0) const;
   uint64_t timeout_ms() const { return timeout_ns_ / 1000000ull; }

@@ -53,7 +53,7 @@ DecodeGemm::DecodeGemm(const TensorView& weight, std::shared_ptr<CublasContext> 
 
 GemmKey DecodeGemm::key(int m) const {
   static const std::string version = gemm_library_version();
-  return {device_name_, sms_, version, n(), k(), gemm_m_bucket(m), DType::kBF16, chain_};
+  return {device_name_, sms_, version, n(), k(), gemm_m_bucket(m), DType::kBF16, chain_, sharing_};
 }
 
 void DecodeGemm::set_chain(bool on) {
@@ -62,8 +62,19 @@ void DecodeGemm::set_chain(bool on) {
   decisions_ = {};
 }
 
+void DecodeGemm::set_sharing(int ranks) {
+  check(ranks >= 1 && ranks <= 64, "decode_gemm: {} ranks sharing the GPU (1..64)", ranks);
+  if (ranks == sharing_) return;
+  sharing_ = ranks;
+  decisions_ = {};
+}
+
 std::vector<GemmDecision> DecodeGemm::candidates(int m) {
   std::vector<GemmDecision> all = engine_candidates(n(), k(), m, engines_);
+  if (sharing_ > 1)
+    std::erase_if(all, [](const GemmDecision& d) {
+      return d.path == GemmPath::kWarpSplitK && !warp_split_for_shared_gpu(d.split);
+    });
   GemmDecision lt;
   lt.path = GemmPath::kCublasLt;
   lt.source = GemmSource::kTuned;

@@ -48,6 +48,10 @@ GemmTactic model(int64_t n, int64_t k, int m, int sms, int split) {
 
 }  // namespace
 
+bool warp_split_ok(int64_t k, int split) { return split >= 1 && split <= kWarpMaxSplit && split_legal(k, split); }
+
+bool warp_split_for_shared_gpu(int split) { return split == 1 || split == 2 || split == 4 || split == 8; }
+
 bool warp_eligible(int64_t n, int64_t k) {
   if (n <= 0 || k <= 0 || n % 16 || k % 128) return false;
   return k / 128 <= 64 || (k % 256 == 0 && k / 256 <= 64);
@@ -82,8 +86,7 @@ int warp_ctas_per_sm(int token_tiles) { return kSmemPerSm / (warp_smem_bytes(tok
 GemmTactic tactic_with_split(int64_t n, int64_t k, int m, int sms, int split) {
   check(warp_eligible(n, k), "warp split-K: shape {}x{} is not eligible", n, k);
   check(sms >= 1, "warp split-K: no SMs");
-  check((split == 1 || split == 2 || split == 4 || split == 8) && split_legal(k, split),
-        "warp split-K: split {} for K {}", split, k);
+  check(warp_split_ok(k, split), "warp split-K: split {} for K {}", split, k);
   return model(n, k, m, sms, split);
 }
 
@@ -232,8 +235,8 @@ std::string StreamTactic::describe() const {
 std::vector<GemmDecision> engine_candidates(int64_t n, int64_t k, int m, GemmEngines engines) {
   std::vector<GemmDecision> out;
   if (engines.warp && warp_eligible(n, k))
-    for (int split = 1; split <= 8; split *= 2)
-      if (split_legal(k, split)) out.push_back(warp_decision(split));
+    for (int split = 1; split <= kWarpMaxSplit; ++split)
+      if (warp_split_ok(k, split)) out.push_back(warp_decision(split));
   if (engines.stream && stream_eligible(n, k))
     for (int v = 0; v < static_cast<int>(kStreamVariants.size()); ++v)
       if (stream_variant_fits(m, v)) out.push_back(stream_decision(v));
@@ -256,8 +259,7 @@ bool engine_decision_legal(const GemmDecision& d, int64_t n, int64_t k, int m, i
     case GemmPath::kCublas:
     case GemmPath::kCublasLt: return true;
     case GemmPath::kWarpSplitK:
-      return engines.warp && warp_eligible(n, k) && (d.split == 1 || d.split == 2 || d.split == 4 || d.split == 8) &&
-             split_legal(k, d.split);
+      return engines.warp && warp_eligible(n, k) && warp_split_ok(k, d.split);
     case GemmPath::kStreamK: return engines.stream && stream_eligible(n, k) && stream_variant_fits(m, d.variant);
   }
   return false;

@@ -20,19 +20,22 @@ namespace {
 
 // Bump when an engine's tactics change meaning (a variant's shape, a kernel's work
 // split): decisions measured before then are not used.
-constexpr int kEngineRevision = 2;
+// Also when the candidates grow (3: the warp engine's splits 3, 5, 6 and 7), so
+// that cached decisions are taken again among them.
+constexpr int kEngineRevision = 3;
 
 // The map key: every field of GemmKey.
 std::string id_of(const GemmKey& k) {
-  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}", k.device, k.sms, k.version, k.n, k.k, k.bucket, dtype_name(k.dtype),
-                     k.chain ? "chain" : "alone");
+  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}", k.device, k.sms, k.version, k.n, k.k, k.bucket,
+                     dtype_name(k.dtype), k.chain ? "chain" : "alone", k.sharing);
 }
 
 }  // namespace
 
 std::string GemmKey::describe() const {
-  return fmt::format("{} ({} SMs) {}x{} M {}-{} {}{}", device, sms, n, k, gemm_bucket_min(bucket),
-                     gemm_bucket_max(bucket), dtype_name(dtype), chain ? " chain" : "");
+  return fmt::format("{} ({} SMs) {}x{} M {}-{} {}{}{}", device, sms, n, k, gemm_bucket_min(bucket),
+                     gemm_bucket_max(bucket), dtype_name(dtype), chain ? " chain" : "",
+                     sharing > 1 ? fmt::format(", shared by {}", sharing) : "");
 }
 
 std::vector<double> charge_chain_boundaries(const std::vector<GemmDecision>& candidates, std::vector<double> us) {

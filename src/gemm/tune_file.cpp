@@ -71,6 +71,8 @@ TuneEntry entry_of(const Json& e) {
                "m {}-{} is not a bucket", m_min, m_max);
   t.key.dtype = dtype_of(e.at("dtype").get<std::string>());
   t.key.chain = e.value("chain", false);  // absent in files written before chain decisions
+  t.key.sharing = e.value("sharing", 1);  // absent in files written before shared-GPU decisions
+  check<Error>(t.key.sharing >= 1 && t.key.sharing <= 64, "sharing {}", t.key.sharing);
   t.decision.path = path_of(e.at("path").get<std::string>());
   t.decision.source = GemmSource::kCache;
   t.decision.split = small_unsigned<uint8_t>(e, "split", 255);
@@ -91,6 +93,7 @@ Json json_of(const TuneEntry& t) {
           {"m_max", gemm_bucket_max(t.key.bucket)},
           {"dtype", dtype_name(t.key.dtype)},
           {"chain", t.key.chain},
+          {"sharing", t.key.sharing},
           {"path", gemm_path_name(t.decision.path)},
           {"split", t.decision.split},
           {"variant", t.decision.variant},

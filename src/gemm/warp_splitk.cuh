@@ -35,7 +35,6 @@ namespace cg = cooperative_groups;
 
 inline constexpr int kThreads = kWarpWarps * 32;
 inline constexpr int kWPieces = 8;  // 16-byte W copies per thread per stage: 2 rows x 4
-inline constexpr int kMaxSplit = 8;  // cluster ranks (the portable cluster size)
 
 // Where a CTA of the engine sits: its 64-row block of W, its rank among the
 // `split` CTAs of that block (each a K range) and the cluster rank of the first of
@@ -187,13 +186,13 @@ __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s
 #pragma unroll
     for (int c = 0; c < kCols; ++c) {
       const int e = u * kCols + c;
-      float part[kMaxSplit];
+      float part[kWarpMaxSplit];
 #pragma unroll
-      for (int r = 0; r < kMaxSplit; ++r)
+      for (int r = 0; r < kWarpMaxSplit; ++r)
         part[r] = r < s.split ? cluster.map_shared_rank(partials, s.cluster_base + r)[e] : 0.0f;
       float sum = part[0];
 #pragma unroll
-      for (int r = 1; r < kMaxSplit; ++r)
+      for (int r = 1; r < kWarpMaxSplit; ++r)
         if (r < s.split) sum += part[r];
       v[c] = sum;
       // Element e is one of this CTA's units, read by this CTA alone: a store that

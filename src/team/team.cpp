@@ -48,6 +48,12 @@ Team::~Team() = default;
 
 int Team::rank(int i) const { return rank_context(i).rank; }
 int Team::device(int i) const { return rank_context(i).device; }
+
+int Team::ranks_sharing_gpu() const {
+  int n = 0;
+  for (int i = 0; i < driven(); ++i) n += device(i) == device(0);
+  return n;
+}
 cudaStream_t Team::stream(int i) const { return rank_context(i).stream; }
 
 const RankContext& Team::rank_context(int i) const {

@@ -1,6 +1,7 @@
 // DecodeGemm's host rules (seed 004 eligibility, the tactic rule, which operands
 // the engines take, the stream-K engine's variants and work split, the M buckets,
 // the candidates the tuner times) and the FP64 reference GEMM the device tests trust.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <random>
@@ -100,7 +101,11 @@ TEST(GemmRules, TacticIsLegalAndNoWorseThanNoSplit) {
 TEST(GemmRules, ForcedSplitMustBeLegal) {
   EXPECT_NO_THROW(tactic_with_split(7168, 1536, 4, kH200Sms, 4));                // 12 chunks, 3 per rank
   EXPECT_THROW(tactic_with_split(7168, 1536, 4, kH200Sms, 8), InvalidArgument);  // 1.5 chunks per rank
-  EXPECT_THROW(tactic_with_split(7168, 7168, 4, kH200Sms, 3), InvalidArgument);
+  EXPECT_NO_THROW(tactic_with_split(7168, 7168, 4, kH200Sms, 3));                // any cluster size up to 8
+  EXPECT_THROW(tactic_with_split(7168, 7168, 4, kH200Sms, 9), InvalidArgument);
+  EXPECT_THROW(tactic_with_split(7168, 7168, 4, kH200Sms, 0), InvalidArgument);
+  EXPECT_THROW(tactic_with_split(7168, 1536, 4, kH200Sms, 7), InvalidArgument);  // 12 chunks: < 2 per rank
+  EXPECT_NO_THROW(tactic_with_split(7168, 1536, 4, kH200Sms, 6));
   EXPECT_THROW(tactic_with_split(7160, 7168, 4, kH200Sms, 1), InvalidArgument);  // not eligible
 }
 
@@ -260,11 +265,17 @@ TEST(GemmRules, CandidatesAreLegalAndEndWithCublas) {
     ASSERT_FALSE(c.empty());
     EXPECT_EQ(c.back().path, GemmPath::kCublas);
     int streams = 0;
+    int warps = 0;
     for (const GemmDecision& d : c) {
       EXPECT_TRUE(engine_decision_legal(d, n, k, m, kH200Sms, engines)) << describe(d) << " " << n << "x" << k;
       streams += d.path == GemmPath::kStreamK;
+      warps += d.path == GemmPath::kWarpSplitK;
     }
     EXPECT_GE(streams, 2) << n << "x" << k << " M " << m;
+    // Every split up to 8 that leaves each cluster rank two chunks, odd ones too.
+    const int64_t chunks = k / kWarpChunkK;
+    const int splits = engines.warp ? static_cast<int>(std::min<int64_t>(kWarpMaxSplit, std::max<int64_t>(1, chunks / 2))) : 0;
+    EXPECT_EQ(warps, splits) << n << "x" << k;
     EXPECT_TRUE(engine_decision_legal(rule_decision(n, k, m, kH200Sms, engines), n, k, m, kH200Sms, engines));
   }
   // No engine: cuBLAS alone.
@@ -278,7 +289,7 @@ TEST(GemmRules, CandidatesAreLegalAndEndWithCublas) {
   bad.variant = 9;
   EXPECT_FALSE(engine_decision_legal(bad, 2112, 7168, 4, kH200Sms, {true, true}));
   bad.path = GemmPath::kWarpSplitK;
-  bad.split = 3;
+  bad.split = 9;
   EXPECT_FALSE(engine_decision_legal(bad, 2112, 7168, 4, kH200Sms, {true, true}));
 }
 

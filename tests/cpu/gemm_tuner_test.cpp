@@ -206,6 +206,10 @@ TEST(GemmTuner, CacheRoundTrips) {
     a = first.decide(key_of(4608, 0), 0, kCandidates, ta.measure(), cublas_decision());
     FakeTimer tb{{9, 8, 3, 6, 5, 4}};  // stream v0 wins
     b = first.decide(key_of(2112, 7), 0, kCandidates, tb.measure(), cublas_decision());
+    GemmKey shared = key_of(2112, 7);
+    shared.sharing = 8;
+    FakeTimer tc{{9, 2, 3, 6, 5, 4}};  // warp 8 wins for 8 ranks on one GPU
+    first.decide(shared, 0, kCandidates, tc.measure(), cublas_decision());
   }
   ASSERT_TRUE(std::filesystem::exists(file.path));
   GemmTuner second(o);
@@ -227,6 +231,13 @@ TEST(GemmTuner, CacheRoundTrips) {
   GemmKey link = key_of(4608, 0);
   link.chain = true;
   EXPECT_FALSE(second.cached(link).has_value());
+  // A shared GPU's decision is its own key, and persists as such.
+  GemmKey shared = key_of(2112, 7);
+  shared.sharing = 8;
+  ASSERT_TRUE(second.cached(shared).has_value());
+  EXPECT_TRUE(second.cached(shared)->same_path(warp_decision(8)));
+  shared.sharing = 4;
+  EXPECT_FALSE(second.cached(shared).has_value());
 }
 
 // A chain link's decision charges the stock candidates what they cost their

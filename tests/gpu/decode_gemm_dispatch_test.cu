@@ -137,6 +137,29 @@ void expect_fallback(const TensorView& w, const TensorView& x, const std::vector
   EXPECT_LT(reference::relative_error(a, reference::gemm_bf16(x_host, w_host, x.rows, w.rows, w.cols)), 1e-2);
 }
 
+// Alone, the tuner times every split 1 .. 8; for ranks sharing the GPU, the powers
+// of two only, under a key of their own.
+TEST(DecodeGemm, SharedGpuTimesThePowerOfTwoSplits) {
+  TPD_REQUIRE_GPU();
+  std::mt19937_64 rng(test::fresh_seed());
+  Problem p(2112, 7168, rng);
+  DecodeGemm gemm(p.weight(), nullptr, private_tuner(true));
+  auto splits = [&] {
+    std::vector<int> s;
+    for (const GemmDecision& d : gemm.candidates(4))
+      if (d.path == GemmPath::kWarpSplitK) s.push_back(d.split);
+    return s;
+  };
+  EXPECT_EQ(splits(), (std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8}));
+  const GemmKey alone = gemm.key(4);
+  gemm.set_sharing(8);
+  EXPECT_EQ(splits(), (std::vector<int>{1, 2, 4, 8}));
+  EXPECT_FALSE(gemm.key(4) == alone);
+  gemm.prepare(4);
+  EXPECT_TRUE(warp_split_for_shared_gpu(gemm.decision(4).split));
+  EXPECT_THROW(gemm.set_sharing(0), InvalidArgument);
+}
+
 TEST(DecodeGemm, IneligibleCasesRunOnCublas) {
   TPD_REQUIRE_GPU();
   std::mt19937_64 rng(test::fresh_seed());
@@ -194,7 +217,7 @@ TEST(DecodeGemm, BadInputIsRefused) {
   EXPECT_EQ(gemm.path(33), GemmPath::kCublas);
   EXPECT_THROW(gemm.force(16, stream_decision(1)), InvalidArgument);  // 1 KB stages hold 8 rows at most
   EXPECT_THROW(gemm.force(4, stream_decision(17)), InvalidArgument);
-  EXPECT_THROW(gemm.force(4, warp_decision(3)), InvalidArgument);
+  EXPECT_THROW(gemm.force(4, warp_decision(9)), InvalidArgument);  // clusters hold 8 CTAs at most
   EXPECT_THROW(gemm.force(33, stream_decision(0)), InvalidArgument);
 }
 

@@ -106,7 +106,7 @@ TEST(DecodeGemm, EveryWarpSplitAgrees) {
   Problem p(2112, 7168, rng);
   CublasContext cublas;
   DecodeGemm gemm(p.weight(), nullptr, private_tuner(false));
-  for (int split : {1, 2, 4, 8})
+  for (int split = 1; split <= kWarpMaxSplit; ++split)
     for (int m : {1, 13, 32}) {
       gemm.force(m, warp_decision(split));
       ASSERT_EQ(gemm.decision(m).split, split);
