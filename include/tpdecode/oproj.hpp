@@ -19,10 +19,11 @@
 //  - kTwoShot: the producer pushes each fragment to its column's owner only; the
 //    owners sum and broadcast (the two-shot all-reduce's primitives), then each
 //    rank gathers its rows and runs the epilogue.
-// The GEMM partials are the warp split-K engine's at the split of choose_tactic
-// (producer_split()), so every kind but kUnfused gives the same bits (two-shot:
+// The GEMM partials are the warp split-K engine's at one split (producer_split():
+// the unfused path's DecodeGemm decision where that is the warp engine, else
+// choose_tactic's), so every kind but kUnfused gives the same bits (two-shot:
 // except a reduced word equal to the sentinel, which arrives as 0), and kUnfused
-// too where DecodeGemm runs the warp engine at that split.
+// too where DecodeGemm runs the warp engine.
 //
 // Rules for callers: those of TpComm (build collectively at load, never during
 // capture; calls ordered on one stream per rank, same order and shapes on every

@@ -43,7 +43,7 @@ struct OprojParams {
   lamport::MailboxRef gather;  // [2, 1, rows_cap, H] bf16 (two-shot; recv's epoch counter)
   bool two_shot;
   WarpSplitKParams gemm;    // w [H, K], x [rows, K]; out unused
-  int split;                // the GEMM's K split (1, 2, 4, 8)
+  int split;                // the GEMM's K split (1 .. 8)
   int token_tiles;
   int hidden;
   bool trigger_early;  // one rank per GPU: producers let the consumer launch from their epilogue; consumers poll early

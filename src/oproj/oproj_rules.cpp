@@ -129,6 +129,8 @@ std::string oproj_refusal(const OprojLimits& l, const OprojShape& s, OprojKind k
                            kWarpWarps * 32);
       if (m > 8 * kOprojFusedMaxTiles)
         return fmt::format("fused: {} rows, it takes at most {}", m, 8 * kOprojFusedMaxTiles);
+      if (kArNormCtas % s.split != 0)
+        return fmt::format("fused: split {} does not divide its clusters of {}", s.split, kArNormCtas);
       if ((l.hidden / kWarpCtaRows) * s.split % kArNormCtas != 0)
         return fmt::format("fused: the GEMM's {} x split {} CTAs do not fill clusters of {}", l.hidden / kWarpCtaRows,
                            s.split, kArNormCtas);

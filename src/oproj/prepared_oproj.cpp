@@ -120,6 +120,8 @@ class PreparedOproj::Impl {
       RankState r;
       r.weight = w;
       r.gemm = std::make_unique<DecodeGemm>(w, o.cublas.empty() ? nullptr : o.cublas.at(static_cast<std::size_t>(i)));
+      r.gemm->set_agreement(team_.gemm_agreement());
+      r.gemm->set_sharing(team_.ranks_sharing_gpu());
       const std::size_t rows_bytes = static_cast<std::size_t>(limits_.rows_cap * w0.rows) * 2;
       r.partial = DeviceBuffer(rows_bytes);
       if (e == OprojEpilogue::kAttnRes) r.reduced = DeviceBuffer(rows_bytes);
@@ -149,8 +151,13 @@ class PreparedOproj::Impl {
     int sms = 0;
     TPD_CUDA(cudaSetDevice(team_.device(0)));
     TPD_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, team_.device(0)));
+    for (int i = 0; i < team_.driven(); ++i) {
+      TPD_CUDA(cudaSetDevice(team_.device(i)));
+      ranks_[static_cast<std::size_t>(i)].gemm->prepare(m, team_.stream(i));
+    }
+    TPD_CUDA(cudaSetDevice(team_.device(0)));
     const bool engine = warp_eligible(limits_.hidden, limits_.k);
-    if (engine) s.split = choose_tactic(limits_.hidden, limits_.k, std::min(m, kWarpMaxRows), sms).split;
+    if (engine) s.split = producer_split(m, sms);
     if (engine && limits_.team_size > 1 && limits_.shares_memory) {
       const int tiles = oproj_token_tiles(m);
       s.fused_ctas = oproj_fused_grid_ctas(limits_.hidden, s.split, m);
@@ -163,10 +170,6 @@ class PreparedOproj::Impl {
         TPD_CUDA(cudaSetDevice(team_.device(0)));
         s.fused_budget = oproj_fused_budget(team_.rank_context(0), limits_.epilogue, tiles);
       }
-    }
-    for (int i = 0; i < team_.driven(); ++i) {
-      TPD_CUDA(cudaSetDevice(team_.device(i)));
-      ranks_[static_cast<std::size_t>(i)].gemm->prepare(m, team_.stream(i));
     }
     shapes_[static_cast<std::size_t>(m)] = s;
   }
@@ -212,6 +215,16 @@ class PreparedOproj::Impl {
   }
 
  private:
+  // Why the unfused GEMM's decision: the tuner timed the warp engine's splits on
+  // this weight, and the producer is that engine with another epilogue (its split
+  // 3 ran TP 2's 7168 x 6144 in 23.8 us, the rule's split 2 in 28.1). The decision
+  // is the team's (gemm_agreement), so every rank runs the same split and kind.
+  int producer_split(int m, int sms) const {
+    const DecodeGemm& g = *ranks_[0].gemm;
+    if (g.prepared(m) && g.decision(m).path == GemmPath::kWarpSplitK) return g.decision(m).split;
+    return choose_tactic(limits_.hidden, limits_.k, std::min(m, kWarpMaxRows), sms).split;
+  }
+
   template <class Io>
   OprojParams params(int i, const Io& io, int m, OprojKind kind) const {
     const RankContext& ctx = team_.rank_context(i);

@@ -82,6 +82,11 @@ TEST(OprojRules, FusedNeedsItsWholeGridResidentAndItsGeometry) {
   odd.hidden = 7168 - 64 * 3;  // 109 blocks of 64: not whole clusters of 8 at split 1
   EXPECT_TRUE(contains(oproj_refusal(odd, {1, 1, 0, 1000}, OprojKind::kFused), "clusters of 8"));
   EXPECT_EQ(oproj_refusal(odd, {1, 8, 0, 1000}, OprojKind::kFused), "");
+  // A block's split CTAs are ranks of one cluster of 8: split 3 (the tuner's choice
+  // on some shapes) serves producer-consumer only. 112 x 3 + 8 = 344 CTAs.
+  const std::string three = oproj_refusal(tp8(), shape(1, 3, 400), OprojKind::kFused);
+  EXPECT_TRUE(contains(three, "split 3 does not divide")) << three;
+  EXPECT_EQ(oproj_refusal(tp8(), shape(1, 3, 400), OprojKind::kProducerConsumer), "");
   // Not built for the shape (no budget): refused, never launched.
   EXPECT_FALSE(oproj_refusal(tp8(), shape(1, 2, 0), OprojKind::kFused).empty());
 }
