@@ -3,21 +3,23 @@
 //
 // A CTA owns 64 rows of W (one 16-row tile per warp) and 1/split of K, streamed in
 // 128-column chunks through a 4-stage cp.async ring (all 4 in flight while a warp
-// waits): each warp copies its own [16, 128] W slice, the CTA copies the [M, 128]
-// activation slice once for its four warps (so x is read from L2 once per 64
-// weight rows, not once per 16). mma.sync m16n8k16 runs with W's rows on the
-// 16-wide (A) side and the tokens on the 8-wide (B) side. The split-K partials
-// (FP32) of one 64-row block are summed over its `split` CTAs, ranks 0..split-1 in
-// that order, through distributed shared memory (the CTAs of a block are
-// consecutive ranks of one cluster), each CTA summing 1/split of the outputs; one
-// BF16 rounding. No atomics: bitwise identical from run to run.
+// waits): each warp copies its own [16, 128] W slice, two whole 256-byte rows per
+// instruction, the CTA copies the [M, 128] activation slice once for its four warps
+// (so x is read from L2 once per 64 weight rows, not once per 16). mma.sync
+// m16n8k16 runs with W's rows on the 16-wide (A) side and the tokens on the 8-wide
+// (B) side. The split-K partials (FP32) of one 64-row block are summed over its
+// `split` CTAs, ranks 0..split-1 in that order, through distributed shared memory
+// (the CTAs of a block are consecutive ranks of one cluster), each CTA summing
+// 1/split of the outputs; one BF16 rounding. No atomics: bitwise identical from run to run.
 //
 // The engine's own kernel: grid (split, ceil(N / 64)), clusters of `split` CTAs
 // along x. Other kernels run a CTA of the engine through run_cta() with their own
 // epilogue (the o-projection pushes its rounded outputs into peers' mailboxes).
 //
-// K permutation: each lane multiplies the 16-byte pieces it copied itself (columns
-// 32 i + 8 t of W rows g and g + 8 and of token g; dev::mma_bf16_piece).
+// K permutation: each lane multiplies the 16-byte pieces at columns 32 i + 8 t of W
+// rows g and g + 8 and of token g (dev::mma_bf16_piece). Its W pieces are copied by
+// other lanes (w_piece_slot), since a warp reading 8 rows x 64 B per instruction
+// streams 5-7 % slower than one reading 2 rows x 256 B (docs/performance.md).
 #pragma once
 
 #include <cooperative_groups.h>
@@ -34,7 +36,20 @@ namespace tpdecode::warp_splitk {
 namespace cg = cooperative_groups;
 
 inline constexpr int kThreads = kWarpWarps * 32;
-inline constexpr int kWPieces = 8;  // 16-byte W copies per thread per stage: 2 rows x 4
+inline constexpr int kWPieces = 8;  // 16-byte W pieces per lane and stage: 2 rows x 4
+
+// Where, in a warp's stage of W ([8 pieces, 32 lanes] x 16 B, piece r * 4 + i of
+// lane 4 g + t = row g + 8 r, columns 32 i + 8 t), copy j (0..7) of `lane` goes: the
+// warp's copy j reads row 2 j + lane / 16, columns 8 (lane % 16) .. + 7 (two whole
+// rows). Why the XOR by 4 i: the 8 lanes of each quarter of the copy then store into
+// 8 different 16-byte bank groups; the reading lane applies the same XOR.
+__device__ __forceinline__ int w_piece_slot(int j, int lane) {
+  const int row = 2 * j + lane / 16;  // 0..15
+  const int col16 = lane % 16;        // = 4 i + t
+  const int i = col16 / 4;
+  const int owner = 4 * (row % 8) + col16 % 4;
+  return ((row / 8) * 4 + i) * 32 + (owner ^ (4 * i));
+}
 
 // Where a CTA of the engine sits: its 64-row block of W, its rank among the
 // `split` CTAs of that block (each a K range) and the cluster rank of the first of
@@ -78,8 +93,8 @@ __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s
 
   const auto* w = static_cast<const __nv_bfloat16*>(p.w);
   const auto* x = static_cast<const __nv_bfloat16*>(p.x);
-  const __nv_bfloat16* w_rows[2] = {w + (tile_row + g) * p.k + 8 * t, w + (tile_row + g + 8) * p.k + 8 * t};
-  uint4* my_ring = ring_w + warp * kWPieces * 32 + lane;
+  const __nv_bfloat16* w_lane = w + (tile_row + lane / 16) * p.k + 8 * (lane % 16);  // copy 0's piece
+  uint4* my_ring = ring_w + warp * kWPieces * 32;
   const uint64_t policy = dev::evict_first_policy();
   auto slot_w = [&](int c) { return my_ring + (c % kWarpStages) * kWarpWarps * kWPieces * 32; };
   auto slot_x = [&](int c) { return ring_x + (c % kWarpStages) * kXPieces; };
@@ -88,9 +103,7 @@ __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s
     const int64_t kb = static_cast<int64_t>(c_begin + c) * kWarpChunkK;
     uint4* sl = slot_w(c);
 #pragma unroll
-    for (int r = 0; r < 2; ++r)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) dev::copy16_async(sl + (r * 4 + i) * 32, w_rows[r] + kb + 32 * i, policy);
+    for (int j = 0; j < kWPieces; ++j) dev::copy16_async(sl + w_piece_slot(j, lane), w_lane + 2 * j * p.k + kb, policy);
   };
   auto issue_x = [&](int c) {  // rows >= m stay zero (set once below)
     const int64_t kb = static_cast<int64_t>(c_begin + c) * kWarpChunkK;
@@ -143,7 +156,7 @@ __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) ws[r][i] = dev::load_shared16(sw + (r * 4 + i) * 32);
+      for (int i = 0; i < 4; ++i) ws[r][i] = dev::load_shared16(sw + (r * 4 + i) * 32 + (lane ^ (4 * i)));
     if (!active) continue;
 #pragma unroll
     for (int i = 0; i < 4; ++i)
