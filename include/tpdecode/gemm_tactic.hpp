@@ -70,8 +70,9 @@ inline constexpr int kWarpMaxRows = 32;
 inline constexpr int kWarpChunkK = 128;
 inline constexpr int kWarpMaxSplit = 8;  // CTAs of a cluster (the portable cluster size)
 
-// Seed 004: 16-row output tiles, K a multiple of 128, and at most 64 K tiles of
-// 128 (or of 256 when K % 256 == 0). N, K > 0.
+// 16-row output tiles and K a multiple of 128 (N, K > 0, N * K <= 2^40). Seed 004
+// also bounds K (64 tiles of 128, or of 256); this engine streams any K: each CTA
+// of a cluster takes 1/split of it.
 bool warp_eligible(int64_t n, int64_t k);
 
 // The weight suits the engine: bf16, contiguous, 16-byte aligned, an eligible

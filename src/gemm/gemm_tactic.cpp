@@ -53,8 +53,7 @@ bool warp_split_ok(int64_t k, int split) { return split >= 1 && split <= kWarpMa
 bool warp_split_for_shared_gpu(int split) { return split == 1 || split == 2 || split == 4 || split == 8; }
 
 bool warp_eligible(int64_t n, int64_t k) {
-  if (n <= 0 || k <= 0 || n % 16 || k % 128) return false;
-  return k / 128 <= 64 || (k % 256 == 0 && k / 256 <= 64);
+  return n > 0 && k > 0 && n % 16 == 0 && k % kWarpChunkK == 0 && n <= (int64_t{1} << 40) / k;
 }
 
 bool warp_weight_ok(const TensorView& weight) {

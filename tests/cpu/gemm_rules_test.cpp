@@ -20,21 +20,19 @@ namespace {
 
 constexpr int kH200Sms = 132;
 
-TEST(GemmRules, EligibilityFollowsSeed004) {
-  EXPECT_TRUE(warp_eligible(2112, 7168));     // fused_qkv_a: 56 tiles of 128
+TEST(GemmRules, WarpEligibility) {
+  EXPECT_TRUE(warp_eligible(2112, 7168));     // fused_qkv_a: 56 chunks of 128
   EXPECT_TRUE(warp_eligible(16, 128));
-  EXPECT_TRUE(warp_eligible(16, 8192));       // 64 tiles of 128
-  EXPECT_FALSE(warp_eligible(16, 8320));      // 65 tiles of 128, K % 256 != 0
-  EXPECT_TRUE(warp_eligible(16, 8448));       // 33 tiles of 256
-  EXPECT_TRUE(warp_eligible(7168, 12288));    // TP1 o_proj: 48 tiles of 256
-  EXPECT_TRUE(warp_eligible(16, 16384));      // 64 tiles of 256
-  EXPECT_FALSE(warp_eligible(16, 16640));     // 65 tiles of 256
-  EXPECT_FALSE(warp_eligible(7168, 18432));   // TP1 down: 72 tiles of 256
-  EXPECT_FALSE(warp_eligible(896, 35840));    // context projection: 140 tiles of 256
+  EXPECT_TRUE(warp_eligible(16, 8320));       // 65 chunks, K % 256 != 0 (beyond seed 004's bound)
+  EXPECT_TRUE(warp_eligible(7168, 18432));    // TP1 down: 144 chunks
+  EXPECT_TRUE(warp_eligible(896, 35840));     // context projection: 280 chunks
+  EXPECT_TRUE(warp_eligible(16, int64_t{1} << 36));      // N * K = 2^40
+  EXPECT_FALSE(warp_eligible(32, int64_t{1} << 36));     // N * K > 2^40
   EXPECT_FALSE(warp_eligible(2120, 7168));    // N % 16 != 0
   EXPECT_FALSE(warp_eligible(2112, 7200));    // K % 128 != 0
   EXPECT_FALSE(warp_eligible(0, 128));
   EXPECT_FALSE(warp_eligible(16, 0));
+  EXPECT_FALSE(warp_eligible(-16, 128));
 }
 
 TEST(GemmRules, TokenTilesCoverRows) {
@@ -129,7 +127,7 @@ TEST(GemmRules, BucketsPartitionTheRowsWithinTokenTiles) {
 
 TEST(GemmRules, StreamEligibility) {
   EXPECT_TRUE(stream_eligible(2112, 7168));
-  EXPECT_TRUE(stream_eligible(7168, 18432));   // TP1 down: beyond the warp engine's 64 K tiles
+  EXPECT_TRUE(stream_eligible(7168, 18432));   // TP1 down
   EXPECT_TRUE(stream_eligible(896, 35840));    // context projection
   EXPECT_TRUE(stream_eligible(16, 128));
   EXPECT_FALSE(stream_eligible(2120, 7168));   // N % 16

@@ -74,7 +74,7 @@ TEST(DecodeGemm, RandomEligibleShapes) {
   CublasContext cublas;
   const int want = quick() ? 6 : 50;
   const int64_t max_n = quick() ? 4096 : 32768;
-  const int64_t max_k = quick() ? 4096 : 24576;  // beyond the warp engine's 64 K tiles: stream-K alone
+  const int64_t max_k = quick() ? 4096 : 24576;
   for (int done = 0; done < want; ++done) {
     const int64_t n = 16 * static_cast<int64_t>(1 + rng() % (max_n / 16));
     const int64_t k = 128 * static_cast<int64_t>(1 + rng() % (max_k / 128));
