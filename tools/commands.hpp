@@ -7,6 +7,7 @@ namespace tpdecode::cli {
 
 void register_info(CLI::App& app);
 void register_bench_gemm(CLI::App& app);
+void register_bench_loads(CLI::App& app);
 void register_bench_chain(CLI::App& app);
 void register_tune(CLI::App& app);
 void register_bench_comm(CLI::App& app);

@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   tpdecode::cli::register_info(app);
   tpdecode::cli::register_bench_gemm(app);
+  tpdecode::cli::register_bench_loads(app);
   tpdecode::cli::register_bench_chain(app);
   tpdecode::cli::register_tune(app);
   tpdecode::cli::register_bench_comm(app);
