@@ -21,6 +21,8 @@ constexpr double kRotateL2s = 3.0;     // weight copies total >= 3 x L2 (at most
 constexpr double kGraphBytes = 384e6;  // weight bytes per timed graph (~85 us at 4.5 TB/s): the events'
                                        // ~0.5 us resolution stays below 1 %
 constexpr int kMaxCalls = 64;          // calls per graph at most (the smallest weights)
+constexpr int kMinCalls = 4;           // calls per graph at least: with one or two, a graph's launch and
+                                       // its first kernel's ramp weigh in the time (the largest weights)
 constexpr int kRounds = 5;             // timed replays per candidate, interleaved; the median is kept
 constexpr int kRoundsLarge = 3;        // where one graph streams more than kLargeGraphBytes
 constexpr double kLargeGraphBytes = 1e9;  // (keeps the largest weights near 50 ms of tuning)
@@ -120,8 +122,8 @@ std::vector<double> measure_paths(const std::vector<GemmDecision>& candidates, c
     return c % copies == 0 ? weight
                            : TensorView::bf16(pool.as<char>() + bytes * static_cast<std::size_t>(c % copies - 1), n, k);
   };
-  const int calls = std::max(
-      copies, std::min(kMaxCalls, static_cast<int>(std::ceil(kGraphBytes / static_cast<double>(bytes)))));
+  const int calls = std::max(copies, std::clamp(static_cast<int>(std::ceil(kGraphBytes / static_cast<double>(bytes))),
+                                                kMinCalls, kMaxCalls));
   const int rounds = static_cast<double>(bytes) * calls > kLargeGraphBytes ? kRoundsLarge : kRounds;
 
   // A candidate that cannot be prepared, captured or run, or whose output is not
