@@ -19,7 +19,7 @@
 // K permutation: each lane multiplies the 16-byte pieces at columns 32 i + 8 t of W
 // rows g and g + 8 and of token g (dev::mma_bf16_piece). Its W pieces are copied by
 // other lanes (w_piece_slot), since a warp reading 8 rows x 64 B per instruction
-// streams 5-7 % slower than one reading 2 rows x 256 B (docs/performance.md).
+// streams 2-7 % slower than one reading 2 rows x 256 B (tpdecode bench loads).
 #pragma once
 
 #include <cooperative_groups.h>
