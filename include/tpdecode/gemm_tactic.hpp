@@ -106,20 +106,18 @@ int warp_smem_bytes(int token_tiles);
 // CTAs one SM holds at that size (228 KB per SM, 1 KB reserved per CTA).
 int warp_ctas_per_sm(int token_tiles);
 
-// The rule. For each split s in {1, 2, 4, 8} (s > 1 needs >= 2 chunks of 128
-// per cluster rank) it models
-//   in flight = min(CTAs, SMs * CTAs per SM) * stages * 16 KB
-//   rate      = min(4.0 TB/s, in flight / 2.5 us)            (Little's law)
-//   time      = 1 us + N*K*2 / rate * ceil(rounds) / rounds,  rounds = CTAs / slots
-// and a larger split must win by 2 %. Few 64-row blocks (small N) leave SMs idle
-// or short of copies in flight: a K split across a cluster fills them; too many
-// CTAs leave a partial last round. The constants are fitted to measurements.
-// engine_preferred: M <= 8, at most SMs / 2 blocks of 64 rows and 4096 <= K <= 8192 --
-// where the engine was measured ahead of cuBLAS; elsewhere the rule keeps cuBLAS.
-GemmTactic choose_tactic(int64_t n, int64_t k, int m, int sms);
+// The rule. For each legal split s (1..8, or the powers of two only) it models the
+// ceil(N / 64) clusters running in rounds of R(s) resident clusters (measured per
+// split on a 132-SM H200, scaled by the SM count: a cluster sits in one GPC), each
+// round taking
+//   bytes of its clusters / min(4.0 TB/s, CTAs * 12 GB/s (x 0.7 above 8 rows)) + 0.5 us
+// plus 1 us of launch; a larger split must win by 2 %. Few 64-row blocks leave SMs
+// idle: a K split across a cluster fills them; a split whose clusters do not all fit
+// adds a mostly empty round. engine_preferred: M <= 16 and the model's time at most
+// cuBLAS's (5 us + N*K*2 / 3.8 TB/s). The constants are fitted to measurements.
+GemmTactic choose_tactic(int64_t n, int64_t k, int m, int sms, bool powers_of_two = false);
 // A split the engine runs for K: 1 .. 8 CTAs per cluster, each with at least two
-// 128-column chunks when split > 1. The tuner times every one of them; the rule
-// models the powers of two only (what its constants were fitted to).
+// 128-column chunks when split > 1. The tuner times every one of them.
 bool warp_split_ok(int64_t k, int split);
 // The splits timed where several ranks' GEMMs share one GPU (a local team): the
 // powers of two. Timed alone, 3 and 6 win some drafter shapes, but beside seven
@@ -189,8 +187,8 @@ struct GemmEngines {
 // times (DecodeGemm adds cuBLASLt's heuristic algorithms on the GPU).
 std::vector<GemmDecision> engine_candidates(int64_t n, int64_t k, int m, GemmEngines engines);
 // The static rule (no measurement): the warp engine where choose_tactic prefers it
-// (at its split), else cuBLAS.
-GemmDecision rule_decision(int64_t n, int64_t k, int m, int sms, GemmEngines engines);
+// (at its split; among the powers of two where ranks share the GPU), else cuBLAS.
+GemmDecision rule_decision(int64_t n, int64_t k, int m, int sms, GemmEngines engines, bool shared_gpu = false);
 // An engine decision runs on this shape (cuBLAS always; cuBLASLt is checked on the GPU).
 bool engine_decision_legal(const GemmDecision& d, int64_t n, int64_t k, int m, int sms, GemmEngines engines);
 

@@ -89,7 +89,7 @@ void DecodeGemm::prepare(int m, cudaStream_t stream) {
   check(!capturing(stream), "decode_gemm: prepare() under stream capture");
   if (!engine_eligible() || m < 1 || m > kWarpMaxRows || decisions_[gemm_m_bucket(m)]) return;
   const int rows = gemm_bucket_max(gemm_m_bucket(m));  // what the bucket is timed and prepared at
-  const GemmDecision rule = rule_decision(n(), k(), rows, sms_, engines_);
+  const GemmDecision rule = rule_decision(n(), k(), rows, sms_, engines_, sharing_ > 1);
   const GemmMeasure measure = [&](const std::vector<GemmDecision>& c) {
     std::vector<double> us = measure_paths(c, weight_, rows, sms_, *cublas_, pdl_, stream,
                                            [this](const std::string& message) { tuner_->warn(message); });
@@ -141,7 +141,7 @@ const GemmDecision& DecodeGemm::decision(int m) const {
 
 GemmDecision DecodeGemm::unprepared_decision(int m) const {
   const int rows = gemm_bucket_max(gemm_m_bucket(m));
-  const GemmDecision rule = rule_decision(n(), k(), rows, sms_, engines_);
+  const GemmDecision rule = rule_decision(n(), k(), rows, sms_, engines_, sharing_ > 1);
   if (agree_) return rule;  // every rank's static rule is the same
   const std::optional<GemmDecision> cached = tuner_->cached(key(m));
   return cached && engine_decision_legal(*cached, n(), k(), rows, sms_, engines_) ? *cached : rule;

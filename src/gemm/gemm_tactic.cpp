@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
+#include <array>
 
 #include "core/check.hpp"
 #include "gemm/stream_k_plan.hpp"
@@ -12,12 +12,25 @@
 namespace tpdecode {
 namespace {
 
-// The model's constants, fitted to `tpdecode bench gemm --split 1|2|4|8` on an H200
-// (docs/performance.md): the rule's split is the fastest in 19 of the 20 measured
-// (shape, M <= 8) cases and 1.3 % slower than the best in the other.
-constexpr double kHbmBytesPerUs = 4.0e6;  // what the engine streams at best
-constexpr double kLoadedLatencyUs = 2.5;  // a copy's round trip under load (Little's law)
-constexpr double kLaunchUs = 1.0;         // launch, ring fill and drain
+// The model's constants, fitted to `tpdecode bench gemm` on an H200 (every split and
+// cuBLAS forced, 37 shapes at M 1, 8 and 16, two runs: docs/performance.md,
+// 2026-12-01, eighth session): its choices take 1.01 x the time of the best path.
+constexpr double kPeakBytesPerUs = 4.0e6;   // what the engine streams at best
+constexpr double kCtaBytesPerUs = 12.0e3;   // what one CTA's ring streams below that
+constexpr double kTwoTileRate = 0.7;        // a CTA's rate with 2 or 4 token tiles (more MMA, x)
+constexpr double kRoundUs = 0.5;            // ramp and drain of each round of clusters
+constexpr double kLaunchUs = 1.0;
+constexpr double kCublasUs = 5.0;           // cuBLAS (default algorithm): fixed cost ...
+constexpr double kCublasBytesPerUs = 3.8e6;  // ... and streaming rate
+constexpr int kEngineMaxRows = 16;          // above, cuBLAS (the engine was measured behind it)
+
+// Clusters of the engine one 132-SM H100 / H200 holds at once, per split 1..8, at 3
+// and at 2 CTAs per SM (1 token tile; 2 or 4), measured with
+// cudaOccupancyMaxActiveClusters: a cluster's CTAs share one GPC, so fewer clusters
+// fit than slots / split. Other SM counts scale them.
+constexpr std::array<int, kWarpMaxSplit> kResidentAt3PerSm = {396, 198, 124, 92, 69, 62, 47, 45};
+constexpr std::array<int, kWarpMaxSplit> kResidentAt2PerSm = {264, 132, 79, 62, 47, 39, 32, 30};
+constexpr int kTableSms = 132;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -25,24 +38,32 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // almost no stream.
 bool split_legal(int64_t k, int split) { return split == 1 || k / kWarpChunkK >= 2 * static_cast<int64_t>(split); }
 
+int64_t resident_clusters(int token_tiles, int split, int sms) {
+  const int per_sm = warp_ctas_per_sm(token_tiles);
+  const auto& table = per_sm >= 3 ? kResidentAt3PerSm : kResidentAt2PerSm;
+  return std::max<int64_t>(1, int64_t{table[static_cast<std::size_t>(split - 1)]} * sms / kTableSms);
+}
+
 GemmTactic model(int64_t n, int64_t k, int m, int sms, int split) {
   GemmTactic t;
   t.token_tiles = warp_token_tiles(m);
   t.split = split;
   t.blocks = ceil_div(n, kWarpCtaRows);
   t.ctas = t.blocks * split;
-  const int64_t depth = std::min<int64_t>(kWarpStages, k / kWarpChunkK / split);
-  const int64_t slots = int64_t{sms} * warp_ctas_per_sm(t.token_tiles);
-  const double in_flight = static_cast<double>(std::min(t.ctas, slots) * depth * kWarpWarps * kWarpStageBytes);
-  const double rate = std::min(kHbmBytesPerUs, in_flight / kLoadedLatencyUs);  // bytes per us
-  const double rounds = static_cast<double>(t.ctas) / static_cast<double>(slots);
-  const double quantization = rounds > 1 ? std::ceil(rounds) / rounds : 1.0;  // a partial last round
-  t.predicted_us = kLaunchUs + 2.0 * static_cast<double>(n) * static_cast<double>(k) / rate * quantization;
-  // Where the engine was measured clearly ahead of cuBLAS (1.10-1.14x, fused_qkv_a):
-  // one token tile, at most half as many 64-row blocks as SMs (cuBLAS leaves SMs
-  // idle; the cluster K split fills them) and 4096 <= K <= 8192. At 72 blocks (TP8
-  // gate_up) the two were within 1 % either way, so cuBLAS keeps it.
-  t.engine_preferred = m <= 8 && 2 * t.blocks <= sms && k >= 4096 && k <= 8192;
+  // Rounds of resident clusters; in each, HBM is shared by its CTAs, each streaming
+  // at most kCtaBytesPerUs.
+  const int64_t resident = resident_clusters(t.token_tiles, split, sms);
+  const double cta_rate = kCtaBytesPerUs * (t.token_tiles == 1 ? 1.0 : kTwoTileRate);
+  double us = kLaunchUs;
+  for (int64_t left = t.blocks; left > 0;) {
+    const int64_t clusters = std::min(left, resident);
+    left -= clusters;
+    const double bytes = static_cast<double>(clusters * kWarpCtaRows) * static_cast<double>(k) * 2.0;
+    us += bytes / std::min(kPeakBytesPerUs, static_cast<double>(clusters * split) * cta_rate) + kRoundUs;
+  }
+  t.predicted_us = us;
+  const double cublas_us = kCublasUs + 2.0 * static_cast<double>(n) * static_cast<double>(k) / kCublasBytesPerUs;
+  t.engine_preferred = m <= kEngineMaxRows && t.predicted_us <= cublas_us;
   return t;
 }
 
@@ -89,9 +110,10 @@ GemmTactic tactic_with_split(int64_t n, int64_t k, int m, int sms, int split) {
   return model(n, k, m, sms, split);
 }
 
-GemmTactic choose_tactic(int64_t n, int64_t k, int m, int sms) {
+GemmTactic choose_tactic(int64_t n, int64_t k, int m, int sms, bool powers_of_two) {
   GemmTactic best = tactic_with_split(n, k, m, sms, 1);
-  for (int split = 2; split <= 8 && split_legal(k, split); split *= 2) {
+  for (int split = 2; split <= kWarpMaxSplit && split_legal(k, split); ++split) {
+    if (powers_of_two && !warp_split_for_shared_gpu(split)) continue;
     const GemmTactic t = model(n, k, m, sms, split);
     if (t.predicted_us < 0.98 * best.predicted_us) best = t;
   }
@@ -244,9 +266,9 @@ std::vector<GemmDecision> engine_candidates(int64_t n, int64_t k, int m, GemmEng
   return out;
 }
 
-GemmDecision rule_decision(int64_t n, int64_t k, int m, int sms, GemmEngines engines) {
+GemmDecision rule_decision(int64_t n, int64_t k, int m, int sms, GemmEngines engines, bool shared_gpu) {
   if (engines.warp && warp_eligible(n, k)) {
-    const GemmTactic t = choose_tactic(n, k, m, sms);
+    const GemmTactic t = choose_tactic(n, k, m, sms, shared_gpu);
     if (t.engine_preferred) return warp_decision(t.split);
   }
   return cublas_decision();

@@ -209,7 +209,11 @@ TEST(DecodeGemm, BadInputIsRefused) {
   EXPECT_THROW(gemm.run(xv, TensorView::bf16(out.get(), 3, 512), nullptr), InvalidArgument);
   EXPECT_THROW(gemm.run(xv, TensorView::bf16(out.get(), 4, 500), nullptr), InvalidArgument);
   EXPECT_THROW(DecodeGemm(TensorView::bf16(nullptr, 16, 128)), InvalidArgument);
-  EXPECT_EQ(gemm.path(4), GemmPath::kCublas);  // the static rule for K = 1024
+  // Undecided: the static rule's path, or cuBLAS while its engine is not prepared in
+  // this process.
+  const GemmPath undecided = gemm.path(4);
+  EXPECT_TRUE(undecided == GemmPath::kCublas || undecided == rule_decision(512, 1024, 4, sm_count(), {true, true}).path)
+      << gemm_path_name(undecided);
   EXPECT_THROW(gemm.decision(4), InvalidArgument);
   gemm.force(4, stream_decision(0));
   EXPECT_EQ(gemm.path(4), GemmPath::kStreamK);
@@ -221,8 +225,8 @@ TEST(DecodeGemm, BadInputIsRefused) {
   EXPECT_THROW(gemm.force(33, stream_decision(0)), InvalidArgument);
 }
 
-// With tuning off, the dispatch is the static rule: the warp engine where it was
-// measured ahead of cuBLAS, else cuBLAS.
+// With tuning off, the dispatch is the static rule: the warp engine where its model
+// beats cuBLAS's, else cuBLAS.
 TEST(DecodeGemm, StaticRuleWithoutTuning) {
   TPD_REQUIRE_GPU();
   std::mt19937_64 rng(test::fresh_seed());
