@@ -21,11 +21,14 @@ inline constexpr int kNormThreads = 256;
 inline constexpr int kArgmaxThreads = 1024;
 inline constexpr int kElementThreads = 256;
 
-// Every kernel here: wait for the predecessor's results, then let the successor
-// start its prologue (e.g. DecodeGemm's weight prefetch) while this one runs.
+// Every kernel here lets its successor launch at entry, before it waits for its own
+// predecessor, so that DecodeGemm's weight prefetch (before its griddepcontrol.wait)
+// overlaps the GEMM before this kernel, as it does between two GEMMs. Safe because a
+// successor reads nothing of ours before its own wait, which returns only once this
+// grid, and so its predecessor, has completed. (PDL is on only with one rank per GPU.)
 __device__ __forceinline__ void pdl_enter() {
-  dev::pdl_wait();
   dev::pdl_launch_dependents();
+  dev::pdl_wait();
 }
 
 __device__ __forceinline__ float bf(const __nv_bfloat16& v) { return __bfloat162float(v); }
