@@ -88,7 +88,9 @@ struct NormIo {
   float eps;
   int hidden;
 };
-void launch_add_rms_norm(cudaStream_t stream, const NormIo& io, int rows);
+// pdl: launch as a programmatic dependent (the kernel lets its successor launch at
+// entry and waits for its predecessor before reading anything).
+void launch_add_rms_norm(cudaStream_t stream, const NormIo& io, int rows, bool pdl);
 // out[row] = [src.base[0] row, ..., src.base[size-1] row] (shard_bytes each).
 void launch_gather_copy(cudaStream_t stream, int size, const PeerPointers& src, long src_row_bytes, void* out, int rows,
                         long shard_bytes);

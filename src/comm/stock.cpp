@@ -2,6 +2,7 @@
 
 #include "comm/kernels.hpp"
 #include "core/check.hpp"
+#include "team/rank_context.hpp"
 #include "tpdecode/nccl_team.hpp"
 
 namespace tpdecode {
@@ -94,7 +95,12 @@ void StockPath::ar_norm(std::span<const ArNormIo> io, std::span<const cudaStream
     const ArNormIo& a = io[i];
     const NormIo n{reduced[i], a.residual.data, a.weight.data, a.out.data, a.residual_out.data, a.eps,
                    static_cast<int>(a.x.cols)};
-    launch_add_rms_norm(streams[i], n, static_cast<int>(a.x.rows));
+    // Why PDL only at TP 1: there the norm is the whole op, a link between the
+    // caller's kernels; after a reduce it follows a stock kernel, which never
+    // triggers its dependents early.
+    const RankContext& ctx = team_.rank_context(static_cast<int>(i));
+    const bool pdl = team_.size() == 1 && ctx.pdl && ctx.ranks_on_device == 1;
+    launch_add_rms_norm(streams[i], n, static_cast<int>(a.x.rows), pdl);
   }
 }
 

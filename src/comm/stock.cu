@@ -28,6 +28,8 @@ __global__ void __launch_bounds__(kThreads) stock_reduce_kernel(PeerPointers src
 
 __global__ void __launch_bounds__(kArNormMaxThreads) add_rms_norm_kernel(const NormIo p) {
   __shared__ rownorm::RowSumShared shared;
+  dev::pdl_launch_dependents();
+  dev::pdl_wait();
   rownorm::cluster_arrive_started();
   const int frags_per_cta = p.hidden / (8 * kArNormCtas);
   const bool active = static_cast<int>(threadIdx.x) < frags_per_cta;
@@ -71,8 +73,9 @@ void launch_stock_reduce(cudaStream_t stream, int size, const PeerPointers& src,
   });
 }
 
-void launch_add_rms_norm(cudaStream_t stream, const NormIo& io, int rows) {
+void launch_add_rms_norm(cudaStream_t stream, const NormIo& io, int rows, bool pdl) {
   LaunchShape s;
+  s.pdl = pdl;
   s.grid = dim3(kArNormCtas, static_cast<unsigned>(rows));
   s.block = dim3(static_cast<unsigned>(ar_norm_threads(io.hidden)));
   s.cluster = kArNormCtas;
