@@ -110,14 +110,17 @@ void CpuReference::ar_norm(const Slice& partial, bool first, WeightId norm, cons
   }
 }
 
-void CpuReference::rms_norm(const Slice& x, WeightId norm, const Slice& out) {
-  const std::vector<uint16_t>& w = weight(norm);
-  const std::vector<uint16_t> v = copy_rows(x);
-  for (int64_t m = 0; m < rows_; ++m) {
-    const std::span<const uint16_t> row(v.data() + m * x.cols, static_cast<std::size_t>(x.cols));
-    const float rstd = reference::ar_norm_rstd(local_norm_square_sum(row), x.cols, config_.eps);
-    for (int64_t c = 0; c < x.cols; ++c)
-      at(out, m, c) = bf16::from_float((f(row[static_cast<std::size_t>(c)]) * rstd) * f(w[static_cast<std::size_t>(c)]));
+void CpuReference::rms_norms(std::span<const RowNorm> norms) {
+  for (const RowNorm& n : norms) {
+    const std::vector<uint16_t>& w = weight(n.weight);
+    const std::vector<uint16_t> v = copy_rows(n.x);
+    const int64_t cols = n.x.cols;
+    for (int64_t m = 0; m < rows_; ++m) {
+      const std::span<const uint16_t> row(v.data() + m * cols, static_cast<std::size_t>(cols));
+      const float rstd = reference::ar_norm_rstd(local_norm_square_sum(row), cols, config_.eps);
+      for (int64_t c = 0; c < cols; ++c)
+        at(n.out, m, c) = bf16::from_float((f(row[static_cast<std::size_t>(c)]) * rstd) * f(w[static_cast<std::size_t>(c)]));
+    }
   }
 }
 

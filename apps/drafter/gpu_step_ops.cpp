@@ -110,10 +110,13 @@ void GpuStepOps::oproj_ar_norm(WeightId weight, const Slice& x, const Slice& par
   ++oproj_kinds_[static_cast<int>(op->run(io, streams_).kind)];
 }
 
-void GpuStepOps::rms_norm(const Slice& x, WeightId norm, const Slice& out) {
+void GpuStepOps::rms_norms(std::span<const RowNorm> norms) {
   const bool pdl = this->pdl();
-  for (const auto& r : ranks_)
-    launch_rms_norm(r->stream, r->view(x, m_), r->weight(norm).data, config_.eps, r->view(out, m_), pdl);
+  for (const auto& r : ranks_) {
+    std::vector<NormView> views;
+    for (const RowNorm& n : norms) views.push_back({r->view(n.x, m_), r->weight(n.weight).data, r->view(n.out, m_)});
+    launch_rms_norms(r->stream, views, config_.eps, pdl);
+  }
 }
 
 void GpuStepOps::attention(const Slice& q, const Slice& kv, const Slice& k_rope, const Slice& out) {

@@ -26,7 +26,7 @@ class GpuStepOps final : public StepOps {
   void gemm(WeightId weight, const Slice& x, const Slice& out) override;
   void ar_norm(const Slice& partial, bool first, WeightId norm, const Slice& out) override;
   void oproj_ar_norm(WeightId weight, const Slice& x, const Slice& partial, WeightId norm, const Slice& out) override;
-  void rms_norm(const Slice& x, WeightId norm, const Slice& out) override;
+  void rms_norms(std::span<const RowNorm> norms) override;
   void attention(const Slice& q, const Slice& kv, const Slice& k_rope, const Slice& out) override;
   void silu_mul(const Slice& gate_up, const Slice& out) override;
   void gather(GatherKind kind, const Slice& shard, const Slice& out) override;

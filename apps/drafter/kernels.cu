@@ -1,5 +1,6 @@
 // Launchers of the drafter step's kernels (kernels.cuh).
 #include <algorithm>
+#include <string>
 
 #include "tpdecode/launch.cuh"
 #include "drafter/kernels.cuh"
@@ -41,14 +42,20 @@ void launch_embed(cudaStream_t stream, const int32_t* tokens, const TensorView& 
                 static_cast<uint4*>(out.data), frags);
 }
 
-void launch_rms_norm(cudaStream_t stream, const TensorView& x, const void* weight, float eps, const TensorView& out,
-                     bool pdl) {
+void launch_rms_norms(cudaStream_t stream, std::span<const NormView> norms, float eps, bool pdl) {
+  if (norms.empty() || norms.size() > kernels::kMaxNorms)
+    throw InvalidArgument("rms_norms: 1 to " + std::to_string(kernels::kMaxNorms) + " norms per launch");
+  kernels::Norms k{};
+  for (std::size_t i = 0; i < norms.size(); ++i) {
+    const NormView& n = norms[i];
+    if (n.x.rows != norms[0].x.rows) throw InvalidArgument("rms_norms: the norms' inputs differ in rows");
+    k.norm[i] = {rows_of(n.x), static_cast<const __nv_bfloat16*>(n.weight), rows_of(n.out), static_cast<int>(n.x.cols)};
+  }
   LaunchShape s;
-  s.grid = dim3(static_cast<unsigned>(x.rows));
+  s.grid = dim3(static_cast<unsigned>(norms[0].x.rows), static_cast<unsigned>(norms.size()));
   s.block = dim3(kernels::kNormThreads);
   s.pdl = pdl;
-  launch_kernel(kernels::rms_norm_kernel, s, stream, rows_of(x), static_cast<const __nv_bfloat16*>(weight), eps,
-                rows_of(out), static_cast<int>(x.cols));
+  launch_kernel(kernels::rms_norm_kernel, s, stream, k, eps);
 }
 
 void launch_attention(cudaStream_t stream, const TensorView& q, const TensorView& kv, const TensorView& k_rope,

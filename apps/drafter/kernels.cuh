@@ -18,6 +18,7 @@
 namespace tpdecode::drafter::kernels {
 
 inline constexpr int kNormThreads = 256;
+inline constexpr int kMaxNorms = 2;
 inline constexpr int kArgmaxThreads = 1024;
 inline constexpr int kElementThreads = 256;
 
@@ -63,10 +64,21 @@ __global__ void embed_kernel(const int32_t* tokens, const uint4* table, int64_t 
   out[static_cast<int64_t>(blockIdx.y) * frags + f] = mine ? table[local * frags + f] : make_uint4(0, 0, 0, 0);
 }
 
-__global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(Rows x, const __nv_bfloat16* w, float eps, Rows out,
-                                                                int width) {
+struct Norm {
+  Rows x;
+  const __nv_bfloat16* w;
+  Rows out;
+  int width;
+};
+struct Norms {
+  Norm norm[kMaxNorms];
+};
+
+// grid (M, norms): one CTA per row of one norm.
+__global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(Norms norms, float eps) {
   pdl_enter();
   __shared__ float warp_sum[kNormThreads / 32];
+  const auto [x, w, out, width] = norms.norm[blockIdx.y];
   const int64_t row = blockIdx.x;
   float s = 0.0f;
   for (int c = threadIdx.x; c < width; c += kNormThreads) {

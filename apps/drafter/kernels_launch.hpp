@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <span>
 
 #include "drafter/weights.hpp"
 #include "tpdecode/tensor.hpp"
@@ -22,9 +23,14 @@ void launch_fill(cudaStream_t stream, void* out, const FillSpec& spec);
 void launch_embed(cudaStream_t stream, const int32_t* tokens, const TensorView& table, int64_t vocab0,
                   const TensorView& out, bool pdl);
 
-// out = BF16(x · rstd · w) per row (order: kernels.cuh); x may be strided.
-void launch_rms_norm(cudaStream_t stream, const TensorView& x, const void* weight, float eps, const TensorView& out,
-                     bool pdl);
+// One RMSNorm: out = BF16(x · rstd · w) per row (order: kernels.cuh); x may be strided.
+struct NormView {
+  TensorView x;
+  const void* weight;
+  TensorView out;
+};
+// Up to kernels::kMaxNorms norms of inputs with the same rows, in one launch.
+void launch_rms_norms(cudaStream_t stream, std::span<const NormView> norms, float eps, bool pdl);
 
 struct AttentionShape {
   int heads = 0;  // local heads

@@ -57,8 +57,8 @@ class FilteredOps {
     gemm(w, x, partial);
     ar_norm(partial, false, norm, out);
   }
-  void rms_norm(const Slice& x, WeightId norm, const Slice& out) {
-    if (f_.other) ops_.rms_norm(x, norm, out);
+  void rms_norms(std::span<const RowNorm> norms) {
+    if (f_.other) ops_.rms_norms(norms);
   }
   void attention(const Slice& q, const Slice& kv, const Slice& k_rope, const Slice& out) {
     if (f_.other) ops_.attention(q, kv, k_rope, out);
@@ -91,9 +91,10 @@ void run_step(const DrafterConfig& c, const RankShapes& s, StepOps& backend, con
   ops.ar_norm(whole(Buf::kPartial), true, {Tensor::kInputNorm, 0}, whole(Buf::kHidden));
   for (int l = 0; l < c.layers; ++l) {
     ops.gemm({Tensor::kQkvA, l}, whole(Buf::kHidden), whole(Buf::kQkvA));
-    ops.rms_norm({Buf::kQkvA, 0, c.q_lora}, {Tensor::kQaNorm, l}, whole(Buf::kQa));
+    const RowNorm qkv_norms[] = {{{Buf::kQkvA, 0, c.q_lora}, {Tensor::kQaNorm, l}, whole(Buf::kQa)},
+                                 {{Buf::kQkvA, c.q_lora, c.kv_lora}, {Tensor::kKvNorm, l}, whole(Buf::kKv)}};
+    ops.rms_norms(qkv_norms);
     ops.gemm({Tensor::kQB, l}, whole(Buf::kQa), whole(Buf::kQ));
-    ops.rms_norm({Buf::kQkvA, c.q_lora, c.kv_lora}, {Tensor::kKvNorm, l}, whole(Buf::kKv));
     ops.attention(whole(Buf::kQ), whole(Buf::kKv), {Buf::kQkvA, c.q_lora + c.kv_lora, c.rope}, whole(Buf::kAttn));
     ops.oproj_ar_norm({Tensor::kOProj, l}, whole(Buf::kAttn), whole(Buf::kPartial), {Tensor::kPostAttentionNorm, l},
                       whole(Buf::kHidden));
@@ -127,9 +128,11 @@ class CountingOps final : public StepOps {
     ++n.ar_norms;
     read(norm);
   }
-  void rms_norm(const Slice&, WeightId norm, const Slice&) override {
-    ++n.norms;
-    read(norm);
+  void rms_norms(std::span<const RowNorm> norms) override {
+    for (const RowNorm& r : norms) {
+      ++n.norms;
+      read(r.weight);
+    }
   }
   void attention(const Slice&, const Slice&, const Slice&, const Slice&) override { ++n.others; }
   void silu_mul(const Slice&, const Slice&) override { ++n.others; }

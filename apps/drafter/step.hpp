@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "drafter/config.hpp"
 #include "drafter/weights.hpp"
@@ -68,6 +69,13 @@ struct Slice {
 
 enum class GatherKind { kContext, kLogits };
 
+// One local RMSNorm of every row of x, weighted by `weight`, into out.
+struct RowNorm {
+  Slice x;
+  WeightId weight;
+  Slice out;
+};
+
 // The ops of one step, each for every rank the backend drives. Rows: the step's M.
 class StepOps {
  public:
@@ -88,8 +96,9 @@ class StepOps {
     gemm(weight, x, partial);
     ar_norm(partial, false, norm, out);
   }
-  // Local RMSNorm of every row of x (kernels.cuh documents the summation order).
-  virtual void rms_norm(const Slice& x, WeightId norm, const Slice& out) = 0;
+  // Independent local RMSNorms (kernels.cuh documents the summation order); a GPU
+  // backend runs them in one launch, one kernel boundary fewer per layer.
+  virtual void rms_norms(std::span<const RowNorm> norms) = 0;
   virtual void attention(const Slice& q, const Slice& kv, const Slice& k_rope, const Slice& out) = 0;
   // out[:, j] = BF16(SiLU(gate[:, j]) · up[:, j]) in FP32; gate_up = gate | up.
   virtual void silu_mul(const Slice& gate_up, const Slice& out) = 0;
