@@ -37,6 +37,9 @@ constexpr double kFp64Tolerance = 1e-2;
 // bind_ahead's statistics and merged mixtures (FP32 outputs): exp is the only
 // operation that differs from the reference (CUDA's expf within 2 ulp).
 constexpr double kFp32Tolerance = 1e-5;
+// The outputs' magnitude: RMS-normalised rows times a norm weight near one (ArNorm:
+// up to 0.5), so one BF16 ulp at a quarter of it is far below any real error.
+constexpr float kOutScale = 0.25f;
 
 constexpr OprojKind kKinds[] = {OprojKind::kProducerConsumer, OprojKind::kFused, OprojKind::kTwoShot,
                                 OprojKind::kUnfused};
@@ -90,7 +93,7 @@ std::vector<OprojKind> check_every_kind(Team& team, PreparedOproj& op, OprojCase
     if (kind == OprojKind::kUnfused) continue;
     if (same) {
       EXPECT_EQ(test::count_beyond(got.first, same->first, 0), 0) << "the new residual / p' is not bitwise";
-      EXPECT_EQ(test::count_beyond(got.out, same->out, 1), 0);
+      EXPECT_EQ(test::count_beyond(got.out, same->out, 1, kOutScale), 0);
       if (s.ahead) {
         EXPECT_LT(test::relative_error(got.stats, same->stats), kFp32Tolerance);
         EXPECT_LT(test::relative_error(got.mixture, same->mixture), kFp32Tolerance);
@@ -247,7 +250,7 @@ TEST(Oproj, GraphReplayWithFreshData) {
     graph.replay(3);
     team.synchronize();
     EXPECT_EQ(test::to_host<unsigned>(mismatches, 1)[0], 0u) << "fresh data";
-    for (int i = 0; i < team.driven(); ++i) EXPECT_EQ(test::count_beyond(c.outputs(i).out, fresh.out, 1), 0);
+    for (int i = 0; i < team.driven(); ++i) EXPECT_EQ(test::count_beyond(c.outputs(i).out, fresh.out, 1, kOutScale), 0);
   });
 }
 
