@@ -64,7 +64,7 @@ struct Row {
       if (keep(t.decision.path) && (!b || t.us < b->us)) b = &t;
     return b;
   }
-  static bool engine(GemmPath p) { return p == GemmPath::kWarpSplitK || p == GemmPath::kStreamK; }
+  static bool engine(GemmPath p) { return p == GemmPath::kWarpSplitK; }
   static bool cublas(GemmPath p) { return p == GemmPath::kCublas; }
   static bool lt(GemmPath p) { return p == GemmPath::kCublasLt; }
   static bool any(GemmPath) { return true; }
@@ -172,7 +172,7 @@ void print_table(const std::vector<Row>& rows, const bench::ReadCeiling& ceiling
   }
   fmt::print(
       "\nours = DecodeGemm's dispatch (the tuner's decision, PDL on); engine = the fastest engine tactic forced "
-      "(warp split-K splits, stream-K variants); cuBLAS = cublasGemmEx's default; cuBLASLt = the best of its "
+      "(warp split-K splits); cuBLAS = cublasGemmEx's default; cuBLASLt = the best of its "
       "heuristic's top algorithms; vsBest = ours / min(engine, cuBLAS), '!' above {:.2f} ({} rows); TB/s counts "
       "weight bytes once per call; %read = a plain streaming read of the same copies / ours; tuneMs = what deciding "
       "cost (0: from the cache). Read ceiling {:.2f} TB/s ({:.1f} GB streamed in {:.1f} us).\n",

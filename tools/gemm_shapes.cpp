@@ -55,7 +55,6 @@ Gpu require_gpu(const char* command) {
 std::string tactic_of(const GemmDecision& d, int64_t n, int64_t k, int m, int sms) {
   switch (d.path) {
     case GemmPath::kWarpSplitK: return fmt::format("warp {}", tactic_with_split(n, k, m, sms, d.split).describe());
-    case GemmPath::kStreamK: return fmt::format("stream {}", stream_tactic(n, k, m, sms, d.variant).describe());
     case GemmPath::kCublasLt: return fmt::format("cublaslt {}", CublasContext::describe_lt(d.lt_algo));
     case GemmPath::kCublas: break;
   }

@@ -3,7 +3,7 @@
 //    __syncthreads ring like the warp engine's; each warp instruction reads either
 //    8 rows x 64 B (the warp engine's mapping before 6184c42) or 2 rows x 256 B;
 //  - bulk rows: one producer warp, one cp.async.bulk per weight row and stage (the
-//    stream-K engine's producer), four consumer warps, full/empty mbarriers;
+//    pattern of a producer of per-row bulk copies), four consumer warps, full/empty mbarriers;
 //  - tensor tiles: the same ring filled by cp.async.bulk.tensor.2d boxes of [64 rows,
 //    64 columns] (128-byte swizzle) through a tensor map.
 #include <cuda.h>

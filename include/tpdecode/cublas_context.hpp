@@ -1,8 +1,7 @@
 // The per-stream GEMM context: a cuBLAS and a cuBLASLt handle with their own
-// workspace, set once before any graph capture, and the stream-K engine's
-// reduction workspace. DecodeGemm runs its cuBLAS paths and its engines on one.
-// Objects that run concurrently on different streams must not share a context
-// (neither workspace is stream-safe); calls on one stream may share it.
+// workspace, set once before any graph capture. DecodeGemm runs its cuBLAS paths on
+// one. Objects that run concurrently on different streams must not share a context
+// (the workspace is not stream-safe); calls on one stream may share it.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -43,17 +42,6 @@ class CublasContext {
   static std::string describe_lt(const CublasLtAlgo& algo);
   // "<major>.<minor>.<patch>" of the cuBLASLt library loaded.
   static std::string lt_version();
-
-  // The stream-K engine's reduction workspace for up to `ctas` CTAs (partial sums,
-  // and counters that every call leaves at zero). Allocated on first use: host
-  // only, never under capture.
-  struct ReductionScratch {
-    float* partials = nullptr;
-    unsigned* counters = nullptr;
-  };
-  ReductionScratch reduction_scratch(int ctas);
-  // The CTAs the workspace serves without allocating.
-  int reduction_capacity() const;
 
  private:
   struct Impl;

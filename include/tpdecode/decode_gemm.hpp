@@ -1,8 +1,8 @@
 // DecodeGemm: out[M, N] = x[M, K] * W[N, K]^T for one linear's weight, on the
 // fastest measured path. For 1 <= M <= 32 with contiguous, 16-byte-aligned operands
 // and an eligible weight, the first eager call of an M bucket (gemm_m_bucket) times
-// the candidates on the real weight -- the warp split-K engine at each split, the
-// stream-K engine's variants, cuBLAS's default and cuBLASLt's best few algorithms --
+// the candidates on the real weight -- the warp split-K engine at each split,
+// cuBLAS's default and cuBLASLt's best few algorithms --
 // and keeps the fastest (GemmTuner: shared by the process, optionally on disk).
 // Everything else runs cuBLAS. BF16 operands, FP32 accumulation, one BF16 rounding;
 // the engines' results are bitwise identical from run to run for a given decision.
@@ -38,7 +38,7 @@ class DecodeGemm {
   int64_t k() const { return weight_.cols; }
   const TensorView& weight() const { return weight_; }
   // An engine can run this weight (its shape, layout and alignment suit one).
-  bool engine_eligible() const { return engines_.warp || engines_.stream; }
+  bool engine_eligible() const { return engines_.warp; }
   GemmEngines engines() const { return engines_; }
 
   // Decides m's bucket (from the tuner's cache, by timing the candidates, or by the

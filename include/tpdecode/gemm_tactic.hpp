@@ -22,10 +22,9 @@ inline constexpr int kSmemReservedPerCta = 1024;   // the runtime's share of eac
 enum class GemmPath : uint8_t {
   kWarpSplitK,  // the warp split-K engine (warp_splitk.cuh)
   kCublas,      // cublasGemmEx with cuBLAS's default algorithm (the stock path)
-  kStreamK,     // the stream-K engine (stream_k.cuh)
   kCublasLt,    // cublasLtMatmul with an algorithm the tuner measured
 };
-const char* gemm_path_name(GemmPath p);  // "warp", "cublas", "stream", "cublaslt"
+const char* gemm_path_name(GemmPath p);  // "warp", "cublas", "cublaslt"
 
 // Where a decision came from.
 enum class GemmSource : uint8_t { kRule, kTuned, kCache, kAgreed, kForced };
@@ -40,19 +39,17 @@ struct GemmDecision {
   GemmPath path = GemmPath::kCublas;
   GemmSource source = GemmSource::kRule;
   uint8_t split = 1;        // kWarpSplitK: CTAs per cluster (1 .. 8)
-  uint8_t variant = 0;      // kStreamK: index into kStreamVariants
   float measured_us = 0;    // the tuner's median time per call (0: not measured)
   float tune_ms = 0;        // what deciding cost (timing every candidate)
   CublasLtAlgo lt_algo{};   // kCublasLt
   // The same kernel and launch shape (source and times aside): bitwise the same result.
   bool same_path(const GemmDecision& o) const {
-    return path == o.path && split == o.split && variant == o.variant && lt_algo == o.lt_algo;
+    return path == o.path && split == o.split && lt_algo == o.lt_algo;
   }
 };
-std::string describe(const GemmDecision& d);  // e.g. "stream v2", "warp split 8", "cublaslt #3fa9c1"
+std::string describe(const GemmDecision& d);  // e.g. "warp split 8", "cublaslt #3fa9c1"
 // Decisions to force (DecodeGemm::force) or compare with.
 GemmDecision warp_decision(int split);
-GemmDecision stream_decision(int variant);
 GemmDecision cublas_decision();
 
 // ---- M buckets -------------------------------------------------------------------
@@ -98,7 +95,7 @@ inline constexpr int kWarpCtaRows = 64;       // W rows per CTA
 inline constexpr int kWarpStages = 4;         // ring stages
 inline constexpr int kWarpStageBytes = 4096;  // [16 rows, 128] bf16 per warp and stage
 
-// Token tiles for m rows (1 <= m <= kWarpMaxRows); the stream-K engine uses the same.
+// Token tiles for m rows (1 <= m <= kWarpMaxRows).
 int warp_token_tiles(int m);
 
 // Dynamic shared memory of one CTA: the W and x rings plus the FP32 partials.
@@ -126,61 +123,10 @@ bool warp_split_for_shared_gpu(int split);
 // The rule's tactic with the split forced (benchmarks, tests); split must be legal.
 GemmTactic tactic_with_split(int64_t n, int64_t k, int m, int sms, int split);
 
-// ---- The stream-K engine ---------------------------------------------------------
-// Candidate launch configurations of the stream-K engine. Nothing fitted picks
-// among them: the tuner times each (with the warp engine and cuBLAS) on the real
-// weight. Why these: 512 B-1 KB bulk copies per weight row (the request sizes the
-// issue asks for; the cp.async engine's 16-byte copies reached 87-92 % of a plain
-// read), the deepest ring one CTA per SM holds (most bytes in flight for a lone
-// call), half an SM's shared memory so that under programmatic dependent launch
-// the next GEMM's CTA fits beside this one and fills its ring during this one's
-// tail, and an L2 prefetch of the weight bytes past the ring before waiting for the
-// previous kernel (chains of small GEMMs: HBM stays busy across the boundary, as a
-// plain read chain with PDL does).
-struct StreamVariant {
-  int stage_cols;   // K columns per ring stage: one bulk copy of 2 * stage_cols bytes per row
-  int ctas_per_sm;  // grid = ctas_per_sm * SMs (fewer where the weight is small)
-  int smem_share;   // the CTA takes 1 / smem_share of the SM's shared memory
-  int l2_prefetch_kb;  // weight KB past the ring requested into L2 before griddepcontrol.wait
-};
-inline constexpr std::array<StreamVariant, 5> kStreamVariants = {{
-    {256, 1, 1, 0},    // v0: 512 B per row and stage, deepest ring
-    {512, 1, 1, 0},    // v1: 1 KB per row and stage (fits up to 8 rows only)
-    {128, 1, 2, 128},  // v2: half the SM: the next kernel's CTA prefetches beside it
-    {128, 2, 2, 0},    // v3: two CTAs per SM
-    {256, 1, 1, 128},  // v4: v0 with the L2 prefetch
-}};
-inline constexpr int kStreamMinStages = 3;  // fewer leaves one stage in flight while one is read
-inline constexpr int kStreamMaxStages = 8;
-
-// N % 16 == 0, K % 128 == 0 (any K: no limit on K tiles) and N * K <= 2^40.
-bool stream_eligible(int64_t n, int64_t k);
-// The weight suits the engine: bf16, contiguous, 16-byte aligned, an eligible shape.
-bool stream_weight_ok(const TensorView& weight);
-
-struct StreamTactic {
-  int variant = 0;
-  int token_tiles = 1;
-  int stage_cols = 0;
-  int stages = 0;
-  int l2_prefetch_bytes = 0;  // per CTA
-  int ctas = 0;        // the grid: the (64-row tile, 16-column step) sequence split evenly
-  int smem_bytes = 0;
-  int64_t tiles = 0;           // ceil(N / 64)
-  int64_t steps_per_tile = 0;  // K / 16
-  int64_t total_steps = 0;     // tiles * steps_per_tile
-  std::string describe() const;  // e.g. "v0: 132 CTAs, 5 stages of 256 columns"
-};
-// Whether the variant's ring holds kStreamMinStages stages at this M's token tiles.
-bool stream_variant_fits(int m, int variant);
-// The launch shape; InvalidArgument where the shape is not eligible or the variant does not fit.
-StreamTactic stream_tactic(int64_t n, int64_t k, int m, int sms, int variant);
-
 // ---- Candidates and the static rule -------------------------------------------
 // What the weight and the activations allow (set by DecodeGemm from the operands).
 struct GemmEngines {
-  bool warp = false;    // warp_weight_ok
-  bool stream = false;  // stream_weight_ok
+  bool warp = false;  // warp_weight_ok
 };
 
 // Every engine tactic that can run (N, K, m), then stock cuBLAS: what the tuner

@@ -39,8 +39,4 @@ struct TensorView {
   std::string describe() const;  // e.g. "bf16[4, 7168] stride 7168"
 };
 
-// Throws InvalidArgument naming `what` unless `t` is a non-null contiguous 2-D
-// tensor of `dtype` with `cols` columns whose rows start 16-byte aligned.
-void require_rows(const TensorView& t, DType dtype, int64_t cols, const char* what);
-
 }  // namespace tpdecode

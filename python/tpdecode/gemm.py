@@ -12,7 +12,7 @@ class DecodeGemm:
     BF16 rounding) on the current torch stream.
 
     For M ≤ ``max_rows`` rows the path is measured: the first eager call (or
-    ``prepare``) of a shape bucket times the engines (warp split-K, stream-K: bitwise
+    ``prepare``) of a shape bucket times the engine (warp split-K: bitwise
     identical run to run) and cuBLAS/cuBLASLt on the real weight and keeps the
     fastest; cuBLAS runs everything else. ``prepare`` the row counts before
     CUDA-graph capture: a call under capture never measures (it runs the cached
@@ -67,7 +67,7 @@ class DecodeGemm:
         return self
 
     def path(self, m: int) -> str:
-        """"warp", "cublas", "stream" or "cublaslt": what a call of m contiguous rows runs now."""
+        """"warp", "cublas" or "cublaslt": what a call of m contiguous rows runs now."""
         return _lib.GEMM_PATHS[self._handle.path(int(m))]
 
     def decision(self, m: int) -> str:

@@ -9,7 +9,6 @@
 #include <algorithm>
 
 #include "core/check.hpp"
-#include "gemm/stream_k_launch.hpp"
 #include "tpdecode/gemm_tactic.hpp"
 #include "tpdecode/device_buffer.hpp"
 #include "tpdecode/error.hpp"
@@ -82,9 +81,6 @@ struct CublasContext::Impl {
   cublasLtHandle_t lt = nullptr;
   DeviceBuffer workspace;  // [workspace_bytes] bytes
   std::size_t workspace_bytes = 0;
-  DeviceBuffer partials;   // [ctas, 2, 32, 64] f32
-  DeviceBuffer counters;   // [ctas] u32, zero
-  int scratch_ctas = 0;
 };
 
 CublasContext::CublasContext(std::size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
@@ -182,35 +178,5 @@ std::string CublasContext::describe_lt(const CublasLtAlgo& algo) {
 }
 
 std::string CublasContext::lt_version() { return fmt::format("{}", cublasLtGetVersion()); }
-
-CublasContext::ReductionScratch CublasContext::reduction_scratch(int ctas) {
-  if (impl_->scratch_ctas == 0) {
-    // Why the most any variant launches on this device, once: a buffer is never
-    // replaced, since CUDA graphs captured earlier keep its address.
-    int device = 0, sms = 0;
-    TPD_CUDA(cudaGetDevice(&device));
-    TPD_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    int per_sm = 1;
-    for (const StreamVariant& v : kStreamVariants) per_sm = std::max(per_sm, v.ctas_per_sm);
-    const int cap = std::max(ctas, per_sm * sms);
-    impl_->partials = DeviceBuffer(static_cast<std::size_t>(stream_k_partial_floats(cap)) * sizeof(float));
-    impl_->counters = DeviceBuffer(static_cast<std::size_t>(cap) * sizeof(unsigned));
-    // Why a stream of its own, waited for: the counters must be zero before any
-    // kernel reads them, and the legacy stream would join (and break) a capture of
-    // another thread's blocking stream.
-    cudaStream_t s = nullptr;
-    TPD_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    const cudaError_t set = cudaMemsetAsync(impl_->counters.get(), 0, static_cast<std::size_t>(cap) * sizeof(unsigned), s);
-    const cudaError_t done = cudaStreamSynchronize(s);
-    cudaStreamDestroy(s);
-    TPD_CUDA(set);
-    TPD_CUDA(done);
-    impl_->scratch_ctas = cap;
-  }
-  check(ctas <= impl_->scratch_ctas, "stream-K: {} CTAs, the reduction workspace serves {}", ctas, impl_->scratch_ctas);
-  return {impl_->partials.as<float>(), impl_->counters.as<unsigned>()};
-}
-
-int CublasContext::reduction_capacity() const { return impl_->scratch_ctas; }
 
 }  // namespace tpdecode

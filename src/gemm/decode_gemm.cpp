@@ -43,7 +43,7 @@ DecodeGemm::DecodeGemm(const TensorView& weight, std::shared_ptr<CublasContext> 
   check(weight.cols >= 1, "decode_gemm: weight has no columns");
   if (!cublas_) cublas_ = std::make_shared<CublasContext>();
   if (!tuner_) tuner_ = GemmTuner::shared();
-  engines_ = {warp_weight_ok(weight), stream_weight_ok(weight)};
+  engines_ = {warp_weight_ok(weight)};
   TPD_CUDA(cudaGetDevice(&device_));
   cudaDeviceProp props{};
   TPD_CUDA(cudaGetDeviceProperties(&props, device_));

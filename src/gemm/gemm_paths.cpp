@@ -2,7 +2,6 @@
 
 #include <atomic>
 
-#include "gemm/stream_k_launch.hpp"
 #include "gemm/warp_splitk_launch.hpp"
 #include "tpdecode/error.hpp"
 
@@ -12,7 +11,6 @@ namespace {
 // Kernel attributes are per device: bit d is set once the engine's attributes are
 // set on device d (two threads may both set them: harmless).
 std::atomic<uint64_t> warp_devices{0};
-std::atomic<uint64_t> stream_devices{0};
 
 uint64_t device_bit() {
   int device = 0;
@@ -27,21 +25,11 @@ void prepare_path(const GemmDecision& d, const TensorView& weight, int m, int sm
     for (int tiles : {1, 2, 4}) prepare_warp_splitk(tiles);
     warp_devices.fetch_or(device_bit());
   }
-  if (d.path == GemmPath::kStreamK) {
-    if (!(stream_devices.load() & device_bit())) {
-      prepare_stream_k();
-      stream_devices.fetch_or(device_bit());
-    }
-    ctx.reduction_scratch(stream_tactic(weight.rows, weight.cols, m, sms, d.variant).ctas);
-  }
 }
 
 bool path_prepared(const GemmDecision& d, const TensorView& weight, int m, int sms, CublasContext& ctx) {
   switch (d.path) {
     case GemmPath::kWarpSplitK: return (warp_devices.load() & device_bit()) != 0;
-    case GemmPath::kStreamK:
-      return (stream_devices.load() & device_bit()) != 0 &&
-             ctx.reduction_capacity() >= stream_tactic(weight.rows, weight.cols, m, sms, d.variant).ctas;
     case GemmPath::kCublas:
     case GemmPath::kCublasLt: return true;
   }
@@ -62,27 +50,6 @@ void launch_path(const GemmDecision& d, const TensorView& weight, const TensorVi
                                .k = weight.cols,
                                .out_stride = out.row_stride};
       launch_warp_splitk(p, tactic_with_split(weight.rows, weight.cols, m, sms, d.split), pdl, stream);
-      return;
-    }
-    case GemmPath::kStreamK: {
-      const StreamTactic t = stream_tactic(weight.rows, weight.cols, m, sms, d.variant);
-      const CublasContext::ReductionScratch scratch = ctx.reduction_scratch(t.ctas);
-      const StreamKParams p{.w = weight.data,
-                            .x = x.data,
-                            .out = out.data,
-                            .partials = scratch.partials,
-                            .counters = scratch.counters,
-                            .m = m,
-                            .stages = t.stages,
-                            .stage_cols = t.stage_cols,
-                            .ctas = t.ctas,
-                            .l2_prefetch_bytes = t.l2_prefetch_bytes,
-                            .n = weight.rows,
-                            .k = weight.cols,
-                            .out_stride = out.row_stride,
-                            .steps_per_tile = t.steps_per_tile,
-                            .total_steps = t.total_steps};
-      launch_stream_k(p, t, pdl, stream);
       return;
     }
     case GemmPath::kCublasLt: ctx.gemm_lt(x, weight, out, d.lt_algo, stream); return;

@@ -6,7 +6,6 @@
 #include <array>
 
 #include "core/check.hpp"
-#include "gemm/stream_k_plan.hpp"
 #include "tpdecode/hash.hpp"
 
 namespace tpdecode {
@@ -130,7 +129,6 @@ const char* gemm_path_name(GemmPath p) {
   switch (p) {
     case GemmPath::kWarpSplitK: return "warp";
     case GemmPath::kCublas: return "cublas";
-    case GemmPath::kStreamK: return "stream";
     case GemmPath::kCublasLt: return "cublaslt";
   }
   return "?";
@@ -150,7 +148,6 @@ const char* gemm_source_name(GemmSource s) {
 std::string describe(const GemmDecision& d) {
   switch (d.path) {
     case GemmPath::kWarpSplitK: return fmt::format("warp split {}", int{d.split});
-    case GemmPath::kStreamK: return fmt::format("stream v{}", int{d.variant});
     case GemmPath::kCublasLt: {
       uint64_t h = 0;  // a short name for the algorithm's bytes
       for (uint64_t word : d.lt_algo) h = hash::mix64(h ^ word);
@@ -165,13 +162,6 @@ GemmDecision warp_decision(int split) {
   GemmDecision d;
   d.path = GemmPath::kWarpSplitK;
   d.split = static_cast<uint8_t>(split);
-  return d;
-}
-
-GemmDecision stream_decision(int variant) {
-  GemmDecision d;
-  d.path = GemmPath::kStreamK;
-  d.variant = static_cast<uint8_t>(variant);
   return d;
 }
 
@@ -196,61 +186,6 @@ int gemm_bucket_max(int bucket) {
   return kBucketEdges[bucket + 1] - 1;
 }
 
-// ---- The stream-K engine ---------------------------------------------------------
-
-bool stream_eligible(int64_t n, int64_t k) {
-  return n > 0 && k > 0 && n % 16 == 0 && k % 128 == 0 && n <= (int64_t{1} << 40) / k;
-}
-
-bool stream_weight_ok(const TensorView& weight) {
-  return weight.data != nullptr && weight.dtype == DType::kBF16 && weight.contiguous() && weight.aligned(16) &&
-         stream_eligible(weight.rows, weight.cols);
-}
-
-namespace {
-
-// The ring's stage count for a variant at `token_tiles` (0 where not even one fits).
-int stream_stages(int token_tiles, int variant) {
-  const StreamVariant& v = kStreamVariants[static_cast<std::size_t>(variant)];
-  const int budget =
-      v.smem_share == 1 ? kSmemPerCtaMax : (kSmemPerSm - v.smem_share * kSmemReservedPerCta) / v.smem_share;
-  int stages = 0;
-  while (stages < kStreamMaxStages && stream_k::layout(token_tiles, v.stage_cols, stages + 1).total <= budget) ++stages;
-  return stages;
-}
-
-}  // namespace
-
-bool stream_variant_fits(int m, int variant) {
-  return variant >= 0 && variant < static_cast<int>(kStreamVariants.size()) &&
-         stream_stages(warp_token_tiles(m), variant) >= kStreamMinStages;
-}
-
-StreamTactic stream_tactic(int64_t n, int64_t k, int m, int sms, int variant) {
-  check(stream_eligible(n, k), "stream-K: shape {}x{} is not eligible", n, k);
-  check(sms >= 1, "stream-K: no SMs");
-  check(stream_variant_fits(m, variant), "stream-K: variant {} does not fit {} rows", variant, m);
-  const StreamVariant& v = kStreamVariants[static_cast<std::size_t>(variant)];
-  StreamTactic t;
-  t.variant = variant;
-  t.token_tiles = warp_token_tiles(m);
-  t.stage_cols = v.stage_cols;
-  t.stages = stream_stages(t.token_tiles, variant);
-  t.l2_prefetch_bytes = v.l2_prefetch_kb * 1024;
-  t.tiles = ceil_div(n, stream_k::kRows);
-  t.steps_per_tile = k / stream_k::kStepCols;
-  t.total_steps = t.tiles * t.steps_per_tile;
-  t.ctas = static_cast<int>(
-      std::min<int64_t>(int64_t{v.ctas_per_sm} * sms, std::max<int64_t>(1, t.total_steps / stream_k::kMinStepsPerCta)));
-  t.smem_bytes = stream_k::layout(t.token_tiles, t.stage_cols, t.stages).total;
-  return t;
-}
-
-std::string StreamTactic::describe() const {
-  return fmt::format("v{}: {} CTAs, {} stages of {} columns{}", variant, ctas, stages, stage_cols,
-                     l2_prefetch_bytes ? fmt::format(", {} KB to L2 early", l2_prefetch_bytes / 1024) : "");
-}
-
 // ---- Candidates and the static rule -------------------------------------------
 
 std::vector<GemmDecision> engine_candidates(int64_t n, int64_t k, int m, GemmEngines engines) {
@@ -258,9 +193,6 @@ std::vector<GemmDecision> engine_candidates(int64_t n, int64_t k, int m, GemmEng
   if (engines.warp && warp_eligible(n, k))
     for (int split = 1; split <= kWarpMaxSplit; ++split)
       if (warp_split_ok(k, split)) out.push_back(warp_decision(split));
-  if (engines.stream && stream_eligible(n, k))
-    for (int v = 0; v < static_cast<int>(kStreamVariants.size()); ++v)
-      if (stream_variant_fits(m, v)) out.push_back(stream_decision(v));
   out.push_back(cublas_decision());
   for (GemmDecision& d : out) d.source = GemmSource::kTuned;
   return out;
@@ -281,7 +213,6 @@ bool engine_decision_legal(const GemmDecision& d, int64_t n, int64_t k, int m, i
     case GemmPath::kCublasLt: return true;
     case GemmPath::kWarpSplitK:
       return engines.warp && warp_eligible(n, k) && warp_split_ok(k, d.split);
-    case GemmPath::kStreamK: return engines.stream && stream_eligible(n, k) && stream_variant_fits(m, d.variant);
   }
   return false;
 }

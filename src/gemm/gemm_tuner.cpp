@@ -18,12 +18,11 @@
 namespace tpdecode {
 namespace {
 
-// Bump when an engine's tactics change meaning (a variant's shape, a kernel's work
-// split): decisions measured before then are not used.
-// Also when the candidates grow (3: the warp engine's splits 3, 5, 6 and 7; 4: any
-// K for the warp engine) or an engine's speed changes (4: its weight copies), so
-// that cached decisions are taken again among them.
-constexpr int kEngineRevision = 4;
+// Bump when the candidates change (an engine or a tactic added or removed, a
+// tactic's meaning changed) or an engine's speed does: decisions measured under
+// another revision are not used, so every bucket is decided again among today's
+// candidates.
+constexpr int kEngineRevision = 5;
 
 // The map key: every field of GemmKey.
 std::string id_of(const GemmKey& k) {

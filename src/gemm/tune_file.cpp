@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -36,10 +37,10 @@ CublasLtAlgo algo_of_hex(const std::string& s) {
   return a;
 }
 
-GemmPath path_of(const std::string& name) {
-  for (GemmPath p : {GemmPath::kWarpSplitK, GemmPath::kCublas, GemmPath::kStreamK, GemmPath::kCublasLt})
+std::optional<GemmPath> path_of(const std::string& name) {
+  for (GemmPath p : {GemmPath::kWarpSplitK, GemmPath::kCublas, GemmPath::kCublasLt})
     if (name == gemm_path_name(p)) return p;
-  throw Error(fmt::format("unknown path \"{}\"", name));
+  return std::nullopt;
 }
 
 DType dtype_of(const std::string& name) {
@@ -55,7 +56,11 @@ T small_unsigned(const Json& e, const char* field, int64_t max) {
   return static_cast<T>(v);
 }
 
-TuneEntry entry_of(const Json& e) {
+// The entry; none where its path is one this library no longer has (a file written
+// by another version: its key's version never matches this one's).
+std::optional<TuneEntry> entry_of(const Json& e) {
+  const std::optional<GemmPath> path = path_of(e.at("path").get<std::string>());
+  if (!path) return std::nullopt;
   TuneEntry t;
   t.key.device = e.at("device").get<std::string>();
   t.key.sms = small_unsigned<int>(e, "sms", 1 << 16);
@@ -73,10 +78,9 @@ TuneEntry entry_of(const Json& e) {
   t.key.chain = e.value("chain", false);  // absent in files written before chain decisions
   t.key.sharing = e.value("sharing", 1);  // absent in files written before shared-GPU decisions
   check<Error>(t.key.sharing >= 1 && t.key.sharing <= 64, "sharing {}", t.key.sharing);
-  t.decision.path = path_of(e.at("path").get<std::string>());
+  t.decision.path = *path;
   t.decision.source = GemmSource::kCache;
   t.decision.split = small_unsigned<uint8_t>(e, "split", 255);
-  t.decision.variant = small_unsigned<uint8_t>(e, "variant", 255);
   t.decision.lt_algo = algo_of_hex(e.at("lt_algo").get<std::string>());
   t.decision.measured_us = e.at("us").get<float>();
   t.decision.tune_ms = e.at("tune_ms").get<float>();
@@ -96,7 +100,6 @@ Json json_of(const TuneEntry& t) {
           {"sharing", t.key.sharing},
           {"path", gemm_path_name(t.decision.path)},
           {"split", t.decision.split},
-          {"variant", t.decision.variant},
           {"lt_algo", hex_of(t.decision.lt_algo)},
           {"us", t.decision.measured_us},
           {"tune_ms", t.decision.tune_ms}};
@@ -115,7 +118,8 @@ std::vector<TuneEntry> read_tune_file(const std::string& path) {
   try {
     const Json j = Json::parse(text.str());
     check<Error>(j.is_object() && j.value("format", std::string{}) == kFormat, "not a {} file", kFormat);
-    for (const Json& e : j.at("entries")) entries.push_back(entry_of(e));
+    for (const Json& e : j.at("entries"))
+      if (std::optional<TuneEntry> t = entry_of(e)) entries.push_back(*t);
   } catch (const Json::exception& e) {
     throw Error(fmt::format("{}: {}", path, e.what()));
   } catch (const Error& e) {

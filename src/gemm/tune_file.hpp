@@ -1,8 +1,10 @@
 // The tuning cache file (JSON): read and written by GemmTuner.
 //   {"format": "tpdecode-gemm-tune/1",
 //    "entries": [{"device": "NVIDIA H200", "sms": 132, "version": "...", "n": 2112, "k": 7168,
-//                 "m_min": 5, "m_max": 8, "dtype": "bf16", "path": "stream", "split": 1,
-//                 "variant": 2, "lt_algo": "<128 hex digits>", "us": 11.2, "tune_ms": 21.5}, ...]}
+//                 "m_min": 5, "m_max": 8, "dtype": "bf16", "path": "warp", "split": 6,
+//                 "lt_algo": "<128 hex digits>", "us": 9.7, "tune_ms": 21.5}, ...]}
+// An entry whose path this library does not have (written by another version) is
+// skipped, not an error.
 #pragma once
 
 #include <string>

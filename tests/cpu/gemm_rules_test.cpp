@@ -1,6 +1,6 @@
-// DecodeGemm's host rules (seed 004 eligibility, the tactic rule, which operands
-// the engines take, the stream-K engine's variants and work split, the M buckets,
-// the candidates the tuner times) and the FP64 reference GEMM the device tests trust.
+// DecodeGemm's host rules (the engines' eligibility, the tactic rule, which operands
+// the engines take, the M buckets, the candidates the tuner times) and the FP64
+// reference GEMM the device tests trust.
 #include <algorithm>
 #include <array>
 #include <gtest/gtest.h>
@@ -10,7 +10,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "gemm/stream_k_plan.hpp"
 #include "tpdecode/bf16.hpp"
 #include "tpdecode/error.hpp"
 #include "tpdecode/gemm_tactic.hpp"
@@ -124,7 +123,7 @@ TEST(GemmRules, RuleNearTheMeasuredBest) {
   };
   double chosen_total = 0, best_total = 0;
   for (const Measured& r : rows) {
-    const GemmDecision d = rule_decision(r.n, r.k, r.m, kH200Sms, {true, true});
+    const GemmDecision d = rule_decision(r.n, r.k, r.m, kH200Sms, {true});
     const double chosen = d.path == GemmPath::kWarpSplitK ? r.warp[d.split - 1] : r.cublas;
     double best = r.cublas;
     for (double us : r.warp)
@@ -184,151 +183,21 @@ TEST(GemmRules, BucketsPartitionTheRowsWithinTokenTiles) {
   EXPECT_THROW(gemm_bucket_max(kGemmBuckets), InvalidArgument);
 }
 
-TEST(GemmRules, StreamEligibility) {
-  EXPECT_TRUE(stream_eligible(2112, 7168));
-  EXPECT_TRUE(stream_eligible(7168, 18432));   // TP1 down
-  EXPECT_TRUE(stream_eligible(896, 35840));    // context projection
-  EXPECT_TRUE(stream_eligible(16, 128));
-  EXPECT_FALSE(stream_eligible(2120, 7168));   // N % 16
-  EXPECT_FALSE(stream_eligible(2112, 7200));   // K % 128
-  EXPECT_FALSE(stream_eligible(0, 128));
-  EXPECT_FALSE(stream_eligible(int64_t{1} << 30, int64_t{1} << 11));  // N * K > 2^40
-}
-
-TEST(GemmRules, StreamVariantsFitTheirShareOfTheSm) {
-  for (int m : {1, 8, 9, 16, 17, 32})
-    for (int v = 0; v < static_cast<int>(kStreamVariants.size()); ++v) {
-      SCOPED_TRACE(testing::Message() << "M " << m << " v" << v);
-      if (!stream_variant_fits(m, v)) {
-        EXPECT_THROW(stream_tactic(4608, 7168, m, kH200Sms, v), InvalidArgument);
-        continue;
-      }
-      const StreamTactic t = stream_tactic(4608, 7168, m, kH200Sms, v);
-      const StreamVariant& sv = kStreamVariants[static_cast<std::size_t>(v)];
-      EXPECT_GE(t.stages, kStreamMinStages);
-      EXPECT_LE(t.stages, kStreamMaxStages);
-      EXPECT_LE(t.smem_bytes, kSmemPerCtaMax);
-      // The share: smem_share CTAs (ours or the next kernel's) fit on one SM.
-      EXPECT_LE(sv.smem_share * (t.smem_bytes + kSmemReservedPerCta), kSmemPerSm);
-      EXPECT_EQ(t.ctas, sv.ctas_per_sm * kH200Sms);
-      EXPECT_EQ(t.stage_cols % stream_k::kStepCols, 0);
-      // Each stage's copies fit an mbarrier's transaction count (2^20 - 1 bytes).
-      EXPECT_LT((stream_k::kRows + 8 * t.token_tiles) * t.stage_cols * 2, 1 << 20);
-    }
-  // Every M has a variant with the deepest ring and one that leaves room beside it.
-  for (int m = 1; m <= kWarpMaxRows; ++m) {
-    EXPECT_TRUE(stream_variant_fits(m, 0)) << m;
-    EXPECT_TRUE(stream_variant_fits(m, 2)) << m;
-  }
-  EXPECT_TRUE(stream_variant_fits(8, 1));
-  EXPECT_FALSE(stream_variant_fits(9, 1));  // 1 KB stages hold only 2 at 16 rows
-}
-
-TEST(GemmRules, StreamLayoutIsAlignedAndDisjoint) {
-  for (int tiles : {1, 2, 4})
-    for (int cols : {128, 256, 512})
-      for (int stages = 1; stages <= kStreamMaxStages; ++stages) {
-        const stream_k::Layout l = stream_k::layout(tiles, cols, stages);
-        EXPECT_EQ(l.row_bytes % 16, 0);
-        EXPECT_EQ(l.row_bytes % 128, 16);  // 8 consecutive rows in 8 bank groups
-        EXPECT_GE(l.empty_off, l.full_off + 8 * stages);
-        EXPECT_GE(l.flag_off, l.empty_off + 8 * stages);
-        EXPECT_GE(l.w_off, l.flag_off + 4);
-        EXPECT_EQ(l.w_off % 128, 0);
-        EXPECT_EQ(l.x_off, l.w_off + stages * 64 * l.row_bytes);
-        EXPECT_EQ(l.red_off, l.x_off + stages * 8 * tiles * l.row_bytes);
-        EXPECT_EQ(l.red_off % 16, 0);
-        EXPECT_EQ(l.total, l.red_off + 8 * tiles * stream_k::kRedStride * 4);
-      }
-}
-
-TEST(GemmRules, StreamTacticCoversSmallWeights) {
-  const StreamTactic tiny = stream_tactic(16, 128, 1, kH200Sms, 0);  // 8 steps of one tile
-  EXPECT_EQ(tiny.tiles, 1);
-  EXPECT_EQ(tiny.total_steps, 8);
-  EXPECT_EQ(tiny.ctas, 1);
-  const StreamTactic qb = stream_tactic(2304, 1536, 4, kH200Sms, 3);  // TP8 q_b: 36 tiles x 96 steps
-  EXPECT_EQ(qb.total_steps, 36 * 96);
-  EXPECT_EQ(qb.ctas, 2 * kH200Sms);
-  // One tile of 64 steps: at most 8 CTAs of 8 steps each, fewer on fewer SMs.
-  for (int sms : {1, 7, 132}) EXPECT_EQ(stream_tactic(64, 1024, 8, sms, 0).ctas, std::min(sms, 8));
-}
-
-// The work split, as the kernel walks it: every (tile, step) once, in whole ranges of
-// nearly equal length; a split tile's contributors consecutive, each in at most two
-// workspace slots, its counter used by no other split tile.
-TEST(GemmRules, StreamWorkSplitCoversEveryStepOnce) {
-  std::mt19937_64 rng(11);
-  for (int trial = 0; trial < 400; ++trial) {
-    const int64_t tiles = 1 + static_cast<int64_t>(rng() % 300);
-    // Steps per tile: K / 16 (a multiple of 8); CTAs: at least one step each (the
-    // tactic gives each at least kMinStepsPerCta).
-    const int64_t spt = 8 * static_cast<int64_t>(1 + rng() % 300);
-    const int64_t total = tiles * spt;
-    const int ctas = static_cast<int>(std::min<int64_t>(1 + rng() % 3000, total));
-    const int stage_steps = std::array<int, 3>{8, 16, 32}[rng() % 3];
-    SCOPED_TRACE(testing::Message() << tiles << " tiles x " << spt << " steps, " << ctas << " CTAs");
-    std::vector<int> seen(static_cast<std::size_t>(total), 0);
-    std::vector<int> slot_used(static_cast<std::size_t>(ctas) * 2, 0);
-    int64_t shortest = total, longest = 0;
-    for (int c = 0; c < ctas; ++c) {
-      const int64_t begin = stream_k::range_begin(total, ctas, c);
-      const int64_t end = stream_k::range_begin(total, ctas, c + 1);
-      ASSERT_LT(begin, end);  // no empty range
-      shortest = std::min(shortest, end - begin);
-      longest = std::max(longest, end - begin);
-      int64_t pos = begin;
-      for (stream_k::StageCursor cur{begin, end, spt, stage_steps}; cur.valid(); cur.next()) {
-        ASSERT_EQ(cur.pos, pos);
-        ASSERT_GE(cur.width(), 1);
-        ASSERT_LE(cur.width(), stage_steps);
-        ASSERT_EQ(cur.tile(), (cur.pos + cur.width() - 1) / spt) << "a stage crosses a tile";
-        for (int64_t s = cur.pos; s < cur.pos + cur.width(); ++s) {
-          ++seen[static_cast<std::size_t>(s)];
-          ASSERT_EQ(stream_k::cta_of(total, ctas, s), c);
-        }
-        pos += cur.width();
-        if (cur.ends_segment()) {
-          const stream_k::Contributors who = stream_k::contributors(total, ctas, spt, cur.tile());
-          ASSERT_LE(who.first, c);
-          ASSERT_GE(who.last, c);
-          if (who.first != who.last)
-            ++slot_used[static_cast<std::size_t>(c) * 2 +
-                        static_cast<std::size_t>(stream_k::partial_slot(total, ctas, spt, c, cur.tile()))];
-        }
-      }
-      ASSERT_EQ(pos, end);
-    }
-    EXPECT_LE(longest - shortest, 1);
-    for (int64_t s = 0; s < total; ++s) ASSERT_EQ(seen[static_cast<std::size_t>(s)], 1) << "step " << s;
-    for (int used : slot_used) EXPECT_LE(used, 1) << "a workspace slot holds two partials";
-    std::set<int> counters;
-    for (int64_t t = 0; t < tiles; ++t) {
-      const stream_k::Contributors who = stream_k::contributors(total, ctas, spt, t);
-      if (who.first == who.last) continue;
-      EXPECT_TRUE(counters.insert(who.first).second) << "tile " << t << " shares its counter";
-    }
-  }
-}
-
 TEST(GemmRules, CandidatesAreLegalAndEndWithCublas) {
   std::mt19937_64 rng(5);
   for (int trial = 0; trial < 300; ++trial) {
     const int64_t n = 16 * static_cast<int64_t>(1 + rng() % 4096);
     const int64_t k = 128 * static_cast<int64_t>(1 + rng() % 300);
     const int m = 1 + static_cast<int>(rng() % kWarpMaxRows);
-    const GemmEngines engines{warp_eligible(n, k), stream_eligible(n, k)};
+    const GemmEngines engines{warp_eligible(n, k)};
     const std::vector<GemmDecision> c = engine_candidates(n, k, m, engines);
     ASSERT_FALSE(c.empty());
     EXPECT_EQ(c.back().path, GemmPath::kCublas);
-    int streams = 0;
     int warps = 0;
     for (const GemmDecision& d : c) {
       EXPECT_TRUE(engine_decision_legal(d, n, k, m, kH200Sms, engines)) << describe(d) << " " << n << "x" << k;
-      streams += d.path == GemmPath::kStreamK;
       warps += d.path == GemmPath::kWarpSplitK;
     }
-    EXPECT_GE(streams, 2) << n << "x" << k << " M " << m;
     // Every split up to 8 that leaves each cluster rank two chunks, odd ones too.
     const int64_t chunks = k / kWarpChunkK;
     const int splits = engines.warp ? static_cast<int>(std::min<int64_t>(kWarpMaxSplit, std::max<int64_t>(1, chunks / 2))) : 0;
@@ -339,19 +208,15 @@ TEST(GemmRules, CandidatesAreLegalAndEndWithCublas) {
   const std::vector<GemmDecision> none = engine_candidates(2112, 7168, 4, GemmEngines{});
   ASSERT_EQ(none.size(), 1u);
   EXPECT_EQ(none[0].path, GemmPath::kCublas);
-  GemmDecision bad;
-  bad.path = GemmPath::kStreamK;
-  bad.variant = 1;
-  EXPECT_FALSE(engine_decision_legal(bad, 2112, 7168, 16, kH200Sms, {true, true}));  // v1 holds 8 rows at most
-  bad.variant = 9;
-  EXPECT_FALSE(engine_decision_legal(bad, 2112, 7168, 4, kH200Sms, {true, true}));
-  bad.path = GemmPath::kWarpSplitK;
-  bad.split = 9;
-  EXPECT_FALSE(engine_decision_legal(bad, 2112, 7168, 4, kH200Sms, {true, true}));
+  GemmDecision bad = warp_decision(9);
+  EXPECT_FALSE(engine_decision_legal(bad, 2112, 7168, 4, kH200Sms, {true}));
+  bad.split = 2;
+  EXPECT_FALSE(engine_decision_legal(bad, 2112, 7168, 4, kH200Sms, {false}));  // no engine takes the weight
+  EXPECT_FALSE(engine_decision_legal(bad, 2112, 256, 4, kH200Sms, {true}));   // two chunks: split 1 only
 }
 
 TEST(GemmRules, RuleKeepsTheMeasuredWarpCases) {
-  const GemmEngines both{true, true};
+  const GemmEngines both{true};
   EXPECT_EQ(rule_decision(2112, 7168, 1, kH200Sms, both).path, GemmPath::kWarpSplitK);
   EXPECT_EQ(rule_decision(2112, 7168, 1, kH200Sms, both).split, 8);
   EXPECT_EQ(rule_decision(4608, 7168, 1, kH200Sms, both).split, 4);
@@ -359,7 +224,7 @@ TEST(GemmRules, RuleKeepsTheMeasuredWarpCases) {
   EXPECT_EQ(rule_decision(7168, 2304, 1, kH200Sms, both, true).path, GemmPath::kWarpSplitK);
   EXPECT_TRUE(warp_split_for_shared_gpu(rule_decision(7168, 2304, 1, kH200Sms, both, true).split));
   EXPECT_EQ(rule_decision(896, 35840, 1, kH200Sms, both).path, GemmPath::kCublas);
-  EXPECT_EQ(rule_decision(2112, 7168, 1, kH200Sms, {false, true}).path, GemmPath::kCublas);
+  EXPECT_EQ(rule_decision(2112, 7168, 1, kH200Sms, {false}).path, GemmPath::kCublas);
   EXPECT_EQ(rule_decision(2112, 7168, 1, kH200Sms, both).source, GemmSource::kRule);
 }
 
@@ -375,7 +240,8 @@ TEST(GemmRules, DecisionRecordIsSmallAndTriviallyCopyable) {
   b.source = GemmSource::kCache;
   EXPECT_TRUE(a.same_path(b));
   EXPECT_EQ(describe(a), describe(b));
-  EXPECT_EQ(std::string(gemm_path_name(GemmPath::kStreamK)), "stream");
+  EXPECT_EQ(std::string(gemm_path_name(GemmPath::kWarpSplitK)), "warp");
+  EXPECT_EQ(std::string(gemm_path_name(GemmPath::kCublasLt)), "cublaslt");
 }
 
 alignas(16) uint16_t host[64 * 1024];
@@ -390,9 +256,6 @@ TEST(GemmRules, OperandsTheEngineTakes) {
   EXPECT_FALSE(warp_weight_ok(TensorView::bf16(host, 24, 256)));  // N % 16
   EXPECT_FALSE(warp_weight_ok(TensorView::f32(host, 32, 256)));
   EXPECT_FALSE(warp_weight_ok(TensorView::bf16(nullptr, 32, 256)));
-  EXPECT_TRUE(stream_weight_ok(w));
-  EXPECT_FALSE(stream_weight_ok(strided));
-  EXPECT_FALSE(stream_weight_ok(TensorView::bf16(host + 1, 32, 256)));
 
   EXPECT_TRUE(warp_activations_ok(TensorView::bf16(host, 1, 256)));
   EXPECT_TRUE(warp_activations_ok(TensorView::bf16(host, 32, 256)));

@@ -37,7 +37,7 @@ GemmDecision lt(uint64_t word) {
   return d;
 }
 
-const std::vector<GemmDecision> kCandidates = {warp_decision(1), warp_decision(8), stream_decision(0), stream_decision(2), cublas_decision(), lt(0x1234)};
+const std::vector<GemmDecision> kCandidates = {warp_decision(1), warp_decision(8), warp_decision(3), warp_decision(5), cublas_decision(), lt(0x1234)};
 
 // A fake timer: fixed times per candidate, counting its calls.
 struct FakeTimer {
@@ -88,7 +88,7 @@ TEST(GemmTuner, PicksTheMeasuredFastest) {
   GemmTuner tuner;
   FakeTimer timer{{20.0, 12.0, 10.5, 11.0, 10.6, 30.0}};
   const GemmDecision d = tuner.decide(key_of(4608), 0, kCandidates, timer.measure(), cublas_decision());
-  EXPECT_TRUE(d.same_path(stream_decision(0)));
+  EXPECT_TRUE(d.same_path(warp_decision(3)));
   EXPECT_EQ(d.source, GemmSource::kTuned);
   EXPECT_FLOAT_EQ(d.measured_us, 10.5f);
   EXPECT_GE(d.tune_ms, 0.0f);
@@ -175,7 +175,7 @@ TEST(GemmTuner, ConcurrentCallersOfOneKeyDecideOnce) {
     threads.emplace_back([&, t] { got[static_cast<std::size_t>(t)] = tuner.decide(key_of(4608), 0, kCandidates, slow, cublas_decision()); });
   for (auto& t : threads) t.join();
   EXPECT_EQ(calls, 1);
-  for (const GemmDecision& d : got) EXPECT_TRUE(d.same_path(stream_decision(2)));
+  for (const GemmDecision& d : got) EXPECT_TRUE(d.same_path(warp_decision(5)));
 }
 
 TEST(GemmTuner, MeasurementsOnOneDeviceNeverOverlap) {
@@ -204,7 +204,7 @@ TEST(GemmTuner, CacheRoundTrips) {
     GemmTuner first(o);
     FakeTimer ta{{9, 8, 7, 6, 5, 4}};  // the cuBLASLt algorithm wins
     a = first.decide(key_of(4608, 0), 0, kCandidates, ta.measure(), cublas_decision());
-    FakeTimer tb{{9, 8, 3, 6, 5, 4}};  // stream v0 wins
+    FakeTimer tb{{9, 8, 3, 6, 5, 4}};  // warp 3 wins
     b = first.decide(key_of(2112, 7), 0, kCandidates, tb.measure(), cublas_decision());
     GemmKey shared = key_of(2112, 7);
     shared.sharing = 8;
@@ -220,7 +220,7 @@ TEST(GemmTuner, CacheRoundTrips) {
   EXPECT_TRUE(a2.same_path(a));
   EXPECT_TRUE(a2.same_path(lt(0x1234)));
   EXPECT_EQ(a2.lt_algo, lt(0x1234).lt_algo);
-  EXPECT_TRUE(b2.same_path(stream_decision(0)));
+  EXPECT_TRUE(b2.same_path(warp_decision(3)));
   EXPECT_EQ(a2.source, GemmSource::kCache);
   EXPECT_FLOAT_EQ(a2.measured_us, a.measured_us);
   EXPECT_FLOAT_EQ(b2.tune_ms, b.tune_ms);
@@ -278,7 +278,7 @@ TEST(GemmTuner, ChainLinksChargeStockCandidates) {
   // A file written before chain keys (no "chain" field) holds decisions for GEMMs alone.
   const std::string old = R"({"format": "tpdecode-gemm-tune/1", "entries": [{"device": "NVIDIA H200", "sms": 132,
       "version": "tpdecode test", "n": 4608, "k": 7168, "m_min": 5, "m_max": 8, "dtype": "bf16", "path": "warp",
-      "split": 4, "variant": 0, "lt_algo": "%s", "us": 1, "tune_ms": 1}]})";
+      "split": 4, "lt_algo": "%s", "us": 1, "tune_ms": 1}]})";
   const std::size_t at = old.find("%s");
   { std::ofstream(file.path) << old.substr(0, at) + std::string(128, '0') + old.substr(at + 2); }
   GemmTuner legacy(o);
@@ -296,7 +296,7 @@ TEST(GemmTuner, SavingKeepsWhatOtherProcessesWrote) {
   tuner.decide(key_of(4608), 0, kCandidates, t.measure(), cublas_decision());
   // Another process adds an entry meanwhile; our next save keeps it.
   std::vector<TuneEntry> now = read_tune_file(file.path);
-  now.push_back({key_of(888), stream_decision(3)});
+  now.push_back({key_of(888), warp_decision(6)});
   write_tune_file(file.path, now);
   tuner.insert(key_of(999), warp_decision(4));
   const std::vector<TuneEntry> all = read_tune_file(file.path);
@@ -304,7 +304,7 @@ TEST(GemmTuner, SavingKeepsWhatOtherProcessesWrote) {
   int found = 0;
   for (const TuneEntry& e : all)
     found += (e.key == key_of(777, 2, "NVIDIA H100") && e.decision.same_path(warp_decision(2))) +
-             (e.key == key_of(888) && e.decision.same_path(stream_decision(3))) + (e.key == key_of(4608)) +
+             (e.key == key_of(888) && e.decision.same_path(warp_decision(6))) + (e.key == key_of(4608)) +
              (e.key == key_of(999) && e.decision.same_path(warp_decision(4)));
   EXPECT_EQ(found, 4);
 }
@@ -315,8 +315,8 @@ TEST(GemmTuner, CorruptCacheWarnsIsIgnoredAndKept) {
        {std::string("{ not json"), std::string(R"({"format": "other", "entries": []})"),
         std::string(R"({"format": "tpdecode-gemm-tune/1", "entries": [{"device": "x"}]})"),
         std::string(R"({"format": "tpdecode-gemm-tune/1", "entries": [{"device": "NVIDIA H200", "sms": 132,
-           "version": "v", "n": 16, "k": 128, "m_min": 3, "m_max": 5, "dtype": "bf16", "path": "stream",
-           "split": 1, "variant": 0, "lt_algo": "00", "us": 1, "tune_ms": 1}]})")}) {
+           "version": "v", "n": 16, "k": 128, "m_min": 3, "m_max": 5, "dtype": "bf16", "path": "warp",
+           "split": 1, "lt_algo": "00", "us": 1, "tune_ms": 1}]})")}) {
     SCOPED_TRACE(bad);
     { std::ofstream(file.path) << bad; }
     Warnings warnings;
@@ -334,6 +334,34 @@ TEST(GemmTuner, CorruptCacheWarnsIsIgnoredAndKept) {
     GemmTuner off(o);
     EXPECT_TRUE(off.decide(key_of(4608), 0, kCandidates, t.measure(), warp_decision(8)).same_path(warp_decision(8)));
   }
+}
+
+// A file written by a version with another engine: its entries of a path this
+// library lacks are skipped without a warning; the others load, and a save keeps
+// only what this library can read.
+TEST(GemmTuner, EntriesOfAPathThisVersionLacksAreSkipped) {
+  const TempFile file("tpdecode_tune_old_path");
+  const std::string text = R"({"format": "tpdecode-gemm-tune/1", "entries": [
+      {"device": "NVIDIA H200", "sms": 132, "version": "tpdecode test", "n": 4608, "k": 7168, "m_min": 5,
+       "m_max": 8, "dtype": "bf16", "path": "stream", "split": 1, "variant": 2, "lt_algo": "%s", "us": 1,
+       "tune_ms": 1},
+      {"device": "NVIDIA H200", "sms": 132, "version": "tpdecode test", "n": 2112, "k": 7168, "m_min": 5,
+       "m_max": 8, "dtype": "bf16", "path": "warp", "split": 6, "lt_algo": "%s", "us": 1, "tune_ms": 1}]})";
+  std::string filled = text;
+  for (std::size_t at = filled.find("%s"); at != std::string::npos; at = filled.find("%s"))
+    filled.replace(at, 2, std::string(128, '0'));
+  { std::ofstream(file.path) << filled; }
+  Warnings warnings;
+  GemmTunerOptions o;
+  o.cache_path = file.path;
+  o.warn = warnings.sink();
+  GemmTuner tuner(o);
+  EXPECT_EQ(warnings.count(), 0u);
+  EXPECT_FALSE(tuner.cached(key_of(4608, 3)).has_value());
+  ASSERT_TRUE(tuner.cached(key_of(2112, 3)).has_value());
+  EXPECT_TRUE(tuner.cached(key_of(2112, 3))->same_path(warp_decision(6)));
+  tuner.insert(key_of(999), warp_decision(4));
+  EXPECT_EQ(read_tune_file(file.path).size(), 2u);
 }
 
 TEST(GemmTuner, UnwritableCacheWarnsOnce) {

@@ -117,7 +117,7 @@ TEST(DecodeGemm, RanksAgreeAndReplicatedGemmsMatchBitwise) {
     EXPECT_EQ(count_differences(outs[0].get(), outs[static_cast<std::size_t>(r)].get(), m * n), 0u);
   }
   const int sms = sm_count();
-  for (GemmPath p : undecided) EXPECT_EQ(p, rule_decision(n, k, 20, sms, {true, true}).path);
+  for (GemmPath p : undecided) EXPECT_EQ(p, rule_decision(n, k, 20, sms, {true}).path);
 }
 
 // What the engines do not take runs on cuBLAS, and is right.
@@ -212,17 +212,16 @@ TEST(DecodeGemm, BadInputIsRefused) {
   // Undecided: the static rule's path, or cuBLAS while its engine is not prepared in
   // this process.
   const GemmPath undecided = gemm.path(4);
-  EXPECT_TRUE(undecided == GemmPath::kCublas || undecided == rule_decision(512, 1024, 4, sm_count(), {true, true}).path)
+  EXPECT_TRUE(undecided == GemmPath::kCublas || undecided == rule_decision(512, 1024, 4, sm_count(), {true}).path)
       << gemm_path_name(undecided);
   EXPECT_THROW(gemm.decision(4), InvalidArgument);
-  gemm.force(4, stream_decision(0));
-  EXPECT_EQ(gemm.path(4), GemmPath::kStreamK);
-  EXPECT_EQ(gemm.path(3), GemmPath::kStreamK);  // same bucket
+  gemm.force(4, warp_decision(2));
+  EXPECT_EQ(gemm.path(4), GemmPath::kWarpSplitK);
+  EXPECT_EQ(gemm.path(3), GemmPath::kWarpSplitK);  // same bucket
   EXPECT_EQ(gemm.path(33), GemmPath::kCublas);
-  EXPECT_THROW(gemm.force(16, stream_decision(1)), InvalidArgument);  // 1 KB stages hold 8 rows at most
-  EXPECT_THROW(gemm.force(4, stream_decision(17)), InvalidArgument);
+  EXPECT_THROW(gemm.force(4, warp_decision(5)), InvalidArgument);  // 8 chunks of K: two per CTA at most split 4
   EXPECT_THROW(gemm.force(4, warp_decision(9)), InvalidArgument);  // clusters hold 8 CTAs at most
-  EXPECT_THROW(gemm.force(33, stream_decision(0)), InvalidArgument);
+  EXPECT_THROW(gemm.force(33, warp_decision(1)), InvalidArgument);
 }
 
 // With tuning off, the dispatch is the static rule: the warp engine where its model

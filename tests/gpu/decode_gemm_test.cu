@@ -1,5 +1,5 @@
-// DecodeGemm's engines on the GPU: every stream-K variant and the warp split-K
-// against an FP64 reference (no worse than cuBLAS on the same inputs, plus a stated
+// DecodeGemm's engine on the GPU: the warp split-K at its splits against an FP64
+// reference (no worse than cuBLAS on the same inputs, plus a stated
 // slack), bitwise repeatable, every output element written; graph capture and
 // replay; chains with true dependencies under programmatic dependent launch.
 #include <gtest/gtest.h>
@@ -24,16 +24,17 @@ std::vector<int> row_counts() {
   return ms;
 }
 
-// The engine decisions checked for (shape, m): a stream-K variant (a different one
-// from M to M, so every variant meets every token tile) and the warp engine at the
-// rule's split where it takes the shape.
+// The engine decisions checked for (shape, m): the warp engine at the rule's split
+// and at another legal split (a different one from M to M, so every split meets
+// every token tile).
 std::vector<GemmDecision> engine_decisions(int64_t n, int64_t k, int m) {
-  std::vector<GemmDecision> out;
-  std::vector<int> fits;
-  for (int v = 0; v < static_cast<int>(kStreamVariants.size()); ++v)
-    if (stream_variant_fits(m, v)) fits.push_back(v);
-  out.push_back(stream_decision(fits[static_cast<std::size_t>(m + n / 16) % fits.size()]));
-  if (warp_eligible(n, k)) out.push_back(warp_decision(choose_tactic(n, k, m, sm_count()).split));
+  std::vector<int> legal;
+  for (int split = 1; split <= kWarpMaxSplit; ++split)
+    if (warp_split_ok(k, split)) legal.push_back(split);
+  const int rule = choose_tactic(n, k, m, sm_count()).split;
+  const int other = legal[static_cast<std::size_t>(m + n / 16) % legal.size()];
+  std::vector<GemmDecision> out = {warp_decision(rule)};
+  if (other != rule) out.push_back(warp_decision(other));
   return out;
 }
 
@@ -82,19 +83,19 @@ TEST(DecodeGemm, RandomEligibleShapes) {
   }
 }
 
-// Shapes where split tiles have many contributors, a tile is partly past N, or one
-// CTA does everything.
-TEST(DecodeGemm, StreamKEdgeShapesEveryVariant) {
+// Shapes where one 64-row block is partly past N, one CTA does everything, or a
+// cluster's K ranges are uneven or long.
+TEST(DecodeGemm, EdgeShapesEverySplit) {
   TPD_REQUIRE_GPU();
   std::mt19937_64 rng(test::fresh_seed());
   CublasContext cublas;
-  for (const Shape& s : std::vector<Shape>{{64, 8192}, {16, 128}, {80, 1024}, {4096, 128}, {48, 40960}, {2112, 7168}}) {
+  for (const Shape& s : std::vector<Shape>{{64, 8192}, {16, 128}, {80, 1024}, {4096, 128}, {48, 40960}, {2112, 1920}}) {
     Problem p(s.n, s.k, rng);
     DecodeGemm gemm(p.weight(), nullptr, private_tuner(false));
-    for (int v = 0; v < static_cast<int>(kStreamVariants.size()); ++v)
+    for (int split = 1; split <= kWarpMaxSplit; ++split)
       for (int m : {1, 8, 13, 32}) {
-        if (!stream_variant_fits(m, v)) continue;
-        gemm.force(m, stream_decision(v));
+        if (!warp_split_ok(s.k, split)) continue;
+        gemm.force(m, warp_decision(split));
         check_rows(p, gemm, cublas, m, 3);
       }
   }
@@ -122,21 +123,20 @@ TEST(DecodeGemm, GraphCaptureAndReplay) {
   cudaStream_t stream;
   TPD_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const int m = 8;
-  gemm.force(m, stream_decision(0));
+  gemm.force(m, warp_decision(4));
   DeviceBuffer eager(static_cast<std::size_t>(m * p.n) * 2), replayed(eager.bytes()), late(eager.bytes());
-  ASSERT_EQ(gemm.run(p.rows(m), TensorView::bf16(eager.get(), m, p.n), stream), GemmPath::kStreamK);
+  ASSERT_EQ(gemm.run(p.rows(m), TensorView::bf16(eager.get(), m, p.n), stream), GemmPath::kWarpSplitK);
   ASSERT_FALSE(gemm.prepared(13));
 
   cudaGraph_t graph;
   TPD_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   const GemmPath captured = gemm.run(p.rows(m), TensorView::bf16(replayed.get(), m, p.n), stream);
-  // A bucket first seen under capture is not decided there: it runs the static rule
-  // (cuBLAS for this shape at 13 rows).
+  // A bucket first seen under capture is not decided there: it runs the static rule.
   const GemmPath first_seen = gemm.run(p.rows(13), TensorView::bf16(late.get(), 13, p.n), stream);
   EXPECT_THROW(gemm.prepare(20, stream), InvalidArgument);
   TPD_CUDA(cudaStreamEndCapture(stream, &graph));
-  EXPECT_EQ(captured, GemmPath::kStreamK);
-  EXPECT_EQ(first_seen, GemmPath::kCublas);
+  EXPECT_EQ(captured, GemmPath::kWarpSplitK);
+  EXPECT_EQ(first_seen, rule_decision(p.n, p.k, gemm_bucket_max(gemm_m_bucket(13)), sm_count(), {true}).path);
   EXPECT_FALSE(gemm.prepared(13));
 
   cudaGraphExec_t exec;
@@ -168,9 +168,8 @@ TEST(DecodeGemm, PdlChainsBackToBack) {
   TPD_REQUIRE_GPU();
   std::mt19937_64 rng(test::fresh_seed());
   constexpr int64_t kDim = 4096;
-  const std::vector<GemmDecision> links = {stream_decision(0), warp_decision(2),   stream_decision(2),
-                                           stream_decision(3), warp_decision(1),   cublas_decision(),
-                                           stream_decision(0), stream_decision(2)};
+  const std::vector<GemmDecision> links = {warp_decision(4), warp_decision(2), warp_decision(8), warp_decision(3),
+                                           warp_decision(1), cublas_decision(), warp_decision(6), warp_decision(5)};
   const int m = 7;
   std::vector<DeviceBuffer> weights;
   std::vector<std::unique_ptr<DecodeGemm>> gemms;
