@@ -48,11 +48,11 @@ int sm_count() {
 }
 
 Problem::Problem(int64_t n_, int64_t k_, std::mt19937_64& rng)
-    : n(n_), k(k_), w(static_cast<std::size_t>(n_ * k_) * 2), x(static_cast<std::size_t>(kWarpMaxRows * k_) * 2) {
+    : n(n_), k(k_), w(static_cast<std::size_t>(n_ * k_) * 2), x(static_cast<std::size_t>(kProblemRows * k_) * 2) {
   fill_uniform(w.get(), n * k, rng);
-  fill_uniform(x.get(), kWarpMaxRows * k, rng);
+  fill_uniform(x.get(), kProblemRows * k, rng);
   TPD_CUDA(cudaDeviceSynchronize());
-  x_host = to_host<uint16_t>(x, static_cast<std::size_t>(kWarpMaxRows * k));
+  x_host = to_host<uint16_t>(x, static_cast<std::size_t>(kProblemRows * k));
   columns = {0, n - 1};
   std::uniform_int_distribution<int64_t> pick(0, n - 1);
   while (static_cast<int64_t>(columns.size()) < std::min<int64_t>(n, kSampledColumns)) columns.push_back(pick(rng));
@@ -60,7 +60,7 @@ Problem::Problem(int64_t n_, int64_t k_, std::mt19937_64& rng)
   for (std::size_t c = 0; c < columns.size(); ++c)
     TPD_CUDA(cudaMemcpy(w_rows.data() + c * k, w.as<uint16_t>() + columns[c] * k, static_cast<std::size_t>(k) * 2,
                         cudaMemcpyDeviceToHost));
-  ref = reference::gemm_bf16(x_host, w_rows, kWarpMaxRows, static_cast<int64_t>(columns.size()), k);
+  ref = reference::gemm_bf16(x_host, w_rows, kProblemRows, static_cast<int64_t>(columns.size()), k);
 }
 
 double Problem::error(const DeviceBuffer& out, int m) const {

@@ -20,6 +20,7 @@ namespace tpdecode::test {
 inline constexpr double kRelSlack = 0.10;
 inline constexpr double kAbsSlack = 1e-5;
 inline constexpr int kSampledColumns = 256;
+inline constexpr int kProblemRows = 64;  // the most rows any engine takes
 
 void fill_uniform(void* p, int64_t count, std::mt19937_64& rng, cudaStream_t stream = nullptr, float scale = 1.0f);
 // Elements where a != b (as bits).
@@ -32,9 +33,9 @@ int sm_count();
 struct Problem {
   int64_t n, k;
   DeviceBuffer w;                // [N, K] bf16
-  DeviceBuffer x;                // [32, K] bf16: a call of M rows uses the first M
+  DeviceBuffer x;                // [kProblemRows, K] bf16: a call of M rows uses the first M
   std::vector<int64_t> columns;  // sampled output columns
-  std::vector<double> ref;       // [32, columns] FP64
+  std::vector<double> ref;       // [kProblemRows, columns] FP64
   std::vector<uint16_t> x_host;
 
   Problem(int64_t n, int64_t k, std::mt19937_64& rng);

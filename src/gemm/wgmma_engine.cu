@@ -1,0 +1,233 @@
+// The wgmma engine's kernel (a loop over the units wgmma_tiles.cuh streams) and its
+// host side: the weight's tensor map, kernel attributes, residency, the launch.
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+
+#include <atomic>
+#include <string>
+
+#include "gemm/wgmma_launch.hpp"
+#include "gemm/wgmma_tiles.cuh"
+#include "tpdecode/error.hpp"
+
+namespace tpdecode {
+namespace wgmma {
+namespace {
+
+// Cluster g's row blocks g, g + clusters, ...; this CTA's K range of each.
+struct ClusterSchedule {
+  int64_t first;
+  int64_t step;
+  int64_t blocks;
+  int rows_per_block;
+  int chunk_begin;
+  int chunk_end;
+  __device__ int count() const { return first < blocks ? static_cast<int>((blocks - first + step - 1) / step) : 0; }
+  __device__ Unit unit(int i) const { return {(first + i * step) * rows_per_block, chunk_begin, chunk_end}; }
+};
+
+template <int kSub, int kTokens>
+__global__ void __launch_bounds__(kThreads, 1)
+    wgmma_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
+                      const WgmmaParams p, const int stages) {
+  // Why at entry: the next kernel may launch now and prefetch its weights during
+  // this one's tail; it reads this kernel's output only after its own
+  // griddepcontrol.wait, which waits for all of this grid.
+  dev::pdl_launch_dependents();
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + kAlign - 1) & ~uintptr_t{kAlign - 1});
+  const Layout l = layout(kSub, kTokens, stages);
+  auto* bars = reinterpret_cast<uint64_t*>(base + l.barriers_offset);
+  const Ring<kSub, kTokens> ring{base, stages, bars, bars + stages};
+  const int split = static_cast<int>(gridDim.x);
+  const Partials partials{reinterpret_cast<float*>(base + l.partials_offset),
+                          l.partial_bytes / 4,
+                          l.partial_stride,
+                          bars + 2 * stages,
+                          bars + 2 * stages + 2,
+                          split,
+                          static_cast<int>(blockIdx.x)};
+  const int rank = static_cast<int>(blockIdx.x);
+  const ClusterSchedule schedule{static_cast<int64_t>(blockIdx.y),
+                                 static_cast<int64_t>(gridDim.y),
+                                 p.blocks,
+                                 kSub * kTileRows,
+                                 static_cast<int>(static_cast<int64_t>(p.chunks) * rank / split),
+                                 static_cast<int>(static_cast<int64_t>(p.chunks) * (rank + 1) / split)};
+  // Why no zeroing of the activation rows past m: the box brings them as zeros, and
+  // an output column depends on its own token's row alone.
+  init_barriers(ring, partials);
+  __syncthreads();
+  // Why a cluster barrier's arrival here and its wait only in the consumers, before
+  // their first arrival on a peer's barrier: the producers touch this CTA's
+  // barriers alone, so their first weight copies need not wait for the cluster.
+  cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_release);
+
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  Cursor cur;
+  if (warp == kWeightWarp) {
+    if (threadIdx.x % 32 == 0) produce_weights(ring, &w_map, schedule, cur);
+    return;
+  }
+  if (warp == kActivationWarp) {
+    if (threadIdx.x % 32 == 0) {
+      dev::pdl_wait();
+      produce_activations(ring, &x_map, schedule, cur);
+    }
+    return;
+  }
+  // Why: the previous kernel may still read the buffer this one writes.
+  dev::pdl_wait();
+  cuda::ptx::barrier_cluster_wait();
+  auto* out = static_cast<__nv_bfloat16*>(p.out);
+  float acc[kChains][kSub][kTokens / 2];
+  const int units = schedule.count();
+  for (int j = 0; j < units; ++j) {
+    const Unit u = schedule.unit(j);
+    multiply_unit(ring, u, cur, acc);
+    reduce_unit<kSub, kTokens>(partials, j, acc[0], p.m, [&](int token, int row, float v) {
+      const int64_t column = u.row0 + row;
+      if (column < p.n) out[token * p.out_stride + column] = __float2bfloat16_rn(v);
+    });
+  }
+  drain_partials(partials, units);
+}
+
+// The kernels built: (sub_tiles, tokens); a launch of another shape is refused.
+template <class F>
+bool with_kernel(int sub_tiles, int tokens, F&& f) {
+  auto pick = [&](auto sub) {
+    constexpr int kSub = decltype(sub)::value;
+    // Why these: kChains x sub-tiles x tokens / 2 accumulator registers per thread,
+    // at most 128.
+    switch (tokens) {
+      case 8: f(wgmma_gemm_kernel<kSub, 8>); return true;
+      case 16: f(wgmma_gemm_kernel<kSub, 16>); return true;
+      case 32:
+        if constexpr (kSub <= 2) {
+          f(wgmma_gemm_kernel<kSub, 32>);
+          return true;
+        }
+        return false;
+      case 64:
+        if constexpr (kSub == 1) {
+          f(wgmma_gemm_kernel<kSub, 64>);
+          return true;
+        }
+        return false;
+      default: return false;
+    }
+  };
+  switch (sub_tiles) {
+    case 1: return pick(std::integral_constant<int, 1>{});
+    case 2: return pick(std::integral_constant<int, 2>{});
+    case 4: return pick(std::integral_constant<int, 4>{});
+    default: return false;
+  }
+}
+
+cudaLaunchConfig_t config_of(const WgmmaShape& s, cudaLaunchAttribute (&attrs)[2], bool pdl, cudaStream_t stream) {
+  cudaLaunchConfig_t c = {};
+  c.gridDim = dim3(static_cast<unsigned>(s.split), static_cast<unsigned>(s.clusters));
+  c.blockDim = dim3(kThreads);
+  c.dynamicSmemBytes = static_cast<std::size_t>(layout(s.sub_tiles, s.tokens, s.stages).smem_bytes);
+  c.stream = stream;
+  // Why a cluster attribute even for split 1: the kernel addresses its partials and
+  // barriers as the cluster's (a cluster of one).
+  attrs[0].id = cudaLaunchAttributeClusterDimension;
+  attrs[0].val.clusterDim.x = static_cast<unsigned>(s.split);
+  attrs[0].val.clusterDim.y = 1;
+  attrs[0].val.clusterDim.z = 1;
+  unsigned n = 1;
+  if (pdl) {
+    attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[1].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  c.attrs = attrs;
+  c.numAttrs = n;
+  return c;
+}
+
+std::atomic<uint64_t> prepared_devices{0};
+
+uint64_t device_bit() {
+  int device = 0;
+  TPD_CUDA(cudaGetDevice(&device));
+  return uint64_t{1} << (device % 64);
+}
+
+}  // namespace
+}  // namespace wgmma
+
+CUtensorMap wgmma_tile_map(const void* w, int64_t n, int64_t k, int box_rows) {
+  using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static const EncodeTiled encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    TPD_CUDA(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &status));
+    if (status != cudaDriverEntryPointSuccess || fn == nullptr)
+      throw Unavailable("wgmma engine: the driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<EncodeTiled>(fn);
+  }();
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(wgmma::kChunkK), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  CUtensorMap map{};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(w), dims, strides, box,
+                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw InvalidArgument("wgmma engine: cuTensorMapEncodeTiled refused a [" + std::to_string(n) + ", " +
+                          std::to_string(k) + "] operand (CUresult " + std::to_string(static_cast<int>(r)) + ")");
+  return map;
+}
+
+bool wgmma_shape_built(int sub_tiles, int tokens) {
+  return wgmma::with_kernel(sub_tiles, tokens, [](auto) {});
+}
+
+void prepare_wgmma() {
+  if (wgmma::prepared_devices.load() & wgmma::device_bit()) return;
+  for (int sub : {1, 2, 4})
+    for (int tokens : {8, 16, 32, 64})
+      wgmma::with_kernel(sub, tokens, [](auto kernel) {
+        TPD_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
+      });
+  wgmma::prepared_devices.fetch_or(wgmma::device_bit());
+}
+
+int wgmma_resident_clusters(int sub_tiles, int tokens, int split, int stages) {
+  prepare_wgmma();
+  WgmmaShape s;
+  s.sub_tiles = sub_tiles;
+  s.tokens = tokens;
+  s.split = split;
+  s.clusters = 1;
+  s.stages = stages;
+  int clusters = 0;
+  const bool built = wgmma::with_kernel(sub_tiles, tokens, [&](auto kernel) {
+    cudaLaunchAttribute attrs[2];
+    const cudaLaunchConfig_t c = wgmma::config_of(s, attrs, false, nullptr);
+    TPD_CUDA(cudaOccupancyMaxActiveClusters(&clusters, kernel, &c));
+  });
+  return built ? clusters : 0;
+}
+
+void launch_wgmma(const CUtensorMap& w_map, const WgmmaParams& p, const WgmmaShape& s, bool pdl,
+                  cudaStream_t stream) {
+  const CUtensorMap x_map = wgmma_tile_map(p.x, p.m, p.k, s.tokens);
+  const bool built = wgmma::with_kernel(s.sub_tiles, s.tokens, [&](auto kernel) {
+    cudaLaunchAttribute attrs[2];
+    const cudaLaunchConfig_t c = wgmma::config_of(s, attrs, pdl, stream);
+    TPD_CUDA(cudaLaunchKernelEx(&c, kernel, w_map, x_map, p, s.stages));
+  });
+  if (!built)
+    throw InvalidArgument("wgmma engine: no kernel for " + std::to_string(s.sub_tiles) + " sub-tiles at " +
+                          std::to_string(s.tokens) + " tokens");
+}
+
+}  // namespace tpdecode

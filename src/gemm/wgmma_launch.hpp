@@ -1,0 +1,53 @@
+// Launcher of the wgmma engine (wgmma_engine.cu): out[M, N] = x[M, K] * W[N, K]^T
+// for 1 <= M <= 64. Operands are checked by the caller (decode_gemm.cpp).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace tpdecode {
+
+// One launch: `clusters` clusters of `split` CTAs; cluster g takes the weight's
+// row blocks g, g + clusters, ... (sub_tiles * 64 rows each), its CTA of rank r the
+// r-th of `split` consecutive K ranges of every block.
+struct WgmmaShape {
+  int sub_tiles = 1;  // 64-row wgmma tiles per block and stage: 1, 2 or 4
+  int tokens = 8;     // wgmma's N: 8, 16, 32 or 64 (>= m)
+  int split = 1;      // CTAs per cluster (1 .. 8)
+  int clusters = 1;   // <= the row blocks
+  int stages = 0;     // ring depth
+};
+
+struct WgmmaParams {
+  const void* x;       // [m, k] bf16, contiguous, 16-byte aligned
+  void* out;           // [m, out_stride] bf16
+  int m;
+  int64_t n;
+  int64_t k;           // a multiple of 64
+  int64_t out_stride;  // elements
+  int64_t blocks;      // ceil(n / (sub_tiles * 64))
+  int chunks;          // k / 64
+};
+
+// The tensor map of a [rows, k] bf16 operand (contiguous, 16-byte aligned) in
+// boxes of [box_rows, 64] with the 128-byte swizzle (rows past the operand's arrive
+// as zeros); InvalidArgument where the driver refuses it. Host only: the weight's
+// is made once, the activations' at every launch (a host encoding, no GPU work).
+CUtensorMap wgmma_tile_map(const void* operand, int64_t rows, int64_t k, int box_rows);
+
+// Whether the engine is built for (sub_tiles, tokens).
+bool wgmma_shape_built(int sub_tiles, int tokens);
+// Raises the kernels' dynamic shared-memory limit on the current device (host only;
+// before any capture; idempotent).
+void prepare_wgmma();
+// Clusters of `split` CTAs of the (sub_tiles, tokens) kernel with `stages` stages
+// that the current device holds at once (cudaOccupancyMaxActiveClusters; 0: none).
+int wgmma_resident_clusters(int sub_tiles, int tokens, int split, int stages);
+
+// w_map: wgmma_tile_map(w, n, k, s.sub_tiles * 64).
+void launch_wgmma(const CUtensorMap& w_map, const WgmmaParams& p, const WgmmaShape& s, bool pdl,
+                  cudaStream_t stream);
+
+}  // namespace tpdecode

@@ -1,0 +1,284 @@
+// The wgmma engine as tiles: device functions that stream weight tiles and their
+// activations through a shared-memory ring and multiply them with warpgroup MMA, so
+// that a kernel (wgmma_engine.cu) or a program of several ops runs the same units.
+//
+// Roles of a CTA (kThreads threads, wgmma_plan.hpp):
+//  - warps 0-3, the consumer warpgroup: per chunk of 64 K columns, waits for its
+//    stage, runs 4 x sub_tiles wgmma m64nNk16 (the weight tile as A: 64 weight rows
+//    per instruction, K-major, 128-byte swizzle; the activations as B: N = tokens),
+//    and releases the stage once those MMAs completed; FP32 accumulators in
+//    registers, one chain per 16-column step of the chunk (kChains); then reduces
+//    the unit over the cluster (reduce_unit);
+//  - warp 4, lane 0: the weight producer: one TMA box of [sub_tiles * 64 rows, 64]
+//    per stage, issued as soon as the stage is free. It never waits for the previous
+//    kernel: weights do not depend on it;
+//  - warp 5, lane 0: the activation producer: one TMA box of [tokens, 64] of x into
+//    the same stage (rows m .. tokens - 1 arrive as zeros), after
+//    griddepcontrol.wait.
+// A stage is full once both boxes' bytes landed (full: 2 arrivals with their
+// transaction bytes), and free once the 4 consumer warps' MMAs on it completed
+// (empty: 4 arrivals).
+//
+// Split-K: the `split` CTAs of a cluster take consecutive K ranges of the same
+// units; each stores its FP32 partials, and each sums 1/split of the unit's outputs
+// over ranks 0 .. split-1 in that order through distributed shared memory; one
+// BF16 rounding. No atomics: bitwise identical from run to run.
+#pragma once
+
+#include <cooperative_groups.h>
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "gemm/wgmma_ops.cuh"
+#include "gemm/wgmma_plan.hpp"
+
+namespace tpdecode::wgmma {
+
+namespace cg = cooperative_groups;
+
+inline constexpr int kConsumerWarps = kConsumerThreads / 32;
+inline constexpr int kWeightWarp = kConsumerWarps;          // warp 4
+inline constexpr int kActivationWarp = kConsumerWarps + 1;  // warp 5
+inline constexpr int kEpilogueBarrier = 1;                  // named barrier of the consumer warpgroup
+// Independent accumulator chains: step s of every chunk's 4 k16 steps accumulates
+// into chain s, and the chains are added in order 0 + 1 + 2 + 3 once per unit. Why:
+// a wgmma waits for the previous one on the same accumulators, so one chain
+// streams one k16 step per wgmma latency (a CTA measured 32 GB/s at best); the
+// order depends on nothing but K, so every launch shape of a split gives the
+// same bits.
+inline constexpr int kChains = kChunkK / 16;
+
+// A K range of one weight row block: what the ring streams, chunk by chunk.
+struct Unit {
+  int64_t row0;     // first weight row
+  int chunk_begin;  // chunks [chunk_begin, chunk_end) of kChunkK columns
+  int chunk_end;
+};
+
+// Where a role is in the ring: stage and phase parity of its next chunk.
+struct Cursor {
+  int stage = 0;
+  uint32_t parity = 0;
+  __device__ void next(int stages) {
+    if (++stage == stages) {
+      stage = 0;
+      parity ^= 1;
+    }
+  }
+};
+
+// The ring of one CTA (layout(): stages of weight and activation tiles, then the
+// barriers).
+template <int kSub, int kTokens>
+struct Ring {
+  static constexpr int kWBytes = kSub * kTileBytes;
+  static constexpr int kStageBytes = kWBytes + kTokens * kChunkK * 2;
+  uint8_t* base;  // 1024-byte aligned
+  int stages;
+  uint64_t* full;
+  uint64_t* empty;
+  __device__ uint8_t* w(int s) const { return base + s * kStageBytes; }
+  __device__ uint8_t* x(int s) const { return base + s * kStageBytes + kWBytes; }
+};
+
+// The split-K partials of one CTA and the barriers that hand them between the
+// CTAs of its cluster: ready[q] completes once every CTA stored its partials of
+// buffer q's current unit; freed[q] once every CTA has read them.
+struct Partials {
+  float* buffers;  // [2, tokens, stride] f32
+  int buffer_floats;
+  int stride;
+  uint64_t* ready;  // [2]
+  uint64_t* freed;  // [2]
+  int split;
+  int rank;
+  __device__ float* buffer(int q) const { return buffers + q * buffer_floats; }
+};
+
+// Every thread of the CTA: initialises the ring's and the partials' barriers, one
+// barrier pair per thread.
+template <int kSub, int kTokens>
+__device__ __forceinline__ void init_barriers(const Ring<kSub, kTokens>& ring, const Partials& p) {
+  const int i = static_cast<int>(threadIdx.x);
+  if (i < ring.stages) {
+    dev::mbar_init(ring.full + i, 2);
+    dev::mbar_init(ring.empty + i, kConsumerWarps);
+  } else if (i < ring.stages + 2) {
+    dev::mbar_init(p.ready + (i - ring.stages), static_cast<uint32_t>(p.split));
+    dev::mbar_init(p.freed + (i - ring.stages), static_cast<uint32_t>(p.split));
+  }
+  if (i < ring.stages + 2) dev::mbar_init_fence();
+}
+
+// The weight producer (one thread): every unit's chunks, in order.
+template <int kSub, int kTokens, class Schedule>
+__device__ __forceinline__ void produce_weights(const Ring<kSub, kTokens>& ring, const CUtensorMap* map,
+                                                const Schedule& schedule, Cursor& cur) {
+  const uint64_t policy = dev::evict_first_policy();
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+  for (int i = 0; i < schedule.count(); ++i) {
+    const Unit u = schedule.unit(i);
+    for (int c = u.chunk_begin; c < u.chunk_end; ++c) {
+      dev::mbar_wait(ring.empty + cur.stage, cur.parity ^ 1);
+      dev::mbar_arrive_expect_tx(ring.full + cur.stage, Ring<kSub, kTokens>::kWBytes);
+      dev::tma_load_2d(ring.w(cur.stage), map, c * kChunkK, static_cast<int>(u.row0), ring.full + cur.stage, policy);
+      cur.next(ring.stages);
+    }
+  }
+}
+
+// The activation producer (one thread): the [kTokens, 64] box of x at every unit's
+// chunks (x's tensor map: [m, k], rows past m arrive as zeros). The caller has
+// waited for x's producer (griddepcontrol.wait).
+template <int kSub, int kTokens, class Schedule>
+__device__ __forceinline__ void produce_activations(const Ring<kSub, kTokens>& ring, const CUtensorMap* map,
+                                                    const Schedule& schedule, Cursor& cur) {
+  constexpr uint32_t kBytes = kTokens * kChunkK * 2;
+  // Why evict-last: every row block of the weight reads these activations again.
+  const uint64_t policy = dev::evict_last_policy();
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+  for (int i = 0; i < schedule.count(); ++i) {
+    const Unit u = schedule.unit(i);
+    for (int c = u.chunk_begin; c < u.chunk_end; ++c) {
+      dev::mbar_wait(ring.empty + cur.stage, cur.parity ^ 1);
+      dev::mbar_arrive_expect_tx(ring.full + cur.stage, kBytes);
+      dev::tma_load_2d(ring.x(cur.stage), map, c * kChunkK, 0, ring.full + cur.stage, policy);
+      cur.next(ring.stages);
+    }
+  }
+}
+
+// The consumer warpgroup: the products of one unit's chunks, accumulated into
+// acc[0][sub][...] (wgmma's fragment of d[64, kTokens] per 64-row sub-tile; the
+// other chains are scratch), each stage released as soon as its MMAs completed.
+template <int kSub, int kTokens>
+__device__ __forceinline__ void multiply_unit(const Ring<kSub, kTokens>& ring, const Unit& u, Cursor& cur,
+                                              float (&acc)[kChains][kSub][kTokens / 2]) {
+  const bool releases = threadIdx.x % 32 == 0;  // one arrival per consumer warp
+#pragma unroll
+  for (int chain = 0; chain < kChains; ++chain)
+#pragma unroll
+    for (int s = 0; s < kSub; ++s) {
+#pragma unroll
+      for (int i = 0; i < kTokens / 2; ++i) acc[chain][s][i] = 0.0f;
+      dev::fence_operands(acc[chain][s]);
+    }
+  int held = -1;  // the stage whose MMAs may still be in flight
+  for (int c = u.chunk_begin; c < u.chunk_end; ++c) {
+    const int st = cur.stage;
+    dev::mbar_wait(ring.full + st, cur.parity);
+    dev::wgmma_fence();
+#pragma unroll
+    for (int k16 = 0; k16 < kChunkK / 16; ++k16) {
+      const uint64_t b = dev::sw128_descriptor(ring.x(st), k16);
+#pragma unroll
+      for (int s = 0; s < kSub; ++s)
+        dev::wgmma_bf16<kTokens>(acc[k16][s], dev::sw128_descriptor(ring.w(st) + s * kTileBytes, k16), b, 1);
+    }
+    dev::wgmma_commit();
+    if (held >= 0) {
+      dev::wgmma_wait<1>();  // the previous stage's group has completed
+      if (releases) dev::mbar_arrive(ring.empty + held);
+    }
+    held = st;
+    cur.next(ring.stages);
+  }
+  dev::wgmma_wait<0>();
+#pragma unroll
+  for (int chain = 0; chain < kChains; ++chain)
+#pragma unroll
+    for (int s = 0; s < kSub; ++s) dev::fence_operands(acc[chain][s]);
+  if (held >= 0 && releases) dev::mbar_arrive(ring.empty + held);
+#pragma unroll
+  for (int s = 0; s < kSub; ++s)
+#pragma unroll
+    for (int i = 0; i < kTokens / 2; ++i) {
+      float sum = acc[0][s][i];
+#pragma unroll
+      for (int chain = 1; chain < kChains; ++chain) sum += acc[chain][s][i];
+      acc[0][s][i] = sum;
+    }
+}
+
+// The consumer warpgroup, after multiply_unit of this CTA's j-th unit (its sum in
+// acc = acc[0] of multiply_unit): stores the partials, and once every CTA of the
+// cluster has, sums this CTA's 1/split of the first m tokens' outputs over ranks
+// 0 .. split-1 in order and hands each to out(token, row in the unit, value). Every
+// CTA of a cluster calls it for the same units in the same order.
+template <int kSub, int kTokens, class Out>
+__device__ __forceinline__ void reduce_unit(const Partials& p, int j, const float (&acc)[kSub][kTokens / 2], int m,
+                                            Out&& out) {
+  constexpr int kRows = kSub * kTileRows;
+  constexpr int kPerThread = kTokens * kRows / kConsumerThreads;  // outputs a thread sums at most
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int q = j & 1;
+  const uint32_t use = static_cast<uint32_t>(j >> 1);
+  float* mine = p.buffer(q);
+  // Buffer q's previous unit was read by every CTA (a CTA alone: by this warpgroup,
+  // whose named barrier below each unit ends its reads).
+  if (use > 0 && p.split > 1) dev::mbar_wait_cluster(p.freed + q, (use - 1) & 1);
+#pragma unroll
+  for (int s = 0; s < kSub; ++s)
+#pragma unroll
+    for (int i = 0; i < kTokens / 2; ++i) {
+      const int token = 8 * (i / 4) + 2 * (lane % 4) + i % 2;
+      const int row = s * kTileRows + 16 * warp + lane / 4 + 8 * ((i % 4) / 2);
+      mine[token * p.stride + row] = acc[s][i];
+    }
+  dev::named_barrier_sync(kEpilogueBarrier, kConsumerThreads);
+  // Why release at cluster scope: the peers read these partials through distributed
+  // shared memory once their wait on ready (acquire) returns; bar.sync made every
+  // consumer thread's stores precede this thread's arrival.
+  if (p.split > 1) {
+    if (tid == 0)
+      for (int r = 0; r < p.split; ++r) dev::mbar_arrive_remote(cluster.map_shared_rank(p.ready + q, r));
+    dev::mbar_wait_cluster(p.ready + q, use & 1);
+  }
+  const int elements = m * kRows;
+  const int e_begin = static_cast<int>(static_cast<int64_t>(elements) * p.rank / p.split);
+  const int e_end = static_cast<int>(static_cast<int64_t>(elements) * (p.rank + 1) / p.split);
+  // Every sum first, then the peers are told their partials are free, then the
+  // outputs. Why in that order: the release of that arrival would otherwise wait
+  // for this thread's global stores of the outputs.
+  float sums[kPerThread];
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int e = e_begin + tid + i * kConsumerThreads;
+    if (e >= e_end) break;
+    const int at = (e / kRows) * p.stride + e % kRows;
+    float part[8];
+#pragma unroll
+    for (int r = 0; r < 8; ++r) part[r] = r < p.split ? cluster.map_shared_rank(mine, r)[at] : 0.0f;
+    float sum = part[0];
+#pragma unroll
+    for (int r = 1; r < 8; ++r)
+      if (r < p.split) sum += part[r];
+    sums[i] = sum;
+  }
+  dev::named_barrier_sync(kEpilogueBarrier, kConsumerThreads);
+  if (p.split > 1 && tid == 0)
+    for (int r = 0; r < p.split; ++r) dev::mbar_arrive_remote(cluster.map_shared_rank(p.freed + q, r));
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int e = e_begin + tid + i * kConsumerThreads;
+    if (e >= e_end) break;
+    out(e / kRows, e % kRows, sums[i]);
+  }
+}
+
+// The consumer warpgroup, after its last unit: waits until every CTA of the cluster
+// has read this CTA's partials (its shared memory must outlive their reads, and no
+// peer arrives on its barriers after this).
+__device__ __forceinline__ void drain_partials(const Partials& p, int units) {
+  if (p.split == 1) return;
+  for (int q = 0; q < 2; ++q) {
+    const int uses = (units - q + 1) / 2;  // units j < `units` with j % 2 == q
+    if (uses > 0) dev::mbar_wait_cluster(p.freed + q, static_cast<uint32_t>(uses - 1) & 1);
+  }
+}
+
+}  // namespace tpdecode::wgmma
