@@ -16,11 +16,11 @@
 #include "bench_timing.hpp"
 #include "commands.hpp"
 #include "core/check.hpp"
+#include "core/random_fill.hpp"
 #include "gemm_shapes.hpp"
 #include "read_ceiling.hpp"
 #include "tpdecode/decode_gemm.hpp"
 #include "tpdecode/device_buffer.hpp"
-#include "tpdecode/random_fill.hpp"
 
 namespace tpdecode::cli {
 namespace {

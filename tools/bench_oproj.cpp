@@ -21,6 +21,8 @@
 
 #include "bench_timing.hpp"
 #include "commands.hpp"
+#include "core/random_fill.hpp"
+#include "core/streams.hpp"
 #include "gemm_shapes.hpp"
 #include "json_file.hpp"
 #include "oproj/oproj_kernels.hpp"
@@ -33,8 +35,6 @@
 #include "tpdecode/local_team.hpp"
 #include "tpdecode/nccl_team.hpp"
 #include "tpdecode/oproj.hpp"
-#include "tpdecode/random_fill.hpp"
-#include "tpdecode/streams.hpp"
 
 namespace tpdecode::cli {
 namespace {

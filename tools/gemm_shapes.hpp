@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "tpdecode/gemm_tactic.hpp"
+#include "gemm/gemm_tactic.hpp"
 
 namespace tpdecode::cli {
 

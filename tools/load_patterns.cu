@@ -11,8 +11,8 @@
 #include <cstdint>
 
 #include "bench_timing.hpp"
+#include "core/device.cuh"
 #include "load_patterns.hpp"
-#include "tpdecode/device.cuh"
 #include "tpdecode/error.hpp"
 
 namespace tpdecode::bench {

@@ -7,9 +7,9 @@
 
 #include <vector>
 
+#include "gemm/gemm_tactic.hpp"
 #include "tpdecode/cublas_context.hpp"
 #include "tpdecode/error.hpp"
-#include "tpdecode/gemm_tactic.hpp"
 #include "tpdecode/gemm_tuner.hpp"
 #include "tpdecode/tensor.hpp"
 

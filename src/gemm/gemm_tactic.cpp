@@ -1,4 +1,4 @@
-#include "tpdecode/gemm_tactic.hpp"
+#include "gemm/gemm_tactic.hpp"
 
 #include <fmt/format.h>
 
@@ -6,7 +6,7 @@
 #include <array>
 
 #include "core/check.hpp"
-#include "tpdecode/hash.hpp"
+#include "core/hash.hpp"
 
 namespace tpdecode {
 namespace {

@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "comm/kernels.hpp"
-#include "oproj/oproj_kernels.hpp"
 #include "core/check.hpp"
-#include "tpdecode/gemm_tactic.hpp"
+#include "gemm/gemm_tactic.hpp"
+#include "oproj/oproj_kernels.hpp"
 
 namespace tpdecode {
 

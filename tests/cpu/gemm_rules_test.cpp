@@ -10,10 +10,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "tpdecode/bf16.hpp"
-#include "tpdecode/error.hpp"
-#include "tpdecode/gemm_tactic.hpp"
+#include "core/bf16.hpp"
+#include "gemm/gemm_tactic.hpp"
 #include "reference/gemm.hpp"
+#include "tpdecode/error.hpp"
 
 namespace tpdecode {
 namespace {
