@@ -345,7 +345,8 @@ void print_table(const std::vector<Row>& rows) {
              "runs.\n");
   for (const auto& [why, name] : reasons) fmt::print("  - {} not served: {}\n", name, why);
 
-  // The targets: NCCL TP 2 and local TP 8, M <= 8, ar_norm.
+  // The o-projection targets (docs/performance.md, "Targets"): NCCL TP 2 and local TP 8,
+  // M <= 8, ar_norm.
   for (const Row& r : rows) {
     if (r.epilogue != "ar_norm" || r.m > 8 || !((r.team == "nccl" && r.tp == 2) || (r.team == "local" && r.tp == 8)))
       continue;

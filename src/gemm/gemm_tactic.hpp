@@ -25,9 +25,8 @@ inline constexpr int kWarpMaxRows = 32;
 inline constexpr int kWarpChunkK = 128;
 inline constexpr int kWarpMaxSplit = 8;  // CTAs of a cluster (the portable cluster size)
 
-// 16-row output tiles and K a multiple of 128 (N, K > 0, N * K <= 2^40). Seed 004
-// also bounds K (64 tiles of 128, or of 256); this engine streams any K: each CTA
-// of a cluster takes 1/split of it.
+// 16-row output tiles and K a multiple of 128 (N, K > 0, N * K <= 2^40); any such
+// K: each CTA of a cluster streams 1/split of it.
 bool warp_eligible(int64_t n, int64_t k);
 
 // The weight suits the engine: bf16, contiguous, 16-byte aligned, an eligible
@@ -76,7 +75,8 @@ GemmTactic choose_tactic(int64_t n, int64_t k, int m, int sms, bool powers_of_tw
 bool warp_split_ok(int64_t k, int split);
 // The splits timed where several ranks' GEMMs share one GPU (a local team): the
 // powers of two. Timed alone, 3 and 6 win some drafter shapes, but beside seven
-// other ranks' GEMMs they were slower (docs/performance.md, 2026-12-01).
+// other ranks' GEMMs they were slower (docs/history/performance-2026-11.md,
+// "Every split 1–8").
 bool warp_split_for_shared_gpu(int split);
 // The rule's tactic with the split forced (benchmarks, tests); split must be legal.
 GemmTactic tactic_with_split(int64_t n, int64_t k, int m, int sms, int split);
