@@ -1,6 +1,6 @@
 #include "reference/all_reduce.hpp"
 
-#include "tpdecode/bf16.hpp"
+#include "core/bf16.hpp"
 #include "tpdecode/error.hpp"
 
 namespace tpdecode::reference {

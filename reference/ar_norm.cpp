@@ -7,9 +7,9 @@
 #include <cmath>
 
 #include "comm/kernels.hpp"
-#include "tpdecode/bf16.hpp"
-#include "tpdecode/error.hpp"
+#include "core/bf16.hpp"
 #include "reference/all_reduce.hpp"
+#include "tpdecode/error.hpp"
 
 namespace tpdecode::reference {
 

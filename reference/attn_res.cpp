@@ -4,8 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "core/bf16.hpp"
 #include "reference/ar_norm.hpp"
-#include "tpdecode/bf16.hpp"
 #include "tpdecode/error.hpp"
 
 namespace tpdecode::reference {

@@ -160,7 +160,7 @@ if [[ " $steps " == *" two-shot "* ]]; then
   [[ $GPUS -ge 2 ]] && step bench-two-shot-nccl-tp2 300 $CLI bench comm --team nccl --tp 2 --op all_reduce \
     --op ar_norm --json "$LOG/bench_two_shot_nccl_tp2.json"
 fi
-# Issue 11, PreparedOproj, in three steps that each fit one device call:
+# PreparedOproj (the fused o-projection), in three steps that each fit one device call:
 #  oproj           its tests (CPU and GPU) and the suites its refactors touch
 #                  (ArNorm's row body and row sums, the warp split-K engine; reduced counts);
 #  oproj-sanitize  memcheck and racecheck on its GPU tests (reduced counts);

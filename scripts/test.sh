@@ -3,9 +3,10 @@
 # installs what is missing (CMake, ninja, GoogleTest, CLI11, fmt, nlohmann-json);
 # the CUDA toolkit (nvcc, with NCCL) is expected under /usr/local/cuda or on PATH.
 # GPU tests skip cleanly where there is no GPU. Then it installs the library into a
-# temporary prefix and builds and runs the example that uses the installed package,
-# and the Python package: `pip install .` into a fresh venv and its tests (PyPI
-# needed for tvm-ffi, scikit-build-core, pytest).
+# temporary prefix, builds and runs the example that uses the installed package,
+# compiles each installed header on its own, and tests the Python package:
+# `pip install '.[test]'` into a fresh venv and its tests (PyPI needed for tvm-ffi,
+# scikit-build-core, pytest, numpy).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/common.sh
@@ -22,5 +23,9 @@ cmake -S examples/cpp -B "$prefix/example" -G Ninja -DCMAKE_PREFIX_PATH="$prefix
 cmake --build "$prefix/example" > /dev/null
 "$prefix/example/tpdecode_example"
 echo "installed package: find_package(tpdecode) and the example build and run"
+cmake -S tests/installed_headers -B "$prefix/headers" -G Ninja -DCMAKE_PREFIX_PATH="$prefix/install" \
+  -DCMAKE_CUDA_COMPILER="$(find_nvcc)" > /dev/null
+cmake --build "$prefix/headers" > /dev/null
+echo "installed headers: each compiles on its own"
 
 python_tests "$BUILD/python-venv"

@@ -21,11 +21,11 @@
 #include "bench_timing.hpp"
 #include "commands.hpp"
 #include "core/check.hpp"
+#include "core/random_fill.hpp"
 #include "gemm_shapes.hpp"
 #include "read_ceiling.hpp"
 #include "tpdecode/decode_gemm.hpp"
 #include "tpdecode/device_buffer.hpp"
-#include "tpdecode/random_fill.hpp"
 
 namespace tpdecode::cli {
 namespace {
@@ -185,7 +185,8 @@ void print_table(const std::vector<Row>& rows, const bench::ReadCeiling& ceiling
       "time; read = a plain streaming read of the same buffers, "
       "ordinary launches and with PDL (what the hardware allows). Read ceiling {:.2f} TB/s.\n",
       ceiling.tb_per_s);
-  // Issue 13's targets: the layers' chain at TP 8 (M <= 8) >= 85 %, at TP 4 and TP 2 >= 88 %.
+  // The chain targets (docs/performance.md, "Targets"): the layers' chain at TP 8 (M <= 8)
+  // >= 85 % of the read ceiling, at TP 4 and TP 2 >= 88 %.
   for (const auto& [tp, percent, max_m] : {std::tuple{8, 85.0, 8}, std::tuple{4, 88.0, 1 << 30},
                                             std::tuple{2, 88.0, 1 << 30}}) {
     double lowest = 1e9;

@@ -15,14 +15,14 @@
 
 #include "bench_timing.hpp"
 #include "commands.hpp"
+#include "core/random_fill.hpp"
+#include "core/streams.hpp"
 #include "json_file.hpp"
 #include "tpdecode/comm.hpp"
 #include "tpdecode/device_buffer.hpp"
 #include "tpdecode/error.hpp"
 #include "tpdecode/local_team.hpp"
 #include "tpdecode/nccl_team.hpp"
-#include "tpdecode/random_fill.hpp"
-#include "tpdecode/streams.hpp"
 
 namespace tpdecode::cli {
 namespace {

@@ -1,6 +1,6 @@
 // tpdecode bench gemm: DecodeGemm's measured dispatch against every path it could
 // have taken, forced, on the drafter's linears (docs/drafter.md, TP 8 and TP 1),
-// the issue's mid-size weights and any --shape, for each M. CUDA graphs over
+// mid-size weights (gemm_shapes.hpp) and any --shape, for each M. CUDA graphs over
 // rotating weight copies (>= 5 x L2, so every call reads HBM), median of many
 // replays, and the HBM read ceiling measured in the same run.
 #include <fmt/format.h>
@@ -16,17 +16,17 @@
 #include "bench_timing.hpp"
 #include "commands.hpp"
 #include "core/check.hpp"
+#include "core/random_fill.hpp"
 #include "gemm_shapes.hpp"
 #include "read_ceiling.hpp"
 #include "tpdecode/decode_gemm.hpp"
 #include "tpdecode/device_buffer.hpp"
-#include "tpdecode/random_fill.hpp"
 
 namespace tpdecode::cli {
 namespace {
 
 // The dispatch may be this much slower than the best engine tactic or cuBLAS before
-// a row is flagged (issue 13's target).
+// a row is flagged (the dispatch target: docs/performance.md, "Targets").
 constexpr double kDispatchSlack = 1.02;
 
 struct Options {
@@ -178,7 +178,7 @@ void print_table(const std::vector<Row>& rows, const bench::ReadCeiling& ceiling
       "cost (0: from the cache). Read ceiling {:.2f} TB/s ({:.1f} GB streamed in {:.1f} us).\n",
       kDispatchSlack, flagged, ceiling.tb_per_s, ceiling.bytes / 1e9, ceiling.median_us);
 
-  // Issue 13's targets, over the rows above.
+  // The DecodeGemm targets (docs/performance.md, "Targets"), over the rows above.
   const Row* worst = nullptr;
   for (const Row& r : rows)
     if (!worst || r.vs_best() > worst->vs_best()) worst = &r;

@@ -15,12 +15,12 @@
 #include "bench_timing.hpp"
 #include "commands.hpp"
 #include "core/check.hpp"
+#include "core/random_fill.hpp"
 #include "gemm_shapes.hpp"
 #include "json_file.hpp"
 #include "load_patterns.hpp"
 #include "read_ceiling.hpp"
 #include "tpdecode/device_buffer.hpp"
-#include "tpdecode/random_fill.hpp"
 
 namespace tpdecode::bench {
 

@@ -21,6 +21,8 @@
 
 #include "bench_timing.hpp"
 #include "commands.hpp"
+#include "core/random_fill.hpp"
+#include "core/streams.hpp"
 #include "gemm_shapes.hpp"
 #include "json_file.hpp"
 #include "oproj/oproj_kernels.hpp"
@@ -33,8 +35,6 @@
 #include "tpdecode/local_team.hpp"
 #include "tpdecode/nccl_team.hpp"
 #include "tpdecode/oproj.hpp"
-#include "tpdecode/random_fill.hpp"
-#include "tpdecode/streams.hpp"
 
 namespace tpdecode::cli {
 namespace {
@@ -345,7 +345,8 @@ void print_table(const std::vector<Row>& rows) {
              "runs.\n");
   for (const auto& [why, name] : reasons) fmt::print("  - {} not served: {}\n", name, why);
 
-  // The targets: NCCL TP 2 and local TP 8, M <= 8, ar_norm.
+  // The o-projection targets (docs/performance.md, "Targets"): NCCL TP 2 and local TP 8,
+  // M <= 8, ar_norm.
   for (const Row& r : rows) {
     if (r.epilogue != "ar_norm" || r.m > 8 || !((r.team == "nccl" && r.tp == 2) || (r.team == "local" && r.tp == 8)))
       continue;

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "bench_timing.hpp"
-#include "tpdecode/bf16.hpp"
+#include "core/bf16.hpp"
 #include "drafter/gpu_drafter.hpp"
 
 namespace tpdecode::cli {

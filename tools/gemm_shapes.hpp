@@ -1,5 +1,5 @@
 // What the GEMM commands (bench gemm, bench chain, tune) share: the synthetic
-// drafter's per-rank linears at a TP, the issue's mid-size weights, --shape parsing,
+// drafter's per-rank linears at a TP, mid-size weights, --shape parsing,
 // the GPU they run on, and a decision's description with its launch shape.
 #pragma once
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "tpdecode/gemm_tactic.hpp"
+#include "gemm/gemm_tactic.hpp"
 
 namespace tpdecode::cli {
 
@@ -23,8 +23,8 @@ struct GemmShape {
 std::vector<GemmShape> drafter_shapes(int tp);
 // The first five: one draft layer's GEMMs.
 std::vector<GemmShape> layer_shapes(int tp);
-// Mid-size weights where cuBLAS streamed at 73-85 % of the read ceiling, and shapes
-// where the old rule picked the slower path (issue 13).
+// Mid-size weights (1152 x 1536 to 40960 x 7168): cuBLAS streams several of them at
+// 73-85 % of the read ceiling, and a static rule is easily wrong on them.
 std::vector<GemmShape> mid_shapes();
 GemmShape parse_shape(const std::string& text);  // "NxK"
 
@@ -36,7 +36,7 @@ struct Gpu {
 // The current GPU; Unavailable naming `command` where there is none.
 Gpu require_gpu(const char* command);
 
-// e.g. "stream v0: 132 CTAs, 5 stages of 256 columns", "cublaslt algo 21 tile 18 split-K 1".
+// e.g. "warp 33 blocks x split 8, 1 token tile", "cublaslt algo 21 tile 18 split-K 1".
 std::string tactic_of(const GemmDecision& d, int64_t n, int64_t k, int m, int sms);
 
 }  // namespace tpdecode::cli

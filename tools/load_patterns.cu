@@ -1,7 +1,9 @@
 // The load patterns of `tpdecode bench loads` (load_patterns.hpp):
 //  - pieces: cp.async of 16 bytes per thread (evict-first, L2::256B), 4 warps, a
 //    __syncthreads ring like the warp engine's; each warp instruction reads either
-//    8 rows x 64 B (the warp engine's mapping before 6184c42) or 2 rows x 256 B;
+//    8 rows x 64 B or 2 rows x 256 B (the warp engine's mapping: 3-10 % faster per
+//    GEMM, docs/history/performance-2026-11.md, "How the warp engine's weight copies
+//    read memory");
 //  - bulk rows: one producer warp, one cp.async.bulk per weight row and stage (the
 //    pattern of a producer of per-row bulk copies), four consumer warps, full/empty mbarriers;
 //  - tensor tiles: the same ring filled by cp.async.bulk.tensor.2d boxes of [64 rows,
@@ -11,8 +13,8 @@
 #include <cstdint>
 
 #include "bench_timing.hpp"
+#include "core/device.cuh"
 #include "load_patterns.hpp"
-#include "tpdecode/device.cuh"
 #include "tpdecode/error.hpp"
 
 namespace tpdecode::bench {

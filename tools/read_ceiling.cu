@@ -3,12 +3,12 @@
 #include <algorithm>
 
 #include "bench_timing.hpp"
-#include "tpdecode/device.cuh"
-#include "tpdecode/launch.cuh"
+#include "core/device.cuh"
+#include "core/launch.cuh"
+#include "core/random_fill.hpp"
 #include "read_ceiling.hpp"
 #include "tpdecode/device_buffer.hpp"
 #include "tpdecode/error.hpp"
-#include "tpdecode/random_fill.hpp"
 
 namespace tpdecode::bench {
 namespace {

@@ -13,10 +13,10 @@
 
 #include "commands.hpp"
 #include "core/check.hpp"
+#include "core/random_fill.hpp"
 #include "gemm_shapes.hpp"
 #include "tpdecode/decode_gemm.hpp"
 #include "tpdecode/device_buffer.hpp"
-#include "tpdecode/random_fill.hpp"
 
 namespace tpdecode::cli {
 namespace {

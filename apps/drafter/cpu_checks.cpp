@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "tpdecode/bf16.hpp"
+#include "core/bf16.hpp"
 #include "drafter/cpu_reference.hpp"
 #include "drafter/step.hpp"
 

@@ -3,10 +3,10 @@
 #include <array>
 #include <cmath>
 
-#include "tpdecode/bf16.hpp"
-#include "tpdecode/error.hpp"
+#include "core/bf16.hpp"
 #include "reference/ar_norm.hpp"
 #include "reference/gemm.hpp"
+#include "tpdecode/error.hpp"
 
 namespace tpdecode::drafter {
 

@@ -4,12 +4,12 @@
 
 #include <algorithm>
 
+#include "core/streams.hpp"
 #include "drafter/gpu_rank.hpp"
 #include "drafter/gpu_step_ops.hpp"
 #include "drafter/kernels_launch.hpp"
 #include "drafter/weights.hpp"
 #include "tpdecode/error.hpp"
-#include "tpdecode/streams.hpp"
 
 namespace tpdecode::drafter {
 

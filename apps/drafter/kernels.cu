@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <string>
 
-#include "tpdecode/launch.cuh"
+#include "core/launch.cuh"
 #include "drafter/kernels.cuh"
 #include "drafter/kernels_launch.hpp"
 

@@ -12,8 +12,8 @@
 
 #include <cstdint>
 
+#include "core/device.cuh"
 #include "drafter/weight_hash.hpp"
-#include "tpdecode/device.cuh"
 
 namespace tpdecode::drafter::kernels {
 

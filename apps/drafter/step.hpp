@@ -20,7 +20,7 @@
 // copy, so the step runs its two parts (shard GEMM, logits gather) as separate ops,
 // which also lets the breakdown time them separately.
 //
-// Attention stand-in (the seeds do not cover attention; cheap, deterministic, and a
+// Attention stand-in (attention is outside tpdecode's scope; cheap, deterministic, and a
 // function of q and kv): for row m, local head h (global head g = rank·heads/TP + h),
 // d < v_head:
 //   s[m, h] = Σ_i q[m, h, nope + i] · k_rope[m, i] over i = 0 .. rope-1, an FP32 fma

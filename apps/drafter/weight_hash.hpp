@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "tpdecode/hash.hpp"
+#include "core/hash.hpp"
 
 namespace tpdecode::drafter {
 

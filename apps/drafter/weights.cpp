@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "tpdecode/bf16.hpp"
+#include "core/bf16.hpp"
 #include "drafter/weight_hash.hpp"
 #include "tpdecode/error.hpp"
 

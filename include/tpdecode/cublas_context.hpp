@@ -6,11 +6,12 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "tpdecode/gemm_tactic.hpp"
+#include "tpdecode/gemm_decision.hpp"
 #include "tpdecode/tensor.hpp"
 
 namespace tpdecode {

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "tpdecode/cublas_context.hpp"
-#include "tpdecode/gemm_tactic.hpp"
+#include "tpdecode/gemm_decision.hpp"
 #include "tpdecode/gemm_tuner.hpp"
 #include "tpdecode/tensor.hpp"
 

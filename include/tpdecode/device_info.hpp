@@ -3,6 +3,7 @@
 // serve here.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 

@@ -24,7 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "tpdecode/gemm_tactic.hpp"
+#include "tpdecode/gemm_decision.hpp"
+#include "tpdecode/tensor.hpp"
 
 namespace tpdecode {
 

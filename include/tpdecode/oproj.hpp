@@ -115,10 +115,9 @@ class OprojMailbox {
   int rows_cap() const { return rows_cap_; }
   int64_t hidden() const { return hidden_; }
 
-  class Impl;
-  const Impl* impl() const { return impl_.get(); }
-
  private:
+  friend class PreparedOproj;
+  class Impl;
   int rows_cap_;
   int64_t hidden_;
   std::unique_ptr<Impl> impl_;
@@ -165,9 +164,8 @@ class PreparedOproj {
   OprojResult run(const OprojArNormIo& io, cudaStream_t stream) { return run({&io, 1}, {&stream, 1}); }
   OprojResult run(const OprojAttnResIo& io, cudaStream_t stream) { return run({&io, 1}, {&stream, 1}); }
 
-  class Impl;
-
  private:
+  class Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -31,7 +31,11 @@ inline constexpr int kMaxRanks = 16;
 // Team sizes the kernels are compiled for.
 constexpr bool supported_team_size(int n) { return n == 1 || n == 2 || n == 4 || n == 8 || n == 16; }
 
-struct RankContext;  // per driven rank: what kernel launchers need (src/team/rank_context.hpp)
+struct RankContext;     // per driven rank: what kernel launchers need (private to the library)
+class SymmetricBuffer;  // one symmetric allocation (private to the library)
+namespace detail {
+struct TeamInternals;  // the library's own access to a team (private to the library)
+}
 
 // Every rank's copy of one symmetric buffer. base[r] is rank r's copy.
 struct PeerPointers {
@@ -39,26 +43,6 @@ struct PeerPointers {
 };
 
 enum class TeamKind { kLocal, kNccl };
-
-// One symmetric allocation, seen from every rank this object drives.
-class SymmetricBuffer {
- public:
-  SymmetricBuffer() = default;
-  std::size_t bytes() const { return bytes_; }
-  // Own copy of driven rank i.
-  void* local(int i) const { return local_.at(static_cast<std::size_t>(i)); }
-  // Every rank's copy, as seen by driven rank i.
-  const PeerPointers& peers(int i) const { return peers_.at(static_cast<std::size_t>(i)); }
-  uint32_t fill_word() const { return fill_word_; }
-  explicit operator bool() const { return bytes_ != 0; }
-
- private:
-  friend class Team;
-  std::size_t bytes_ = 0;
-  uint32_t fill_word_ = 0;
-  std::vector<void*> local_;
-  std::vector<PeerPointers> peers_;
-};
 
 struct TeamOptions {
   // Deadline of every wait of a kernel; 0 reads TPDECODE_TIMEOUT_MS or takes the
@@ -116,16 +100,6 @@ class Team {
   // arrive within TeamOptions::barrier_timeout_ms.
   void reset();
 
-  // ---- For tpdecode's own objects (comm.hpp) ----
-  const RankContext& rank_context(int driven) const;
-  // Collective: a buffer of `bytes` (rounded up to 16) on every rank, every 32-bit
-  // word set to `fill_word`. Same order on every rank; never during capture. Kept
-  // until the team goes and refilled by reset(). Throws Unavailable where the ranks
-  // do not share memory.
-  SymmetricBuffer allocate(std::size_t bytes, uint32_t fill_word);
-  // An epoch counter in the control block, for one mailbox (same order on every rank).
-  int take_epoch_counter();
-
   // What DecodeGemm::set_agreement needs so that every rank of the team runs the
   // same GEMM decisions (replicated GEMMs then stay bitwise identical): rank 0's
   // decision, broadcast, on the NCCL team; empty where the ranks are threads of one
@@ -151,6 +125,8 @@ class Team {
   std::chrono::milliseconds barrier_limit() const { return barrier_limit_; }
 
  private:
+  friend struct detail::TeamInternals;
+  const RankContext& context(int driven) const;
   // Waits for driven rank i's stream until `until`; false if it did not drain.
   bool drain(int i, std::chrono::steady_clock::time_point until) const;
   // Whether rank i's control block holds the abort word (read with a copy on a
@@ -164,8 +140,10 @@ class Team {
   bool shares_memory_ = false;
   std::vector<std::unique_ptr<RankContext>> contexts_;
   void* errors_host_ = nullptr;  // [driven] ErrorRecord, host-mapped
-  SymmetricBuffer control_;      // [1] lamport::ControlBlock per rank
   int epoch_counters_ = 0;
+  // Every symmetric allocation, the control block ([1] lamport::ControlBlock per
+  // rank) first. Why a vector of a type declared only: it is complete wherever a
+  // member of the vector is used (the library's own code).
   std::vector<SymmetricBuffer> buffers_;
 };
 

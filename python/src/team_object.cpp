@@ -6,8 +6,8 @@
 #include <chrono>
 #include <optional>
 
+#include "core/streams.hpp"
 #include "errors.hpp"
-#include "tpdecode/streams.hpp"
 
 namespace tpdecode::python {
 namespace {

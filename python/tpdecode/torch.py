@@ -1,4 +1,4 @@
-"""Routes a PyTorch model's BF16 linears through DecodeGemm (seed 004's ``install``).
+"""Routes a PyTorch model's BF16 linears through DecodeGemm.
 
 ``install(module)`` replaces the forward of every ``nn.Linear`` under ``module``
 whose weight is a 2-D BF16 CUDA tensor: inputs with 1..DecodeGemm.max_rows

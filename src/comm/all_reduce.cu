@@ -5,8 +5,8 @@
 #include "comm/collectives.hpp"
 #include "comm/kernels.hpp"
 #include "comm/test_delays.cuh"
-#include "tpdecode/device.cuh"
-#include "tpdecode/launch.cuh"
+#include "core/device.cuh"
+#include "core/launch.cuh"
 #include "core/rank_switch.hpp"
 
 namespace tpdecode {

@@ -7,7 +7,7 @@
 // mailbox store precedes it; dependents are triggered at once with one rank per
 // GPU, after the polls when ranks share a GPU (why: all_reduce.cu).
 #include "comm/row_collective.cuh"
-#include "tpdecode/launch.cuh"
+#include "core/launch.cuh"
 #include "core/rank_switch.hpp"
 
 namespace tpdecode {

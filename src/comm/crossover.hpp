@@ -33,30 +33,29 @@ struct CrossoverPoint {
 
 inline constexpr int kNever = 1 << 30;
 
-// MEASURED on one H200 and 2 x H200 (NVLink), 2026-11-30, `bench comm` (docs/
-// performance.md, "Two-shot"):
-//  - local team TP 8, all_reduce, H 7168 (refit from a run at abe58b5, the
-//    collectives as of a5a3bd6's row body): the two-shot 8.32 µs at 8 rows (one-shot
+// MEASURED on one H200 and 2 x H200 (NVLink), 2026-11-30, `bench comm` (docs/history/
+// performance-2026-11.md, "The local team's two-shot, refit" and "The two-shot ArNorm:
+// reducers on the rank's own columns"):
+//  - local team TP 8, all_reduce, H 7168: the two-shot 8.32 µs at 8 rows (one-shot
 //    9.71, stock 9.84), 10.64 at 16 (stock 11.35), 13.42 at 32 (stock 14.92), 21.24
 //    at 64 (stock 24.64); at 4 rows 7.98 against the one-shot's 8.02 (within 3 %:
-//    the one-shot keeps it): rows 8 and up. (The first fit, 3bc6758, had the
-//    two-shot behind stock at 32 rows: 17.67 vs 15.84.)
+//    the one-shot keeps it): rows 8 and up.
 //  - local team TP 8, ar_norm: the two-shot behind the one-shot at 1-4 rows
 //    (11.60 vs 9.83 at 1) and behind stock from 8 (17.84 vs 16.16; 88.4 vs 43.0 at
 //    64): never.
 //  - NCCL TP 2 (NVLink): behind the one-shot at every row count, all_reduce 3.44 vs
-//    2.47 µs at 1 row, 6.27 vs 5.33 at 64; ar_norm 4.71 vs 3.70, 8.00 vs 7.73 (sixth
-//    session, 00f9eaf's reducers): never (the same bytes, one hop more).
-// MEASURED on 4 x H200 (NVLink), 2026-11-30, NCCL team TP 4, H 7168 (docs/
-// performance.md, "fifth session"):
+//    2.47 µs at 1 row, 6.27 vs 5.33 at 64; ar_norm 4.71 vs 3.70, 8.00 vs 7.73: never
+//    (the same bytes, one hop more).
+// MEASURED on 4 x H200 (NVLink), 2026-11-30, NCCL team TP 4, H 7168 (docs/history/
+// performance-2026-11.md, "The two-shot over NVLink at TP 4, measured"):
 //  - all_reduce: one-shot / two-shot 4.84 / 4.81 µs at 16 rows (a tie: the one-shot
 //    keeps it), 5.37 / 5.20 at 20, 5.88 / 5.61 at 24, 6.93 / 6.04 at 32, 11.17 / 7.34
 //    at 64 (stock 17.23): from 20 rows (the model below said 18).
 //  - ar_norm: 6.50 / 6.85 at 16, 7.10 / 7.09 at 20 (a tie), 7.63 / 7.30 at 24, 8.76 /
-//    7.90 at 32, 13.19 / 10.69 at 64: from 24 rows. Measured before 00f9eaf, whose
-//    reducers made the two-shot ArNorm 9-12 % faster at NCCL TP 2 from 16 rows and
-//    13-17 % at local TP 4: the point likely moves to ~16 (not re-measured: no
-//    4-GPU machine since; the one-shot keeps 16-23 rows until it is).
+//    7.90 at 32, 13.19 / 10.69 at 64: from 24 rows. Measured with the two-shot
+//    ArNorm's former reducers; the current ones are 9-12 % faster at NCCL TP 2 from
+//    16 rows and 13-17 % at local TP 4, so the point likely moves to ~16 (not
+//    measured on 4 GPUs with them; the one-shot keeps 16-23 rows until it is).
 // MODEL, NOT MEASURED (no 8-GPU machine): NVLink all_reduce, time ≈ fixed +
 // hops · h + bytes / bw with h = 1.5 µs and bw = 250 GB/s (the TP 2 runs); bytes
 // into each GPU per row: one-shot (TP−1)·width·2, two-shot 2·(TP−1)/TP·width·2;

@@ -6,8 +6,8 @@
 
 #include "comm/collectives.hpp"
 #include "comm/kernels.hpp"
-#include "tpdecode/device.cuh"
-#include "tpdecode/launch.cuh"
+#include "core/device.cuh"
+#include "core/launch.cuh"
 #include "core/rank_switch.hpp"
 
 namespace tpdecode {

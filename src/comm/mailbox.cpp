@@ -1,11 +1,12 @@
 #include "comm/mailbox.hpp"
 
 #include "core/check.hpp"
+#include "team/team_internals.hpp"
 
 namespace tpdecode {
 
 Mailbox::Mailbox(Team& team, int parities, int slots, int rows_cap, int64_t row_bytes)
-    : Mailbox(team, parities, slots, rows_cap, row_bytes, team.take_epoch_counter()) {}
+    : Mailbox(team, parities, slots, rows_cap, row_bytes, take_epoch_counter(team)) {}
 
 Mailbox::Mailbox(Team& team, int parities, int slots, int rows_cap, int64_t row_bytes, const Mailbox& epoch_of)
     : Mailbox(team, parities, slots, rows_cap, row_bytes, epoch_of.refs_.at(0).index) {
@@ -20,7 +21,8 @@ Mailbox::Mailbox(Team& team, int parities, int slots, int rows_cap, int64_t row_
   check(slots >= 1 && rows_cap >= 1, "mailbox shape [{}, {}, {}, ...] must be positive", parities, slots, rows_cap);
   check(row_bytes > 0 && row_bytes % 16 == 0, "mailbox rows of {} bytes: must be a positive multiple of 16", row_bytes);
   const long parity_bytes = static_cast<long>(slots) * rows_cap * row_bytes;
-  const SymmetricBuffer buffer = team.allocate(static_cast<std::size_t>(parity_bytes) * parities, lamport::kSentinel);
+  const SymmetricBuffer buffer =
+      allocate_symmetric_buffer(team, static_cast<std::size_t>(parity_bytes) * parities, lamport::kSentinel);
   for (int i = 0; i < team.driven(); ++i) {
     lamport::MailboxRef r{};
     for (int peer = 0; peer < team.size(); ++peer) r.base[peer] = static_cast<char*>(buffer.peers(i).base[peer]);

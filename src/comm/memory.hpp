@@ -20,7 +20,7 @@
 #include <thread>
 #endif
 
-#include "tpdecode/bf16.hpp"  // TPD_HD
+#include "core/bf16.hpp"  // TPD_HD
 
 namespace tpdecode::lamport {
 

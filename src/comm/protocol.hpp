@@ -43,7 +43,7 @@
 #include <cstdint>
 
 #include "comm/memory.hpp"
-#include "tpdecode/bf16.hpp"
+#include "core/bf16.hpp"
 
 namespace tpdecode::lamport {
 

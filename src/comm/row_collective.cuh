@@ -32,7 +32,7 @@
 #include "comm/collectives.hpp"
 #include "comm/row_norm.cuh"
 #include "comm/row_slots.hpp"
-#include "tpdecode/device.cuh"
+#include "core/device.cuh"
 
 namespace tpdecode {
 

@@ -23,7 +23,7 @@
 
 #include "comm/kernels.hpp"
 #include "comm/memory.hpp"
-#include "tpdecode/device.cuh"
+#include "core/device.cuh"
 
 namespace tpdecode::rownorm {
 

@@ -3,6 +3,7 @@
 #include "comm/kernels.hpp"
 #include "core/check.hpp"
 #include "team/rank_context.hpp"
+#include "team/team_internals.hpp"
 #include "tpdecode/nccl_team.hpp"
 
 namespace tpdecode {
@@ -11,7 +12,7 @@ StockPath::StockPath(Team& team, int rows_cap, int64_t max_row_bytes)
     : team_(team), rows_cap_(rows_cap), max_row_bytes_(max_row_bytes) {
   const bool local = team.kind() == TeamKind::kLocal;
   const std::size_t row_set = static_cast<std::size_t>(rows_cap) * max_row_bytes;
-  if (local && team.size() > 1) staging_ = team.allocate(row_set, 0);
+  if (local && team.size() > 1) staging_ = allocate_symmetric_buffer(team, row_set, 0);
   // Why TP row sets under NCCL: the all-gather's receive buffer is [TP, rows, S].
   const std::size_t scratch_bytes = row_set * (local ? 1 : team.size());
   for (int i = 0; i < team.driven(); ++i) {
@@ -98,7 +99,7 @@ void StockPath::ar_norm(std::span<const ArNormIo> io, std::span<const cudaStream
     // Why PDL only at TP 1: there the norm is the whole op, a link between the
     // caller's kernels; after a reduce it follows a stock kernel, which never
     // triggers its dependents early.
-    const RankContext& ctx = team_.rank_context(static_cast<int>(i));
+    const RankContext& ctx = rank_context(team_, static_cast<int>(i));
     const bool pdl = team_.size() == 1 && ctx.pdl && ctx.ranks_on_device == 1;
     launch_add_rms_norm(streams[i], n, static_cast<int>(a.x.rows), pdl);
   }

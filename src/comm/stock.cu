@@ -3,7 +3,7 @@
 // and the gather's [TP, rows, S] -> [rows, TP·S] copy.
 #include "comm/protocol.hpp"
 #include "comm/row_norm.cuh"
-#include "tpdecode/launch.cuh"
+#include "core/launch.cuh"
 #include "core/rank_switch.hpp"
 
 namespace tpdecode {

@@ -16,6 +16,7 @@
 #include <span>
 #include <vector>
 
+#include "team/symmetric_buffer.hpp"
 #include "tpdecode/comm.hpp"
 #include "tpdecode/device_buffer.hpp"
 

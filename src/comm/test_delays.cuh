@@ -5,8 +5,8 @@
 #pragma once
 
 #include "comm/test_delays.hpp"
-#include "tpdecode/device.cuh"
-#include "tpdecode/hash.hpp"
+#include "core/device.cuh"
+#include "core/hash.hpp"
 
 namespace tpdecode {
 

@@ -7,6 +7,7 @@
 #include "comm/rules.hpp"
 #include "comm/stock.hpp"
 #include "core/check.hpp"
+#include "team/team_internals.hpp"
 #include "tpdecode/comm.hpp"
 
 namespace tpdecode {
@@ -45,7 +46,7 @@ class TpComm::Impl {
     limits_.rows_cap = config.rows_cap;
     limits_.gather_row_bytes = gather_bytes;
     if (team.size() > 1 && team.shares_memory()) {
-      const RankContext& ctx = team.rank_context(0);
+      const RankContext& ctx = rank_context(team, 0);
       one_shot_.emplace(team, config.parities, team.size(), config.rows_cap, config.hidden * 2);
       gather_box_.emplace(team, config.parities, 1, config.rows_cap, gather_bytes);
       limits_.one_shot_rows = std::min(config.rows_cap, one_shot_resident_rows(ctx, config.hidden));
@@ -68,7 +69,7 @@ class TpComm::Impl {
 
   void one_shot(std::span<const AllReduceIo> io, std::span<const cudaStream_t> streams) {
     for (int i = 0; i < team_.driven(); ++i) {
-      const RankContext& ctx = team_.rank_context(i);
+      const RankContext& ctx = rank_context(team_, i);
       OneShotParams p{};
       p.team = ctx.team;
       p.box = one_shot_->ref(i);
@@ -83,7 +84,7 @@ class TpComm::Impl {
 
   void ar_norm(std::span<const ArNormIo> io, std::span<const cudaStream_t> streams) {
     for (int i = 0; i < team_.driven(); ++i) {
-      const RankContext& ctx = team_.rank_context(i);
+      const RankContext& ctx = rank_context(team_, i);
       const ArNormIo& a = io[i];
       ArNormParams p{};
       p.team = ctx.team;
@@ -103,7 +104,7 @@ class TpComm::Impl {
 
   void gather(std::span<const GatherIo> io, std::span<const cudaStream_t> streams) {
     for (int i = 0; i < team_.driven(); ++i) {
-      const RankContext& ctx = team_.rank_context(i);
+      const RankContext& ctx = rank_context(team_, i);
       GatherParams p{};
       p.team = ctx.team;
       p.box = gather_box_->ref(i);
@@ -117,14 +118,14 @@ class TpComm::Impl {
 
   void two_shot(std::span<const AllReduceIo> io, std::span<const cudaStream_t> streams) {
     for (int i = 0; i < team_.driven(); ++i) {
-      const RankContext& ctx = team_.rank_context(i);
+      const RankContext& ctx = rank_context(team_, i);
       launch_two_shot_all_reduce(ctx, streams[i], two_shot_params(i, io[i].x, io[i].out.data), two_shot_ctas_);
     }
   }
 
   void two_shot_ar_norm(std::span<const ArNormIo> io, std::span<const cudaStream_t> streams) {
     for (int i = 0; i < team_.driven(); ++i) {
-      const RankContext& ctx = team_.rank_context(i);
+      const RankContext& ctx = rank_context(team_, i);
       const ArNormIo& a = io[i];
       TwoShotNormParams p{};
       p.base = two_shot_params(i, a.x, nullptr);
@@ -140,7 +141,7 @@ class TpComm::Impl {
   // to whole 16-byte chunks) and [parities, 1, rows_cap, hidden], with one epoch
   // counter (both halves of a call take its parity), and its grids' budgets.
   void build_two_shot(Team& team, const CommConfig& config) {
-    const RankContext& ctx = team.rank_context(0);
+    const RankContext& ctx = rank_context(team, 0);
     const int64_t owned_bytes = (config.hidden + 8 * team.size() - 1) / (8 * team.size()) * 16;
     two_shot_recv_.emplace(team, config.parities, team.size(), config.rows_cap, owned_bytes);
     two_shot_gather_.emplace(team, config.parities, 1, config.rows_cap, config.hidden * 2, *two_shot_recv_);
@@ -152,7 +153,7 @@ class TpComm::Impl {
   }
 
   TwoShotParams two_shot_params(int i, const TensorView& x, void* out) const {
-    const RankContext& ctx = team_.rank_context(i);
+    const RankContext& ctx = rank_context(team_, i);
     TwoShotParams p{};
     p.team = ctx.team;
     p.recv = two_shot_recv_->ref(i);

@@ -17,9 +17,9 @@
 #include "comm/collectives.hpp"
 #include "comm/kernels.hpp"
 #include "comm/row_norm.cuh"
+#include "core/device.cuh"
+#include "core/launch.cuh"
 #include "core/rank_switch.hpp"
-#include "tpdecode/device.cuh"
-#include "tpdecode/launch.cuh"
 
 namespace tpdecode {
 namespace {

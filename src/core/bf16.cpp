@@ -1,4 +1,4 @@
-#include "tpdecode/bf16.hpp"
+#include "core/bf16.hpp"
 
 #include <cstdlib>
 

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
+#include "core/hash.hpp"
+#include "core/random_fill.hpp"
 #include "tpdecode/error.hpp"
-#include "tpdecode/hash.hpp"
-#include "tpdecode/random_fill.hpp"
 
 namespace tpdecode {
 namespace {

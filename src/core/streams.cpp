@@ -1,4 +1,4 @@
-#include "tpdecode/streams.hpp"
+#include "core/streams.hpp"
 
 #include <map>
 #include <utility>

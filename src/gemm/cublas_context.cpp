@@ -9,7 +9,7 @@
 #include <algorithm>
 
 #include "core/check.hpp"
-#include "tpdecode/gemm_tactic.hpp"
+#include "gemm/gemm_tactic.hpp"
 #include "tpdecode/device_buffer.hpp"
 #include "tpdecode/error.hpp"
 

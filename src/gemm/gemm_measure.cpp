@@ -6,11 +6,11 @@
 #include <limits>
 #include <numeric>
 
+#include "core/bf16.hpp"
+#include "core/random_fill.hpp"
 #include "gemm/gemm_paths.hpp"
-#include "tpdecode/bf16.hpp"
 #include "tpdecode/device_buffer.hpp"
 #include "tpdecode/error.hpp"
-#include "tpdecode/random_fill.hpp"
 
 namespace tpdecode {
 namespace {

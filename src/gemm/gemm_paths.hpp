@@ -7,9 +7,9 @@
 
 #include <vector>
 
+#include "gemm/gemm_tactic.hpp"
 #include "tpdecode/cublas_context.hpp"
 #include "tpdecode/error.hpp"
-#include "tpdecode/gemm_tactic.hpp"
 #include "tpdecode/gemm_tuner.hpp"
 #include "tpdecode/tensor.hpp"
 
@@ -29,8 +29,8 @@ class RelaxedCaptureMode {
   cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
 };
 
-// Host work `d` needs before it launches m rows of `weight` (kernel attributes,
-// the stream-K workspace on `ctx`). Never under capture.
+// Host work `d` needs before it launches m rows of `weight` (the engine's kernel
+// attributes). Never under capture.
 void prepare_path(const GemmDecision& d, const TensorView& weight, int m, int sms, CublasContext& ctx);
 // Whether the preparation `d` needs is in place (so it can launch under capture).
 bool path_prepared(const GemmDecision& d, const TensorView& weight, int m, int sms, CublasContext& ctx);

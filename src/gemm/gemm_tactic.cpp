@@ -1,4 +1,4 @@
-#include "tpdecode/gemm_tactic.hpp"
+#include "gemm/gemm_tactic.hpp"
 
 #include <fmt/format.h>
 
@@ -6,14 +6,15 @@
 #include <array>
 
 #include "core/check.hpp"
-#include "tpdecode/hash.hpp"
+#include "core/hash.hpp"
 
 namespace tpdecode {
 namespace {
 
 // The model's constants, fitted to `tpdecode bench gemm` on an H200 (every split and
-// cuBLAS forced, 37 shapes at M 1, 8 and 16, two runs: docs/performance.md,
-// 2026-12-01, eighth session): its choices take 1.01 x the time of the best path.
+// cuBLAS forced, 37 shapes at M 1, 8 and 16, two runs: docs/history/
+// performance-2026-11.md, "The static rule, refit"): its choices take 1.01 x the
+// time of the best path offline, 1.014 x on a GPU (docs/performance.md, "DecodeGemm").
 constexpr double kPeakBytesPerUs = 4.0e6;   // what the engine streams at best
 constexpr double kCtaBytesPerUs = 12.0e3;   // what one CTA's ring streams below that
 constexpr double kTwoTileRate = 0.7;        // a CTA's rate with 2 or 4 token tiles (more MMA, x)

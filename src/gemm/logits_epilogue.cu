@@ -1,4 +1,4 @@
-#include "tpdecode/launch.cuh"
+#include "core/launch.cuh"
 #include "gemm/logits_epilogue.cuh"
 
 namespace tpdecode {

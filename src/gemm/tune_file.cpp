@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "core/check.hpp"
+#include "gemm/gemm_tactic.hpp"
 
 namespace tpdecode {
 namespace {

@@ -1,5 +1,5 @@
+#include "core/launch.cuh"
 #include "gemm/token_tiles.hpp"
-#include "tpdecode/launch.cuh"
 #include "gemm/warp_splitk.cuh"
 
 namespace tpdecode {

@@ -28,7 +28,7 @@
 
 #include <cstdint>
 
-#include "tpdecode/device.cuh"
+#include "core/device.cuh"
 #include "gemm/warp_splitk_launch.hpp"
 
 namespace tpdecode::warp_splitk {

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "tpdecode/gemm_tactic.hpp"
+#include "gemm/gemm_tactic.hpp"
 
 namespace tpdecode {
 

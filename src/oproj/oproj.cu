@@ -17,9 +17,9 @@
 // co-residency budget as ArNorm's is.
 #include <algorithm>
 
+#include "core/launch.cuh"
 #include "core/rank_switch.hpp"
 #include "oproj/oproj_roles.cuh"
-#include "tpdecode/launch.cuh"
 
 namespace tpdecode {
 namespace {

@@ -14,8 +14,8 @@
 // made by a running or finished CTA. Every CTA takes an epoch ticket; the last
 // advances the epoch. Shared memory: the engine's ring in every CTA (the launch is
 // uniform), the consumer's row sums beside it.
+#include "core/launch.cuh"
 #include "oproj/oproj_roles.cuh"
-#include "tpdecode/launch.cuh"
 
 namespace tpdecode {
 namespace {

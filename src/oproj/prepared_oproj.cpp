@@ -9,6 +9,7 @@
 #include "gemm/gemm_paths.hpp"
 #include "oproj/oproj_kernels.hpp"
 #include "oproj/oproj_rules.hpp"
+#include "team/team_internals.hpp"
 #include "tpdecode/decode_gemm.hpp"
 #include "tpdecode/device_buffer.hpp"
 #include "tpdecode/oproj.hpp"
@@ -94,7 +95,7 @@ class PreparedOproj::Impl {
        const OprojOptions& o)
       : comm_(comm), team_(comm.team()), mailbox_(std::move(mailbox)), kind_(o.kind) {
     check(mailbox_ != nullptr, "oproj: no mailbox");
-    check(&mailbox_->impl()->team == &team_, "oproj: the mailbox belongs to another team");
+    check(&boxes().team == &team_, "oproj: the mailbox belongs to another team");
     check(static_cast<int>(weights.size()) == team_.driven(), "oproj: {} weights for {} driven ranks", weights.size(),
           team_.driven());
     check(o.cublas.empty() || static_cast<int>(o.cublas.size()) == team_.driven(),
@@ -102,7 +103,7 @@ class PreparedOproj::Impl {
     const TensorView& w0 = weights[0];
     limits_.team = team_.kind();
     limits_.team_size = team_.size();
-    limits_.shares_memory = team_.shares_memory() && mailbox_->impl()->box.has_value();
+    limits_.shares_memory = team_.shares_memory() && boxes().box.has_value();
     limits_.hidden = w0.rows;
     limits_.k = w0.cols;
     limits_.rows_cap = mailbox_->rows_cap();
@@ -129,10 +130,10 @@ class PreparedOproj::Impl {
     }
     if (limits_.team_size > 1 && limits_.shares_memory) {
       TPD_CUDA(cudaSetDevice(team_.device(0)));
-      limits_.consumer_rows = oproj_consumer_rows(team_.rank_context(0), e, limits_.hidden);
+      limits_.consumer_rows = oproj_consumer_rows(rank_context(team_, 0), e, limits_.hidden);
       // Why the mailbox's width: the owners' column ranges are the mailbox rows'.
-      if (mailbox_->impl()->recv && mailbox_->hidden() == limits_.hidden)
-        limits_.two_shot_clusters = oproj_two_shot_clusters(team_.rank_context(0), e, limits_.hidden);
+      if (boxes().recv && mailbox_->hidden() == limits_.hidden)
+        limits_.two_shot_clusters = oproj_two_shot_clusters(rank_context(team_, 0), e, limits_.hidden);
     }
     for (int m : o.rows) prepare(m);
   }
@@ -168,7 +169,7 @@ class PreparedOproj::Impl {
       }
       if (tiles <= kOprojFusedMaxTiles) {
         TPD_CUDA(cudaSetDevice(team_.device(0)));
-        s.fused_budget = oproj_fused_budget(team_.rank_context(0), limits_.epilogue, tiles);
+        s.fused_budget = oproj_fused_budget(rank_context(team_, 0), limits_.epilogue, tiles);
       }
     }
     shapes_[static_cast<std::size_t>(m)] = s;
@@ -199,7 +200,7 @@ class PreparedOproj::Impl {
       case OprojKind::kUnfused: unfused(io, streams, m); break;
       default:
         for (int i = 0; i < team_.driven(); ++i) {
-          const RankContext& ctx = team_.rank_context(i);
+          const RankContext& ctx = rank_context(team_, i);
           const cudaStream_t stream = streams[static_cast<std::size_t>(i)];
           const OprojParams p = params(i, io[static_cast<std::size_t>(i)], m, r.kind);
           if (r.kind == OprojKind::kFused) {
@@ -229,17 +230,17 @@ class PreparedOproj::Impl {
 
   template <class Io>
   OprojParams params(int i, const Io& io, int m, OprojKind kind) const {
-    const RankContext& ctx = team_.rank_context(i);
+    const RankContext& ctx = rank_context(team_, i);
     const RankState& r = ranks_[static_cast<std::size_t>(i)];
     const OprojShape& s = shape(m);
-    const OprojMailbox::Impl& boxes = *mailbox_->impl();
+    const OprojMailbox::Impl& mailboxes = boxes();
     OprojParams p{};
     p.team = ctx.team;
-    p.box = boxes.box->ref(i);
+    p.box = mailboxes.box->ref(i);
     p.two_shot = kind == OprojKind::kTwoShot;
     if (p.two_shot) {
-      p.recv = boxes.recv->ref(i);
-      p.gather = boxes.gather->ref(i);
+      p.recv = mailboxes.recv->ref(i);
+      p.gather = mailboxes.gather->ref(i);
     }
     p.gemm = WarpSplitKParams{.w = r.weight.data,
                               .x = io.x.data,
@@ -282,7 +283,7 @@ class PreparedOproj::Impl {
     comm_.all_reduce(reduce, streams);
     for (int i = 0; i < team_.driven(); ++i) {
       TPD_CUDA(cudaSetDevice(team_.device(i)));
-      launch_attn_res(streams[static_cast<std::size_t>(i)], team_.rank_context(i).pdl,
+      launch_attn_res(streams[static_cast<std::size_t>(i)], rank_context(team_, i).pdl,
                       ranks_[static_cast<std::size_t>(i)].reduced.get(), attn_res_tail(io[static_cast<std::size_t>(i)]),
                       m, static_cast<int>(limits_.hidden));
     }
@@ -295,6 +296,9 @@ class PreparedOproj::Impl {
     r.gemm->run(x, partial, stream);
     return partial;
   }
+
+  // The shared mailboxes: OprojMailbox's internals, which only PreparedOproj reads.
+  const OprojMailbox::Impl& boxes() const { return *mailbox_->impl_; }
 
   TpComm& comm_;
   Team& team_;

@@ -8,6 +8,7 @@
 #include "team/error_record.hpp"
 #include "team/fill.hpp"
 #include "team/rank_context.hpp"
+#include "team/team_internals.hpp"
 
 namespace tpdecode {
 
@@ -46,17 +47,17 @@ Team::Team(int size, const TeamOptions& options)
 
 Team::~Team() = default;
 
-int Team::rank(int i) const { return rank_context(i).rank; }
-int Team::device(int i) const { return rank_context(i).device; }
+int Team::rank(int i) const { return context(i).rank; }
+int Team::device(int i) const { return context(i).device; }
 
 int Team::ranks_sharing_gpu() const {
   int n = 0;
   for (int i = 0; i < driven(); ++i) n += device(i) == device(0);
   return n;
 }
-cudaStream_t Team::stream(int i) const { return rank_context(i).stream; }
+cudaStream_t Team::stream(int i) const { return context(i).stream; }
 
-const RankContext& Team::rank_context(int i) const {
+const RankContext& Team::context(int i) const {
   check(i >= 0 && i < driven(), "driven rank {} outside [0, {})", i, driven());
   return *contexts_[static_cast<std::size_t>(i)];
 }
@@ -82,11 +83,11 @@ void Team::init_contexts(const std::vector<RankContext>& contexts, bool shares_m
     contexts_.push_back(std::move(c));
   }
   if (!shares_memory_) return;
-  control_ = allocate(sizeof(lamport::ControlBlock), 0u);
+  const SymmetricBuffer control = detail::TeamInternals::allocate(*this, sizeof(lamport::ControlBlock), 0u);
   for (std::size_t i = 0; i < n; ++i) {
     lamport::TeamRef& t = contexts_[i]->team;
     for (int r = 0; r < size_; ++r)
-      t.control[r] = static_cast<lamport::ControlBlock*>(control_.peers(static_cast<int>(i)).base[r]);
+      t.control[r] = static_cast<lamport::ControlBlock*>(control.peers(static_cast<int>(i)).base[r]);
     t.own = t.control[t.rank];
   }
 }
@@ -98,10 +99,16 @@ void Team::release_all() {
   errors_host_ = nullptr;
 }
 
-SymmetricBuffer Team::allocate(std::size_t bytes, uint32_t fill_word) {
-  if (!shares_memory_) throw Unavailable(describe() + ": the ranks do not share memory (no symmetric buffers)");
+namespace detail {
+
+const RankContext& TeamInternals::rank_context(const Team& team, int driven) { return team.context(driven); }
+
+SymmetricBuffer TeamInternals::allocate(Team& team, std::size_t bytes, uint32_t fill_word) {
+  if (!team.shares_memory_)
+    throw Unavailable(team.describe() + ": the ranks do not share memory (no symmetric buffers)");
   check(bytes > 0, "symmetric allocation of 0 bytes");
-  for (const auto& c : contexts_) {
+  const auto& contexts = team.contexts_;
+  for (const auto& c : contexts) {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     TPD_CUDA(cudaStreamIsCapturing(c->stream, &status));
     check(status == cudaStreamCaptureStatusNone, "symmetric buffers cannot be allocated during capture");
@@ -109,24 +116,26 @@ SymmetricBuffer Team::allocate(std::size_t bytes, uint32_t fill_word) {
   SymmetricBuffer b;
   b.bytes_ = (bytes + 15) / 16 * 16;
   b.fill_word_ = fill_word;
-  b.local_.resize(contexts_.size());
-  b.peers_.resize(contexts_.size());
-  allocate_symmetric(b.bytes_, b.local_, b.peers_);
-  for (std::size_t i = 0; i < contexts_.size(); ++i) {
-    TPD_CUDA(cudaSetDevice(contexts_[i]->device));
-    fill_words(b.local_[i], b.bytes_ / 4, fill_word, contexts_[i]->stream);
-    TPD_CUDA(cudaStreamSynchronize(contexts_[i]->stream));
+  b.local_.resize(contexts.size());
+  b.peers_.resize(contexts.size());
+  team.allocate_symmetric(b.bytes_, b.local_, b.peers_);
+  for (std::size_t i = 0; i < contexts.size(); ++i) {
+    TPD_CUDA(cudaSetDevice(contexts[i]->device));
+    fill_words(b.local_[i], b.bytes_ / 4, fill_word, contexts[i]->stream);
+    TPD_CUDA(cudaStreamSynchronize(contexts[i]->stream));
   }
-  barrier(barrier_limit_);
-  buffers_.push_back(b);
+  team.barrier(team.barrier_limit_);
+  team.buffers_.push_back(b);
   return b;
 }
 
-int Team::take_epoch_counter() {
-  check<CapacityError>(epoch_counters_ < lamport::kMaxMailboxes, "a team holds at most {} mailboxes",
+int TeamInternals::take_epoch_counter(Team& team) {
+  check<CapacityError>(team.epoch_counters_ < lamport::kMaxMailboxes, "a team holds at most {} mailboxes",
                        lamport::kMaxMailboxes);
-  return epoch_counters_++;
+  return team.epoch_counters_++;
 }
+
+}  // namespace detail
 
 bool Team::has_error() const {
   for (const auto& c : contexts_)

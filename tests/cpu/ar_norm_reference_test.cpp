@@ -7,11 +7,11 @@
 #include <vector>
 
 #include "comm/kernels.hpp"
-#include "tpdecode/bf16.hpp"
-#include "tpdecode/error.hpp"
+#include "core/bf16.hpp"
 #include "reference/all_reduce.hpp"
 #include "reference/ar_norm.hpp"
 #include "reference/gather.hpp"
+#include "tpdecode/error.hpp"
 
 namespace tpdecode {
 namespace {

@@ -5,7 +5,7 @@
 #include <limits>
 #include <vector>
 
-#include "tpdecode/bf16.hpp"
+#include "core/bf16.hpp"
 
 namespace tpdecode {
 namespace {

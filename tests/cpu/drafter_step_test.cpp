@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "tpdecode/bf16.hpp"
+#include "core/bf16.hpp"
 #include "drafter/cpu_checks.hpp"
 #include "drafter/cpu_reference.hpp"
 #include "drafter/step.hpp"

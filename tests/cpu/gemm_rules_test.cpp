@@ -10,10 +10,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "tpdecode/bf16.hpp"
-#include "tpdecode/error.hpp"
-#include "tpdecode/gemm_tactic.hpp"
+#include "core/bf16.hpp"
+#include "gemm/gemm_tactic.hpp"
 #include "reference/gemm.hpp"
+#include "tpdecode/error.hpp"
 
 namespace tpdecode {
 namespace {
@@ -23,7 +23,7 @@ constexpr int kH200Sms = 132;
 TEST(GemmRules, WarpEligibility) {
   EXPECT_TRUE(warp_eligible(2112, 7168));     // fused_qkv_a: 56 chunks of 128
   EXPECT_TRUE(warp_eligible(16, 128));
-  EXPECT_TRUE(warp_eligible(16, 8320));       // 65 chunks, K % 256 != 0 (beyond seed 004's bound)
+  EXPECT_TRUE(warp_eligible(16, 8320));       // 65 chunks, K % 256 != 0
   EXPECT_TRUE(warp_eligible(7168, 18432));    // TP1 down: 144 chunks
   EXPECT_TRUE(warp_eligible(896, 35840));     // context projection: 280 chunks
   EXPECT_TRUE(warp_eligible(16, int64_t{1} << 36));      // N * K = 2^40
@@ -85,8 +85,9 @@ TEST(GemmRules, EnginePreferredWhereTheModelBeatsCublas) {
   EXPECT_FALSE(choose_tactic(2112, 7168, 1, 66).engine_preferred);
 }
 
-// The rule against measurements: `tpdecode bench gemm` on an H200 (34bc228, read
-// ceiling 4.44 TB/s), every warp split forced (0: not legal) and cuBLAS's default, µs.
+// The rule against measurements: `tpdecode bench gemm` on an H200 (read ceiling
+// 4.44 TB/s; docs/history/performance-2026-11.md, "The static rule, refit"), every
+// warp split forced (0: not legal) and cuBLAS's default, µs.
 TEST(GemmRules, RuleNearTheMeasuredBest) {
   struct Measured {
     int64_t n, k;
@@ -133,7 +134,7 @@ TEST(GemmRules, RuleNearTheMeasuredBest) {
     chosen_total += chosen;
     best_total += best;
   }
-  EXPECT_LE(chosen_total, 1.02 * best_total);  // the previous rule (cuBLAS on most): 1.057
+  EXPECT_LE(chosen_total, 1.02 * best_total);  // cuBLAS on most of these shapes: 1.057
 }
 
 TEST(GemmRules, TacticIsLegalAndNoWorseThanNoSplit) {

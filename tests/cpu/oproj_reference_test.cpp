@@ -7,11 +7,11 @@
 #include <cmath>
 #include <random>
 
+#include "core/bf16.hpp"
 #include "reference/all_reduce.hpp"
 #include "reference/ar_norm.hpp"
 #include "reference/attn_res.hpp"
 #include "reference/gemm.hpp"
-#include "tpdecode/bf16.hpp"
 
 namespace tpdecode::reference {
 namespace {

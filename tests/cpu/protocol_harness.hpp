@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "comm/collectives.hpp"
-#include "tpdecode/bf16.hpp"
+#include "core/bf16.hpp"
 
 namespace tpdecode::test {
 

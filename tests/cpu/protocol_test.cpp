@@ -185,7 +185,7 @@ TEST(Protocol, PollLeavesOnAPeersAbort) {
   EXPECT_EQ(team.error(0).slot, 1) << "names the rank that aborted";
 }
 
-// Issue scenario: rank 1 arrives late past the timeout once, then 5 ms slower
+// A late rank: rank 1 arrives late past the timeout once, then 5 ms slower
 // every round. Without a team-wide abort, rank 0 timed out once and then read
 // rank 1's late pushes as later rounds' data. Here every output is either correct
 // or not produced (poisoned), and both ranks report.

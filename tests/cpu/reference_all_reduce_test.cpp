@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "comm/protocol.hpp"
-#include "tpdecode/bf16.hpp"
+#include "core/bf16.hpp"
 #include "reference/all_reduce.hpp"
 
 namespace tpdecode {

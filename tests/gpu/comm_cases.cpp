@@ -1,8 +1,8 @@
 #include "gpu/comm_cases.hpp"
 
+#include "core/bf16.hpp"
 #include "reference/all_reduce.hpp"
 #include "reference/gather.hpp"
-#include "tpdecode/bf16.hpp"
 
 namespace tpdecode::test {
 

@@ -15,10 +15,11 @@
 #include <thread>
 #include <vector>
 
+#include "core/bf16.hpp"
+#include "gemm/gemm_tactic.hpp"
 #include "gpu/gemm_problem.hpp"
-#include "tpdecode/bf16.hpp"
-#include "tpdecode/decode_gemm.hpp"
 #include "reference/gemm.hpp"
+#include "tpdecode/decode_gemm.hpp"
 
 namespace tpdecode {
 namespace {

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "gemm/gemm_tactic.hpp"
 #include "gpu/gemm_problem.hpp"
 #include "tpdecode/decode_gemm.hpp"
 

@@ -6,8 +6,8 @@
 #include <random>
 #include <vector>
 
+#include "core/bf16.hpp"
 #include "gpu/gpu_test_util.hpp"
-#include "tpdecode/bf16.hpp"
 #include "tpdecode/draft_logits.hpp"
 
 namespace tpdecode {

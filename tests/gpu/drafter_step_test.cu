@@ -11,10 +11,10 @@
 #include <memory>
 #include <vector>
 
-#include "gpu/gpu_test_util.hpp"
-#include "tpdecode/bf16.hpp"
+#include "core/bf16.hpp"
 #include "drafter/cpu_reference.hpp"
 #include "drafter/gpu_drafter.hpp"
+#include "gpu/gpu_test_util.hpp"
 #include "tpdecode/local_team.hpp"
 
 namespace tpdecode::drafter {

@@ -3,8 +3,9 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "tpdecode/bf16.hpp"
-#include "tpdecode/random_fill.hpp"
+#include "core/bf16.hpp"
+#include "core/random_fill.hpp"
+#include "gemm/gemm_tactic.hpp"
 #include "reference/gemm.hpp"
 
 namespace tpdecode::test {

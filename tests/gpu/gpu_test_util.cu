@@ -2,12 +2,12 @@
 
 #include <chrono>
 
+#include "core/bf16.hpp"
+#include "core/device.cuh"
+#include "core/streams.hpp"
 #include "reference/gemm.hpp"
-#include "tpdecode/bf16.hpp"
-#include "tpdecode/device.cuh"
 #include "tpdecode/local_team.hpp"
 #include "tpdecode/nccl_team.hpp"
-#include "tpdecode/streams.hpp"
 
 namespace tpdecode::test {
 

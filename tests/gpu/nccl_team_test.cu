@@ -8,9 +8,10 @@
 #include <random>
 #include <vector>
 
+#include "core/bf16.hpp"
 #include "gpu/comm_cases.hpp"
 #include "gpu/gpu_test_util.hpp"
-#include "tpdecode/bf16.hpp"
+#include "team/team_internals.hpp"
 #include "tpdecode/comm.hpp"
 #include "tpdecode/nccl_team.hpp"
 
@@ -35,7 +36,7 @@ TEST(NcclTeam, WindowPeerAddressesAndStockAllReduce) {
     if (team.shares_memory()) {
       // A symmetric buffer filled with the word; the peer table's own entry is an
       // alias of the local buffer (NCCL's flat mapping).
-      SymmetricBuffer b = team.allocate(4096, 0x12345678u);
+      SymmetricBuffer b = allocate_symmetric_buffer(team, 4096, 0x12345678u);
       for (int p = 0; p < team.size(); ++p) EXPECT_NE(b.peers(0).base[p], nullptr);
       std::vector<uint32_t> words(1024);
       TPD_CUDA(cudaMemcpy(words.data(), b.peers(0).base[rank], 4096, cudaMemcpyDeviceToHost));

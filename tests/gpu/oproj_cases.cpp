@@ -2,9 +2,9 @@
 
 #include <cmath>
 
+#include "core/bf16.hpp"
 #include "reference/all_reduce.hpp"
 #include "reference/gemm.hpp"
-#include "tpdecode/bf16.hpp"
 #include "tpdecode/decode_gemm.hpp"
 
 namespace tpdecode::test {

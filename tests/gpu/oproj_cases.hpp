@@ -1,7 +1,7 @@
 // One o-projection call's data on every rank of a team, drawn from a seed (every
 // thread of an NCCL team draws the same), the driven ranks' device buffers and
 // call arguments, and the CPU references:
-//  - from FP64 partials (reference::gemm_bf16_rounded per rank), the issue's
+//  - from FP64 partials (reference::gemm_bf16_rounded per rank), the exact
 //    reference: compared within a stated tolerance;
 //  - from the GPU's own partials (the warp split-K engine at the producer's split,
 //    run on this thread's GPU for every rank): compared bitwise (the new residual,

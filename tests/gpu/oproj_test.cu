@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 
+#include "gemm/gemm_tactic.hpp"
 #include "gpu/comm_cases.hpp"
 #include "gpu/gpu_test_util.hpp"
 #include "gpu/oproj_cases.hpp"

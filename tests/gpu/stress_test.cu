@@ -10,11 +10,11 @@
 #include <random>
 
 #include "comm/test_delays.hpp"
+#include "core/bf16.hpp"
+#include "core/hash.hpp"
 #include "gpu/comm_cases.hpp"
 #include "gpu/gpu_test_util.hpp"
-#include "tpdecode/bf16.hpp"
 #include "tpdecode/comm.hpp"
-#include "tpdecode/hash.hpp"
 #include "tpdecode/local_team.hpp"
 #include "tpdecode/nccl_team.hpp"
 

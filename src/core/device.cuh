@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <cuda/ptx>
 
-#include "tpdecode/bf16.hpp"
+#include "core/bf16.hpp"
 
 namespace tpdecode::dev {
 

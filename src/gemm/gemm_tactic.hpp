@@ -1,14 +1,14 @@
 // How DecodeGemm can run a shape: which shapes each engine takes, their launch
-// shapes for (N, K, M, SM count), the M buckets decisions are made for, the
-// decision record, and the static rule used where nothing was measured. Pure host
-// logic: no GPU needed.
+// shapes for (N, K, M, SM count), the candidates the tuner times, and the static
+// rule used where nothing was measured (the decision record and the M buckets are
+// public: tpdecode/gemm_decision.hpp). Pure host logic: no GPU needed.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "tpdecode/gemm_decision.hpp"
 #include "tpdecode/tensor.hpp"
 
 namespace tpdecode {
@@ -18,48 +18,6 @@ inline constexpr int kSmemPerSm = 228 * 1024;
 inline constexpr int kSmemPerCtaMax = 227 * 1024;  // the most one CTA may ask for
 inline constexpr int kSmemReservedPerCta = 1024;   // the runtime's share of each CTA
 
-// ---- Paths and the decision record --------------------------------------------
-enum class GemmPath : uint8_t {
-  kWarpSplitK,  // the warp split-K engine (warp_splitk.cuh)
-  kCublas,      // cublasGemmEx with cuBLAS's default algorithm (the stock path)
-  kCublasLt,    // cublasLtMatmul with an algorithm the tuner measured
-};
-const char* gemm_path_name(GemmPath p);  // "warp", "cublas", "cublaslt"
-
-// Where a decision came from.
-enum class GemmSource : uint8_t { kRule, kTuned, kCache, kAgreed, kForced };
-const char* gemm_source_name(GemmSource s);  // "rule", "tuned", "cache", "agreed", "forced"
-
-// The bytes of a cublasLtMatmulAlgo_t (opaque here; cublas_context.cpp reads them).
-using CublasLtAlgo = std::array<uint64_t, 8>;
-
-// What DecodeGemm runs for one (GPU, N, K, M bucket): trivially copyable (a team
-// broadcasts it between ranks) and small.
-struct GemmDecision {
-  GemmPath path = GemmPath::kCublas;
-  GemmSource source = GemmSource::kRule;
-  uint8_t split = 1;        // kWarpSplitK: CTAs per cluster (1 .. 8)
-  float measured_us = 0;    // the tuner's median time per call (0: not measured)
-  float tune_ms = 0;        // what deciding cost (timing every candidate)
-  CublasLtAlgo lt_algo{};   // kCublasLt
-  // The same kernel and launch shape (source and times aside): bitwise the same result.
-  bool same_path(const GemmDecision& o) const {
-    return path == o.path && split == o.split && lt_algo == o.lt_algo;
-  }
-};
-std::string describe(const GemmDecision& d);  // e.g. "warp split 8", "cublaslt #3fa9c1"
-// Decisions to force (DecodeGemm::force) or compare with.
-GemmDecision warp_decision(int split);
-GemmDecision cublas_decision();
-
-// ---- M buckets -------------------------------------------------------------------
-// Decisions are made per bucket of row counts: 1, 2, 3-4, 5-8, 9-12, 13-16, 17-24,
-// 25-32. A bucket never straddles the engines' token tiles (8, 16, 32 rows).
-inline constexpr int kGemmBuckets = 8;
-int gemm_m_bucket(int m);         // 1 <= m <= kWarpMaxRows
-int gemm_bucket_min(int bucket);
-int gemm_bucket_max(int bucket);  // the row count the tuner times
-
 // ---- The warp split-K engine ---------------------------------------------------
 // Most activation rows the engines take in one launch (four 8-token MMA tiles).
 inline constexpr int kWarpMaxRows = 32;
@@ -67,9 +25,8 @@ inline constexpr int kWarpMaxRows = 32;
 inline constexpr int kWarpChunkK = 128;
 inline constexpr int kWarpMaxSplit = 8;  // CTAs of a cluster (the portable cluster size)
 
-// 16-row output tiles and K a multiple of 128 (N, K > 0, N * K <= 2^40). Seed 004
-// also bounds K (64 tiles of 128, or of 256); this engine streams any K: each CTA
-// of a cluster takes 1/split of it.
+// 16-row output tiles and K a multiple of 128 (N, K > 0, N * K <= 2^40); any such
+// K: each CTA of a cluster streams 1/split of it.
 bool warp_eligible(int64_t n, int64_t k);
 
 // The weight suits the engine: bf16, contiguous, 16-byte aligned, an eligible
@@ -118,17 +75,13 @@ GemmTactic choose_tactic(int64_t n, int64_t k, int m, int sms, bool powers_of_tw
 bool warp_split_ok(int64_t k, int split);
 // The splits timed where several ranks' GEMMs share one GPU (a local team): the
 // powers of two. Timed alone, 3 and 6 win some drafter shapes, but beside seven
-// other ranks' GEMMs they were slower (docs/performance.md, 2026-12-01).
+// other ranks' GEMMs they were slower (docs/history/performance-2026-11.md,
+// "Every split 1–8").
 bool warp_split_for_shared_gpu(int split);
 // The rule's tactic with the split forced (benchmarks, tests); split must be legal.
 GemmTactic tactic_with_split(int64_t n, int64_t k, int m, int sms, int split);
 
 // ---- Candidates and the static rule -------------------------------------------
-// What the weight and the activations allow (set by DecodeGemm from the operands).
-struct GemmEngines {
-  bool warp = false;  // warp_weight_ok
-};
-
 // Every engine tactic that can run (N, K, m), then stock cuBLAS: what the tuner
 // times (DecodeGemm adds cuBLASLt's heuristic algorithms on the GPU).
 std::vector<GemmDecision> engine_candidates(int64_t n, int64_t k, int m, GemmEngines engines);

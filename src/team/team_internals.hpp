@@ -1,0 +1,40 @@
+// What tpdecode's own objects (TpComm, the stock path, the mailboxes, PreparedOproj)
+// need from a Team and an engine never calls: the driven ranks' launch contexts,
+// symmetric allocations and mailbox epoch counters. Why here and not in team.hpp:
+// the installed header is the API; these reach Team's internals as its friend.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "team/rank_context.hpp"
+#include "team/symmetric_buffer.hpp"
+#include "tpdecode/team.hpp"
+
+namespace tpdecode {
+
+namespace detail {
+struct TeamInternals {
+  static const RankContext& rank_context(const Team& team, int driven);
+  static SymmetricBuffer allocate(Team& team, std::size_t bytes, uint32_t fill_word);
+  static int take_epoch_counter(Team& team);
+};
+}  // namespace detail
+
+// Driven rank `driven`'s launch context (InvalidArgument outside [0, driven())).
+inline const RankContext& rank_context(const Team& team, int driven) {
+  return detail::TeamInternals::rank_context(team, driven);
+}
+
+// Collective: a buffer of `bytes` (rounded up to 16) on every rank, every 32-bit
+// word set to `fill_word`. Same order on every rank; never during capture. Kept
+// until the team goes and refilled by reset(). Throws Unavailable where the ranks
+// do not share memory.
+inline SymmetricBuffer allocate_symmetric_buffer(Team& team, std::size_t bytes, uint32_t fill_word) {
+  return detail::TeamInternals::allocate(team, bytes, fill_word);
+}
+
+// An epoch counter in the control block, for one mailbox (same order on every rank).
+inline int take_epoch_counter(Team& team) { return detail::TeamInternals::take_epoch_counter(team); }
+
+}  // namespace tpdecode
