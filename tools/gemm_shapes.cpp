@@ -55,6 +55,7 @@ Gpu require_gpu(const char* command) {
 std::string tactic_of(const GemmDecision& d, int64_t n, int64_t k, int m, int sms) {
   switch (d.path) {
     case GemmPath::kWarpSplitK: return fmt::format("warp {}", tactic_with_split(n, k, m, sms, d.split).describe());
+    case GemmPath::kWgmma: return describe(d);
     case GemmPath::kCublasLt: return fmt::format("cublaslt {}", CublasContext::describe_lt(d.lt_algo));
     case GemmPath::kCublas: break;
   }

@@ -24,7 +24,7 @@ namespace {
 struct Options {
   std::vector<int> tps;
   std::vector<std::string> shapes;
-  std::vector<int> ms = {1, 2, 4, 8, 12, 16, 24, 32};  // one per bucket
+  std::vector<int> ms = {1, 2, 4, 8, 12, 16, 24, 32, 48, 64};  // one per bucket
   std::string cache;
   bool fresh = false;
   bool alone = false;  // decide for GEMMs alone rather than for links of a PDL chain
@@ -49,7 +49,7 @@ void run(const Options& o) {
     for (const GemmShape& s : drafter_shapes(tp)) shapes.push_back(s);
   for (const std::string& t : o.shapes) shapes.push_back(parse_shape(t));
   check(!shapes.empty(), "tune: no shapes (--tp or --shape)");
-  for (int m : o.ms) check(m >= 1 && m <= kWarpMaxRows, "tune: --m {} (1..{})", m, kWarpMaxRows);
+  for (int m : o.ms) check(m >= 1 && m <= kGemmMaxRows, "tune: --m {} (1..{})", m, kGemmMaxRows);
 
   GemmTunerOptions file_options;
   file_options.cache_path = cache;
@@ -118,7 +118,7 @@ void register_tune(CLI::App& app) {
   auto o = std::make_shared<Options>();
   cmd->add_option("--tp", o->tps, "the drafter's per-rank linears at this TP (repeatable: 1 2 4 8)");
   cmd->add_option("--shape", o->shapes, "a shape NxK (repeatable)");
-  cmd->add_option("--m", o->ms, "rows (repeatable; default one per bucket: 1 2 4 8 12 16 24 32)");
+  cmd->add_option("--m", o->ms, "rows (repeatable; default one per bucket: 1 2 4 8 12 16 24 32 48 64)");
   cmd->add_option("--cache", o->cache, "the cache file (default: $TPDECODE_TUNE_CACHE)");
   cmd->add_flag("--fresh", o->fresh, "re-time shapes the file already holds");
   cmd->add_flag("--alone", o->alone,

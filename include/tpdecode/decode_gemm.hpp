@@ -1,11 +1,12 @@
 // DecodeGemm: out[M, N] = x[M, K] * W[N, K]^T for one linear's weight, on the
-// fastest measured path. For 1 <= M <= 32 with contiguous, 16-byte-aligned operands
-// and an eligible weight, the first eager call of an M bucket (gemm_m_bucket) times
-// the candidates on the real weight -- the warp split-K engine at each split,
-// cuBLAS's default and cuBLASLt's best few algorithms --
-// and keeps the fastest (GemmTuner: shared by the process, optionally on disk).
-// Everything else runs cuBLAS. BF16 operands, FP32 accumulation, one BF16 rounding;
-// the engines' results are bitwise identical from run to run for a given decision.
+// fastest measured path. For 1 <= M <= kGemmMaxRows (64) with contiguous,
+// 16-byte-aligned operands and an eligible weight, the first eager call of an M
+// bucket (gemm_m_bucket) times the candidates on the real weight -- the wgmma
+// engine's tactics, the warp split-K engine at each split (up to 32 rows), cuBLAS's
+// default and cuBLASLt's best few algorithms -- and keeps the fastest (GemmTuner:
+// shared by the process, optionally on disk). Everything else runs cuBLAS. BF16
+// operands, FP32 accumulation, one BF16 rounding; the engines' results are bitwise
+// identical from run to run for a given decision.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -33,12 +34,15 @@ class DecodeGemm {
   // before any graph capture.
   explicit DecodeGemm(const TensorView& weight, std::shared_ptr<CublasContext> cublas = nullptr,
                       std::shared_ptr<GemmTuner> tuner = nullptr);
+  ~DecodeGemm();
+  DecodeGemm(const DecodeGemm&) = delete;
+  DecodeGemm& operator=(const DecodeGemm&) = delete;
 
   int64_t n() const { return weight_.rows; }
   int64_t k() const { return weight_.cols; }
   const TensorView& weight() const { return weight_; }
   // An engine can run this weight (its shape, layout and alignment suit one).
-  bool engine_eligible() const { return engines_.warp; }
+  bool engine_eligible() const { return engines_.warp || engines_.wgmma; }
   GemmEngines engines() const { return engines_; }
 
   // Decides m's bucket (from the tuner's cache, by timing the candidates, or by the
@@ -104,6 +108,7 @@ class DecodeGemm {
   // operands do not suit it.
   GemmPath runnable(const GemmDecision& d, const TensorView& x, const TensorView& out) const;
   void adopt(int m, GemmDecision d);  // validates, prepares and stores for m's bucket
+  struct TileMaps;  // the weight's tensor maps for the wgmma engine (gemm_paths.hpp)
 
   TensorView weight_;
   std::shared_ptr<CublasContext> cublas_;
@@ -117,6 +122,7 @@ class DecodeGemm {
   int sms_ = 0;
   std::string device_name_;
   std::array<std::optional<GemmDecision>, kGemmBuckets> decisions_{};
+  std::unique_ptr<TileMaps> maps_;
 };
 
 }  // namespace tpdecode

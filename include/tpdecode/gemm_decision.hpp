@@ -12,11 +12,12 @@ namespace tpdecode {
 
 // ---- Paths and the decision record --------------------------------------------
 enum class GemmPath : uint8_t {
-  kWarpSplitK,  // the warp split-K engine
+  kWarpSplitK,  // the warp split-K engine (mma.sync, up to 32 rows)
   kCublas,      // cublasGemmEx with cuBLAS's default algorithm (the stock path)
   kCublasLt,    // cublasLtMatmul with an algorithm the tuner measured
+  kWgmma,       // the wgmma engine (TMA tiles, warpgroup MMA, up to 64 rows)
 };
-const char* gemm_path_name(GemmPath p);  // "warp", "cublas", "cublaslt"
+const char* gemm_path_name(GemmPath p);  // "warp", "cublas", "cublaslt", "wgmma"
 
 // Where a decision came from.
 enum class GemmSource : uint8_t { kRule, kTuned, kCache, kAgreed, kForced };
@@ -30,30 +31,41 @@ using CublasLtAlgo = std::array<uint64_t, 8>;
 struct GemmDecision {
   GemmPath path = GemmPath::kCublas;
   GemmSource source = GemmSource::kRule;
-  uint8_t split = 1;        // kWarpSplitK: CTAs per cluster (1 .. 8)
+  uint8_t split = 1;        // kWarpSplitK, kWgmma: CTAs per cluster (1 .. 8), each a K range
+  uint8_t sub_tiles = 0;    // kWgmma: 64-row tiles per row block (1, 2, 4)
+  uint8_t stages = 0;       // kWgmma: ring stages
+  uint16_t clusters = 0;    // kWgmma: clusters launched (0: as many as fit, at most one per row block)
   float measured_us = 0;    // the tuner's median time per call (0: not measured)
   float tune_ms = 0;        // what deciding cost (timing every candidate)
   CublasLtAlgo lt_algo{};   // kCublasLt
   // The same kernel and launch shape (source and times aside): bitwise the same result.
   bool same_path(const GemmDecision& o) const {
-    return path == o.path && split == o.split && lt_algo == o.lt_algo;
+    return path == o.path && split == o.split && sub_tiles == o.sub_tiles && stages == o.stages &&
+           clusters == o.clusters && lt_algo == o.lt_algo;
   }
 };
-std::string describe(const GemmDecision& d);  // e.g. "warp split 8", "cublaslt #3fa9c1"
+// e.g. "warp split 8", "wgmma split 4 x 128 rows, 11 stages", "cublaslt #3fa9c1"
+std::string describe(const GemmDecision& d);
 // Decisions to force (DecodeGemm::force) or compare with.
 GemmDecision warp_decision(int split);
+GemmDecision wgmma_decision(int split, int sub_tiles, int stages, int clusters = 0);
 GemmDecision cublas_decision();
 
 // What the weight allows (set by DecodeGemm from the operands).
 struct GemmEngines {
-  bool warp = false;  // the warp split-K engine can run this weight
+  bool warp = false;   // the warp split-K engine can run this weight
+  bool wgmma = false;  // the wgmma engine can
 };
 
 // ---- M buckets -------------------------------------------------------------------
+// Most rows DecodeGemm's engines take in one call (the wgmma engine; the warp
+// engine takes 32); more rows always run cuBLAS.
+inline constexpr int kGemmMaxRows = 64;
 // Decisions are made per bucket of row counts: 1, 2, 3-4, 5-8, 9-12, 13-16, 17-24,
-// 25-32. A bucket never straddles the engines' token tiles (8, 16, 32 rows).
-inline constexpr int kGemmBuckets = 8;
-int gemm_m_bucket(int m);         // 1 <= m <= 32
+// 25-32, 33-48, 49-64. A bucket never straddles the engines' token tiles (8, 16, 32,
+// 64 rows).
+inline constexpr int kGemmBuckets = 10;
+int gemm_m_bucket(int m);         // 1 <= m <= kGemmMaxRows
 int gemm_bucket_min(int bucket);
 int gemm_bucket_max(int bucket);  // the row count the tuner times
 

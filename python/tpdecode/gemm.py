@@ -12,7 +12,7 @@ class DecodeGemm:
     BF16 rounding) on the current torch stream.
 
     For M ≤ ``max_rows`` rows the path is measured: the first eager call (or
-    ``prepare``) of a shape bucket times the engine (warp split-K: bitwise
+    ``prepare``) of a shape bucket times the engines (wgmma, warp split-K: bitwise
     identical run to run) and cuBLAS/cuBLASLt on the real weight and keeps the
     fastest; cuBLAS runs everything else. ``prepare`` the row counts before
     CUDA-graph capture: a call under capture never measures (it runs the cached
@@ -28,7 +28,7 @@ class DecodeGemm:
     them (``chain`` can be changed later; that drops the decisions made so far).
     Leave it off where the neighbours are ordinary kernels."""
 
-    max_rows = 32
+    max_rows = 64
 
     def __init__(self, weight: torch.Tensor, *, shared_cublas: bool = True, chain: bool = False):
         self.weight = weight
@@ -67,7 +67,7 @@ class DecodeGemm:
         return self
 
     def path(self, m: int) -> str:
-        """"warp", "cublas" or "cublaslt": what a call of m contiguous rows runs now."""
+        """"warp", "wgmma", "cublas" or "cublaslt": what a call of m contiguous rows runs now."""
         return _lib.GEMM_PATHS[self._handle.path(int(m))]
 
     def decision(self, m: int) -> str:

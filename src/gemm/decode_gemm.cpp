@@ -4,6 +4,8 @@
 
 #include "core/check.hpp"
 #include "gemm/gemm_paths.hpp"
+#include "gemm/wgmma_launch.hpp"
+#include "gemm/wgmma_plan.hpp"
 
 namespace tpdecode {
 namespace {
@@ -36,6 +38,15 @@ bool lt_operands(const TensorView& x, const TensorView& out) {
 
 }  // namespace
 
+// The weight's tile maps by sub-tile count (1, 2, 4), made when a wgmma decision
+// first needs them (host only).
+struct DecodeGemm::TileMaps {
+  std::array<std::optional<CUtensorMap>, 3> by_sub;
+  static int index(int sub_tiles) { return sub_tiles == 1 ? 0 : sub_tiles == 2 ? 1 : 2; }
+};
+
+DecodeGemm::~DecodeGemm() = default;
+
 DecodeGemm::DecodeGemm(const TensorView& weight, std::shared_ptr<CublasContext> cublas,
                        std::shared_ptr<GemmTuner> tuner)
     : weight_(weight), cublas_(std::move(cublas)), tuner_(std::move(tuner)) {
@@ -43,7 +54,8 @@ DecodeGemm::DecodeGemm(const TensorView& weight, std::shared_ptr<CublasContext> 
   check(weight.cols >= 1, "decode_gemm: weight has no columns");
   if (!cublas_) cublas_ = std::make_shared<CublasContext>();
   if (!tuner_) tuner_ = GemmTuner::shared();
-  engines_ = {warp_weight_ok(weight)};
+  engines_ = {warp_weight_ok(weight), wgmma_weight_ok(weight)};
+  maps_ = std::make_unique<TileMaps>();
   TPD_CUDA(cudaGetDevice(&device_));
   cudaDeviceProp props{};
   TPD_CUDA(cudaGetDeviceProperties(&props, device_));
@@ -73,7 +85,7 @@ std::vector<GemmDecision> DecodeGemm::candidates(int m) {
   std::vector<GemmDecision> all = engine_candidates(n(), k(), m, engines_);
   if (sharing_ > 1)
     std::erase_if(all, [](const GemmDecision& d) {
-      return d.path == GemmPath::kWarpSplitK && !warp_split_for_shared_gpu(d.split);
+      return (d.path == GemmPath::kWarpSplitK || d.path == GemmPath::kWgmma) && !warp_split_for_shared_gpu(d.split);
     });
   GemmDecision lt;
   lt.path = GemmPath::kCublasLt;
@@ -87,7 +99,7 @@ std::vector<GemmDecision> DecodeGemm::candidates(int m) {
 
 void DecodeGemm::prepare(int m, cudaStream_t stream) {
   check(!capturing(stream), "decode_gemm: prepare() under stream capture");
-  if (!engine_eligible() || m < 1 || m > kWarpMaxRows || decisions_[gemm_m_bucket(m)]) return;
+  if (!engine_eligible() || m < 1 || m > kGemmMaxRows || decisions_[gemm_m_bucket(m)]) return;
   const int rows = gemm_bucket_max(gemm_m_bucket(m));  // what the bucket is timed and prepared at
   const GemmDecision rule = rule_decision(n(), k(), rows, sms_, engines_, sharing_ > 1);
   const GemmMeasure measure = [&](const std::vector<GemmDecision>& c) {
@@ -113,12 +125,16 @@ void DecodeGemm::prepare(int m, cudaStream_t stream) {
 
 void DecodeGemm::adopt(int m, GemmDecision d) {
   const RelaxedCaptureMode relaxed;
-  prepare_path(d, weight_, gemm_bucket_max(gemm_m_bucket(m)), sms_, *cublas_);
+  d = prepare_path(d, weight_, gemm_bucket_max(gemm_m_bucket(m)));
+  if (d.path == GemmPath::kWgmma) {
+    std::optional<CUtensorMap>& map = maps_->by_sub[static_cast<std::size_t>(TileMaps::index(d.sub_tiles))];
+    if (!map) map = wgmma_tile_map(weight_.data, n(), k(), wgmma::kTileRows * d.sub_tiles);
+  }
   decisions_[gemm_m_bucket(m)] = d;
 }
 
 void DecodeGemm::force(int m, const GemmDecision& d) {
-  check(engine_eligible() && m >= 1 && m <= kWarpMaxRows, "decode_gemm: force() for {} rows of {}x{}", m, n(), k());
+  check(engine_eligible() && m >= 1 && m <= kGemmMaxRows, "decode_gemm: force() for {} rows of {}x{}", m, n(), k());
   const int rows = gemm_bucket_max(gemm_m_bucket(m));
   check(engine_decision_legal(d, n(), k(), rows, sms_, engines_), "decode_gemm: {} cannot run {}x{} at {} rows",
         describe(d), n(), k(), m);
@@ -131,7 +147,7 @@ void DecodeGemm::force(int m, const GemmDecision& d) {
 }
 
 bool DecodeGemm::prepared(int m) const {
-  return m >= 1 && m <= kWarpMaxRows && decisions_[gemm_m_bucket(m)].has_value();
+  return m >= 1 && m <= kGemmMaxRows && decisions_[gemm_m_bucket(m)].has_value();
 }
 
 const GemmDecision& DecodeGemm::decision(int m) const {
@@ -152,12 +168,14 @@ GemmPath DecodeGemm::runnable(const GemmDecision& d, const TensorView& x, const 
   if (d.path == GemmPath::kCublasLt)
     return lt_operands(x, out) && cublas_->lt_algorithm_ok(x, weight_, out, d.lt_algo) ? GemmPath::kCublasLt
                                                                                         : GemmPath::kCublas;
-  const int rows = gemm_bucket_max(gemm_m_bucket(m));
-  return path_prepared(d, weight_, rows, sms_, *cublas_) ? d.path : GemmPath::kCublas;
+  const bool mapped = d.path != GemmPath::kWgmma || maps_->by_sub[static_cast<std::size_t>(TileMaps::index(d.sub_tiles))];
+  return path_prepared(d) && mapped && m <= (d.path == GemmPath::kWarpSplitK ? kWarpMaxRows : kGemmMaxRows)
+             ? d.path
+             : GemmPath::kCublas;
 }
 
 GemmPath DecodeGemm::path(int m) const {
-  if (!engine_eligible() || m < 1 || m > kWarpMaxRows) return GemmPath::kCublas;
+  if (!engine_eligible() || m < 1 || m > kGemmMaxRows) return GemmPath::kCublas;
   const GemmDecision d = prepared(m) ? *decisions_[gemm_m_bucket(m)] : unprepared_decision(m);
   return runnable(d, shape_of(m, k()), shape_of(m, n()));
 }
@@ -175,7 +193,7 @@ void DecodeGemm::check_operands(const TensorView& x, const TensorView& out) cons
   check(out.rows == x.rows, "decode_gemm: out has {} rows, x has {}", out.rows, x.rows);
 }
 
-bool DecodeGemm::engine_takes(const TensorView& x) const { return engine_eligible() && warp_activations_ok(x); }
+bool DecodeGemm::engine_takes(const TensorView& x) const { return engine_eligible() && wgmma_activations_ok(x); }
 
 GemmPath DecodeGemm::run(const TensorView& x, const TensorView& out, cudaStream_t stream) {
   check_operands(x, out);
@@ -187,7 +205,9 @@ GemmPath DecodeGemm::run(const TensorView& x, const TensorView& out, cudaStream_
   if (!prepared(m) && !capturing(stream)) prepare(m, stream);
   const GemmDecision d = prepared(m) ? *decisions_[gemm_m_bucket(m)] : unprepared_decision(m);
   const GemmPath p = runnable(d, x, out);
-  launch_path(p == d.path ? d : cublas_decision(), weight_, x, out, sms_, *cublas_, pdl_, stream);
+  const CUtensorMap* map =
+      p == GemmPath::kWgmma ? &*maps_->by_sub[static_cast<std::size_t>(TileMaps::index(d.sub_tiles))] : nullptr;
+  launch_path(p == d.path ? d : cublas_decision(), weight_, x, out, sms_, *cublas_, pdl_, stream, map);
   return p;
 }
 

@@ -138,11 +138,11 @@ std::vector<double> measure_paths(const std::vector<GemmDecision>& candidates, c
   std::vector<OwnGraph> graphs(candidates.size());
   for (std::size_t i : order) {
     try {
-      prepare_path(candidates[i], weight, m, sms, ctx);
+      const GemmDecision launched = prepare_path(candidates[i], weight, m);
       capture(
           s.s,
           [&] {
-            for (int c = 0; c < calls; ++c) launch_path(candidates[i], copy(c), xv, ov, sms, ctx, pdl, s.s);
+            for (int c = 0; c < calls; ++c) launch_path(launched, copy(c), xv, ov, sms, ctx, pdl, s.s);
           },
           graphs[i]);
       TPD_CUDA(cudaMemsetAsync(out.get(), 0xff, out.bytes(), s.s));  // NaN: an unwritten element shows

@@ -1,8 +1,12 @@
 #include "gemm/gemm_paths.hpp"
 
+#include <algorithm>
 #include <atomic>
 
+#include "core/check.hpp"
 #include "gemm/warp_splitk_launch.hpp"
+#include "gemm/wgmma_launch.hpp"
+#include "gemm/wgmma_plan.hpp"
 #include "tpdecode/error.hpp"
 
 namespace tpdecode {
@@ -20,16 +24,27 @@ uint64_t device_bit() {
 
 }  // namespace
 
-void prepare_path(const GemmDecision& d, const TensorView& weight, int m, int sms, CublasContext& ctx) {
+GemmDecision prepare_path(const GemmDecision& d, const TensorView& weight, int m) {
   if (d.path == GemmPath::kWarpSplitK && !(warp_devices.load() & device_bit())) {
     for (int tiles : {1, 2, 4}) prepare_warp_splitk(tiles);
     warp_devices.fetch_or(device_bit());
   }
+  if (d.path != GemmPath::kWgmma) return d;
+  prepare_wgmma();
+  if (d.clusters > 0) return d;
+  const int tokens = wgmma::token_tile(m);
+  const int64_t blocks = (weight.rows + wgmma::kTileRows * d.sub_tiles - 1) / (wgmma::kTileRows * d.sub_tiles);
+  const int resident = wgmma_resident_clusters(d.sub_tiles, tokens, d.split, d.stages);
+  check(resident > 0, "decode_gemm: {} does not fit this GPU", describe(d));
+  GemmDecision launched = d;
+  launched.clusters = static_cast<uint16_t>(std::min<int64_t>({blocks, resident, 65535}));
+  return launched;
 }
 
-bool path_prepared(const GemmDecision& d, const TensorView& weight, int m, int sms, CublasContext& ctx) {
+bool path_prepared(const GemmDecision& d) {
   switch (d.path) {
     case GemmPath::kWarpSplitK: return (warp_devices.load() & device_bit()) != 0;
+    case GemmPath::kWgmma: return d.clusters > 0 && wgmma_prepared();
     case GemmPath::kCublas:
     case GemmPath::kCublasLt: return true;
   }
@@ -37,7 +52,7 @@ bool path_prepared(const GemmDecision& d, const TensorView& weight, int m, int s
 }
 
 void launch_path(const GemmDecision& d, const TensorView& weight, const TensorView& x, const TensorView& out, int sms,
-                 CublasContext& ctx, bool pdl, cudaStream_t stream) {
+                 CublasContext& ctx, bool pdl, cudaStream_t stream, const CUtensorMap* w_map) {
   const int m = static_cast<int>(x.rows);
   switch (d.path) {
     case GemmPath::kWarpSplitK: {
@@ -50,6 +65,29 @@ void launch_path(const GemmDecision& d, const TensorView& weight, const TensorVi
                                .k = weight.cols,
                                .out_stride = out.row_stride};
       launch_warp_splitk(p, tactic_with_split(weight.rows, weight.cols, m, sms, d.split), pdl, stream);
+      return;
+    }
+    case GemmPath::kWgmma: {
+      const int rows = wgmma::kTileRows * d.sub_tiles;
+      const WgmmaParams p{.x = x.data,
+                          .out = out.data,
+                          .m = m,
+                          .n = weight.rows,
+                          .k = weight.cols,
+                          .out_stride = out.row_stride,
+                          .blocks = (weight.rows + rows - 1) / rows,
+                          .chunks = static_cast<int>(weight.cols / wgmma::kChunkK)};
+      const WgmmaShape s{.sub_tiles = d.sub_tiles,
+                         .tokens = wgmma::token_tile(m),
+                         .split = d.split,
+                         .clusters = d.clusters,
+                         .stages = d.stages};
+      if (w_map) {
+        launch_wgmma(*w_map, p, s, pdl, stream);
+      } else {
+        const CUtensorMap map = wgmma_tile_map(weight.data, weight.rows, weight.cols, rows);
+        launch_wgmma(map, p, s, pdl, stream);
+      }
       return;
     }
     case GemmPath::kCublasLt: ctx.gemm_lt(x, weight, out, d.lt_algo, stream); return;

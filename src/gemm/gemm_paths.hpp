@@ -3,6 +3,7 @@
 // checked by the caller (decode_gemm.cpp).
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <vector>
@@ -29,14 +30,18 @@ class RelaxedCaptureMode {
   cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
 };
 
-// Host work `d` needs before it launches m rows of `weight` (the engine's kernel
-// attributes). Never under capture.
-void prepare_path(const GemmDecision& d, const TensorView& weight, int m, int sms, CublasContext& ctx);
+// Host work `d` needs before it launches m rows of `weight` (the engines' kernel
+// attributes); returns `d` as it launches here: a wgmma decision's clusters 0
+// becomes the row blocks or the clusters this GPU holds at once, the fewer. Never
+// under capture.
+GemmDecision prepare_path(const GemmDecision& d, const TensorView& weight, int m);
 // Whether the preparation `d` needs is in place (so it can launch under capture).
-bool path_prepared(const GemmDecision& d, const TensorView& weight, int m, int sms, CublasContext& ctx);
-// Launches `d` (prepared) for out = x * weight^T on `stream`.
+bool path_prepared(const GemmDecision& d);
+// Launches `d` (from prepare_path) for out = x * weight^T on `stream`. w_map: the
+// weight's tile map for a wgmma decision (wgmma_tile_map at its sub-tiles' rows),
+// or null to encode it here.
 void launch_path(const GemmDecision& d, const TensorView& weight, const TensorView& x, const TensorView& out, int sms,
-                 CublasContext& ctx, bool pdl, cudaStream_t stream);
+                 CublasContext& ctx, bool pdl, cudaStream_t stream, const CUtensorMap* w_map = nullptr);
 
 // Microseconds per call of each candidate on m rows of `weight` (not finite: it
 // failed): CUDA graphs of back-to-back calls over rotating copies of the weight (at

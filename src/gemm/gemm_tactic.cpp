@@ -6,6 +6,7 @@
 #include <array>
 
 #include "core/check.hpp"
+#include "gemm/wgmma_plan.hpp"
 #include "core/hash.hpp"
 
 namespace tpdecode {
@@ -131,6 +132,7 @@ const char* gemm_path_name(GemmPath p) {
     case GemmPath::kWarpSplitK: return "warp";
     case GemmPath::kCublas: return "cublas";
     case GemmPath::kCublasLt: return "cublaslt";
+    case GemmPath::kWgmma: return "wgmma";
   }
   return "?";
 }
@@ -149,6 +151,9 @@ const char* gemm_source_name(GemmSource s) {
 std::string describe(const GemmDecision& d) {
   switch (d.path) {
     case GemmPath::kWarpSplitK: return fmt::format("warp split {}", int{d.split});
+    case GemmPath::kWgmma:
+      return fmt::format("wgmma split {} x {} rows, {} stages{}", int{d.split}, 64 * int{d.sub_tiles}, int{d.stages},
+                         d.clusters ? fmt::format(", {} clusters", int{d.clusters}) : std::string());
     case GemmPath::kCublasLt: {
       uint64_t h = 0;  // a short name for the algorithm's bytes
       for (uint64_t word : d.lt_algo) h = hash::mix64(h ^ word);
@@ -166,14 +171,24 @@ GemmDecision warp_decision(int split) {
   return d;
 }
 
+GemmDecision wgmma_decision(int split, int sub_tiles, int stages, int clusters) {
+  GemmDecision d;
+  d.path = GemmPath::kWgmma;
+  d.split = static_cast<uint8_t>(split);
+  d.sub_tiles = static_cast<uint8_t>(sub_tiles);
+  d.stages = static_cast<uint8_t>(stages);
+  d.clusters = static_cast<uint16_t>(clusters);
+  return d;
+}
+
 GemmDecision cublas_decision() { return GemmDecision{}; }
 
 namespace {
-constexpr std::array<int, kGemmBuckets + 1> kBucketEdges = {1, 2, 3, 5, 9, 13, 17, 25, 33};  // [edge, next edge)
+constexpr std::array<int, kGemmBuckets + 1> kBucketEdges = {1, 2, 3, 5, 9, 13, 17, 25, 33, 49, 65};  // [edge, next)
 }  // namespace
 
 int gemm_m_bucket(int m) {
-  check(m >= 1 && m <= kWarpMaxRows, "decode gemm: no bucket for {} rows (1..{})", m, kWarpMaxRows);
+  check(m >= 1 && m <= kGemmMaxRows, "decode gemm: no bucket for {} rows (1..{})", m, kGemmMaxRows);
   return static_cast<int>(std::upper_bound(kBucketEdges.begin(), kBucketEdges.end(), m) - kBucketEdges.begin()) - 1;
 }
 
@@ -189,18 +204,55 @@ int gemm_bucket_max(int bucket) {
 
 // ---- Candidates and the static rule -------------------------------------------
 
+bool wgmma_eligible(int64_t n, int64_t k) {
+  return n > 0 && k > 0 && k % wgmma::kChunkK == 0 && n < (int64_t{1} << 31) && k < (int64_t{1} << 31) &&
+         n <= (int64_t{1} << 40) / k;
+}
+
+bool wgmma_weight_ok(const TensorView& weight) {
+  return weight.data != nullptr && weight.dtype == DType::kBF16 && weight.contiguous() && weight.aligned(16) &&
+         wgmma_eligible(weight.rows, weight.cols);
+}
+
+bool wgmma_activations_ok(const TensorView& x) {
+  return x.data != nullptr && x.dtype == DType::kBF16 && x.rows >= 1 && x.rows <= kGemmMaxRows && x.contiguous() &&
+         x.aligned(16);
+}
+
+bool wgmma_split_ok(int64_t k, int split) {
+  return split >= 1 && split <= kWarpMaxSplit && (split == 1 || k / wgmma::kChunkK >= 2 * int64_t{split});
+}
+
+std::vector<GemmDecision> wgmma_candidates(int64_t n, int64_t k, int m) {
+  std::vector<GemmDecision> out;
+  if (!wgmma_eligible(n, k) || m < 1 || m > kGemmMaxRows) return out;
+  const int tokens = wgmma::token_tile(m);
+  for (int sub : {1, 2, 4}) {
+    if (!wgmma::shape_built(sub, tokens)) continue;
+    for (int budget : {kWgmmaHalfBudget, kWgmmaFullBudget}) {
+      const int stages = wgmma::stages_within(sub, tokens, budget);
+      if (stages == 0) continue;
+      for (int split = 1; split <= kWarpMaxSplit; ++split)
+        if (wgmma_split_ok(k, split)) out.push_back(wgmma_decision(split, sub, stages));
+    }
+  }
+  return out;
+}
+
 std::vector<GemmDecision> engine_candidates(int64_t n, int64_t k, int m, GemmEngines engines) {
   std::vector<GemmDecision> out;
-  if (engines.warp && warp_eligible(n, k))
+  if (engines.warp && warp_eligible(n, k) && m <= kWarpMaxRows)
     for (int split = 1; split <= kWarpMaxSplit; ++split)
       if (warp_split_ok(k, split)) out.push_back(warp_decision(split));
+  if (engines.wgmma)
+    for (const GemmDecision& d : wgmma_candidates(n, k, m)) out.push_back(d);
   out.push_back(cublas_decision());
   for (GemmDecision& d : out) d.source = GemmSource::kTuned;
   return out;
 }
 
 GemmDecision rule_decision(int64_t n, int64_t k, int m, int sms, GemmEngines engines, bool shared_gpu) {
-  if (engines.warp && warp_eligible(n, k)) {
+  if (engines.warp && warp_eligible(n, k) && m <= kWarpMaxRows) {
     const GemmTactic t = choose_tactic(n, k, m, sms, shared_gpu);
     if (t.engine_preferred) return warp_decision(t.split);
   }
@@ -208,12 +260,20 @@ GemmDecision rule_decision(int64_t n, int64_t k, int m, int sms, GemmEngines eng
 }
 
 bool engine_decision_legal(const GemmDecision& d, int64_t n, int64_t k, int m, int sms, GemmEngines engines) {
-  if (m < 1 || m > kWarpMaxRows || sms < 1) return d.path == GemmPath::kCublas;
+  if (m < 1 || m > kGemmMaxRows || sms < 1) return d.path == GemmPath::kCublas;
   switch (d.path) {
     case GemmPath::kCublas:
     case GemmPath::kCublasLt: return true;
     case GemmPath::kWarpSplitK:
-      return engines.warp && warp_eligible(n, k) && warp_split_ok(k, d.split);
+      return engines.warp && warp_eligible(n, k) && m <= kWarpMaxRows && warp_split_ok(k, d.split);
+    case GemmPath::kWgmma: {
+      const int tokens = wgmma::token_tile(m);
+      const int64_t blocks = (n + 64 * int64_t{d.sub_tiles} - 1) / (64 * std::max<int64_t>(1, d.sub_tiles));
+      return engines.wgmma && wgmma_eligible(n, k) && wgmma_split_ok(k, d.split) &&
+             wgmma::shape_built(d.sub_tiles, tokens) && d.stages >= wgmma::kMinStages &&
+             d.stages <= wgmma::kMaxStages &&
+             wgmma::layout(d.sub_tiles, tokens, d.stages).smem_bytes <= kWgmmaFullBudget && d.clusters <= blocks;
+    }
   }
   return false;
 }

@@ -74,12 +74,33 @@ GemmTactic choose_tactic(int64_t n, int64_t k, int m, int sms, bool powers_of_tw
 // 128-column chunks when split > 1. The tuner times every one of them.
 bool warp_split_ok(int64_t k, int split);
 // The splits timed where several ranks' GEMMs share one GPU (a local team): the
-// powers of two. Timed alone, 3 and 6 win some drafter shapes, but beside seven
-// other ranks' GEMMs they were slower (docs/history/performance-2026-11.md,
-// "Every split 1–8").
+// powers of two, for both engines. Timed alone, the warp engine's 3 and 6 win some
+// drafter shapes, but beside seven other ranks' GEMMs they were slower
+// (docs/history/performance-2026-11.md, "Every split 1–8").
 bool warp_split_for_shared_gpu(int split);
 // The rule's tactic with the split forced (benchmarks, tests); split must be legal.
 GemmTactic tactic_with_split(int64_t n, int64_t k, int m, int sms, int split);
+
+// ---- The wgmma engine ------------------------------------------------------------
+// K a multiple of 64 (the 128-byte rows of its tiles), N and K below 2^31 (tensor-map
+// coordinates), N * K <= 2^40.
+bool wgmma_eligible(int64_t n, int64_t k);
+// The weight suits the engine: bf16, contiguous, 16-byte aligned, an eligible shape.
+bool wgmma_weight_ok(const TensorView& weight);
+// The activations suit the engine: 1..64 rows, contiguous, 16-byte aligned.
+bool wgmma_activations_ok(const TensorView& x);
+// A split the engine runs for K: 1 .. 8 CTAs per cluster, each with at least two
+// 64-column chunks when split > 1.
+bool wgmma_split_ok(int64_t k, int split);
+// The shared memory a CTA may take: all an SM gives one CTA, or half an SM (so that
+// the next kernel's CTA fits beside it and prefetches its weights during this one's
+// tail: it measured faster on most shapes, docs/performance.md).
+inline constexpr int kWgmmaFullBudget = kSmemPerCtaMax;
+inline constexpr int kWgmmaHalfBudget = kSmemPerSm / 2 - kSmemReservedPerCta;
+// The engine's tactics the tuner times for m rows (clusters 0: as many as fit):
+// every built sub-tile count at every legal split, with the deepest ring of each
+// budget that holds kMinStages stages.
+std::vector<GemmDecision> wgmma_candidates(int64_t n, int64_t k, int m);
 
 // ---- Candidates and the static rule -------------------------------------------
 // Every engine tactic that can run (N, K, m), then stock cuBLAS: what the tuner
@@ -87,8 +108,10 @@ GemmTactic tactic_with_split(int64_t n, int64_t k, int m, int sms, int split);
 std::vector<GemmDecision> engine_candidates(int64_t n, int64_t k, int m, GemmEngines engines);
 // The static rule (no measurement): the warp engine where choose_tactic prefers it
 // (at its split; among the powers of two where ranks share the GPU), else cuBLAS.
+// It never picks the wgmma engine, whose tactics are only ever measured.
 GemmDecision rule_decision(int64_t n, int64_t k, int m, int sms, GemmEngines engines, bool shared_gpu = false);
-// An engine decision runs on this shape (cuBLAS always; cuBLASLt is checked on the GPU).
+// An engine decision runs on this shape (cuBLAS always; cuBLASLt is checked on the
+// GPU; a wgmma decision's clusters 0 stands for as many as fit).
 bool engine_decision_legal(const GemmDecision& d, int64_t n, int64_t k, int m, int sms, GemmEngines engines);
 
 }  // namespace tpdecode

@@ -22,7 +22,7 @@ namespace {
 // tactic's meaning changed) or an engine's speed does: decisions measured under
 // another revision are not used, so every bucket is decided again among today's
 // candidates.
-constexpr int kEngineRevision = 5;
+constexpr int kEngineRevision = 6;
 
 // The map key: every field of GemmKey.
 std::string id_of(const GemmKey& k) {

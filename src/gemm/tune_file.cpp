@@ -39,7 +39,7 @@ CublasLtAlgo algo_of_hex(const std::string& s) {
 }
 
 std::optional<GemmPath> path_of(const std::string& name) {
-  for (GemmPath p : {GemmPath::kWarpSplitK, GemmPath::kCublas, GemmPath::kCublasLt})
+  for (GemmPath p : {GemmPath::kWarpSplitK, GemmPath::kCublas, GemmPath::kCublasLt, GemmPath::kWgmma})
     if (name == gemm_path_name(p)) return p;
   return std::nullopt;
 }
@@ -71,7 +71,7 @@ std::optional<TuneEntry> entry_of(const Json& e) {
   check<Error>(t.key.n > 0 && t.key.k > 0, "n, k must be positive");
   const int m_min = e.at("m_min").get<int>();
   const int m_max = e.at("m_max").get<int>();
-  check<Error>(m_min >= 1 && m_max <= kWarpMaxRows && m_min <= m_max, "m_min, m_max = {}, {}", m_min, m_max);
+  check<Error>(m_min >= 1 && m_max <= kGemmMaxRows && m_min <= m_max, "m_min, m_max = {}, {}", m_min, m_max);
   t.key.bucket = gemm_m_bucket(m_min);
   check<Error>(gemm_bucket_min(t.key.bucket) == m_min && gemm_bucket_max(t.key.bucket) == m_max,
                "m {}-{} is not a bucket", m_min, m_max);
@@ -82,6 +82,10 @@ std::optional<TuneEntry> entry_of(const Json& e) {
   t.decision.path = *path;
   t.decision.source = GemmSource::kCache;
   t.decision.split = small_unsigned<uint8_t>(e, "split", 255);
+  // Absent in files written before the wgmma engine: no other path reads them.
+  t.decision.sub_tiles = e.contains("sub_tiles") ? small_unsigned<uint8_t>(e, "sub_tiles", 255) : uint8_t{0};
+  t.decision.stages = e.contains("stages") ? small_unsigned<uint8_t>(e, "stages", 255) : uint8_t{0};
+  t.decision.clusters = e.contains("clusters") ? small_unsigned<uint16_t>(e, "clusters", 65535) : uint16_t{0};
   t.decision.lt_algo = algo_of_hex(e.at("lt_algo").get<std::string>());
   t.decision.measured_us = e.at("us").get<float>();
   t.decision.tune_ms = e.at("tune_ms").get<float>();
@@ -101,6 +105,9 @@ Json json_of(const TuneEntry& t) {
           {"sharing", t.key.sharing},
           {"path", gemm_path_name(t.decision.path)},
           {"split", t.decision.split},
+          {"sub_tiles", t.decision.sub_tiles},
+          {"stages", t.decision.stages},
+          {"clusters", t.decision.clusters},
           {"lt_algo", hex_of(t.decision.lt_algo)},
           {"us", t.decision.measured_us},
           {"tune_ms", t.decision.tune_ms}};

@@ -98,23 +98,19 @@ template <class F>
 bool with_kernel(int sub_tiles, int tokens, F&& f) {
   auto pick = [&](auto sub) {
     constexpr int kSub = decltype(sub)::value;
-    // Why these: kChains x sub-tiles x tokens / 2 accumulator registers per thread,
-    // at most 128.
+    auto built = [&](auto tok) {
+      constexpr int kTokens = decltype(tok)::value;
+      if constexpr (shape_built(kSub, kTokens)) {
+        f(wgmma_gemm_kernel<kSub, kTokens>);
+        return true;
+      }
+      return false;
+    };
     switch (tokens) {
-      case 8: f(wgmma_gemm_kernel<kSub, 8>); return true;
-      case 16: f(wgmma_gemm_kernel<kSub, 16>); return true;
-      case 32:
-        if constexpr (kSub <= 2) {
-          f(wgmma_gemm_kernel<kSub, 32>);
-          return true;
-        }
-        return false;
-      case 64:
-        if constexpr (kSub == 1) {
-          f(wgmma_gemm_kernel<kSub, 64>);
-          return true;
-        }
-        return false;
+      case 8: return built(std::integral_constant<int, 8>{});
+      case 16: return built(std::integral_constant<int, 16>{});
+      case 32: return built(std::integral_constant<int, 32>{});
+      case 64: return built(std::integral_constant<int, 64>{});
       default: return false;
     }
   };
@@ -199,6 +195,8 @@ void prepare_wgmma() {
       });
   wgmma::prepared_devices.fetch_or(wgmma::device_bit());
 }
+
+bool wgmma_prepared() { return (wgmma::prepared_devices.load() & wgmma::device_bit()) != 0; }
 
 int wgmma_resident_clusters(int sub_tiles, int tokens, int split, int stages) {
   prepare_wgmma();

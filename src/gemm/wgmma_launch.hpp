@@ -40,8 +40,9 @@ CUtensorMap wgmma_tile_map(const void* operand, int64_t rows, int64_t k, int box
 // Whether the engine is built for (sub_tiles, tokens).
 bool wgmma_shape_built(int sub_tiles, int tokens);
 // Raises the kernels' dynamic shared-memory limit on the current device (host only;
-// before any capture; idempotent).
+// before any capture; idempotent), and whether that was done.
 void prepare_wgmma();
+bool wgmma_prepared();
 // Clusters of `split` CTAs of the (sub_tiles, tokens) kernel with `stages` stages
 // that the current device holds at once (cudaOccupancyMaxActiveClusters; 0: none).
 int wgmma_resident_clusters(int sub_tiles, int tokens, int split, int stages);

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <cuda/ptx>
 
-#include "tpdecode/device.cuh"
+#include "core/device.cuh"
 
 namespace tpdecode::dev {
 

@@ -62,4 +62,11 @@ constexpr int stages_within(int sub_tiles, int tokens, int budget) {
 // The token tile for m rows (1 <= m <= kMaxTokens).
 constexpr int token_tile(int m) { return m <= 8 ? 8 : m <= 16 ? 16 : m <= 32 ? 32 : 64; }
 
+// The (sub-tiles, token tile) kernels built: 4 accumulator chains x sub-tiles x
+// tokens / 2 registers per thread, at most 128.
+constexpr bool shape_built(int sub_tiles, int tokens) {
+  return (sub_tiles == 1 || sub_tiles == 2 || sub_tiles == 4) &&
+         (tokens == 8 || tokens == 16 || tokens == 32 || tokens == 64) && sub_tiles * tokens <= 64;
+}
+
 }  // namespace tpdecode::wgmma

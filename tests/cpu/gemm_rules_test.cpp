@@ -7,12 +7,14 @@
 
 #include <random>
 #include <set>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
 #include "core/bf16.hpp"
 #include "gemm/gemm_tactic.hpp"
 #include "reference/gemm.hpp"
+#include "gemm/wgmma_plan.hpp"
 #include "tpdecode/error.hpp"
 
 namespace tpdecode {
@@ -168,19 +170,22 @@ TEST(GemmRules, ForcedSplitMustBeLegal) {
 
 TEST(GemmRules, BucketsPartitionTheRowsWithinTokenTiles) {
   int expected = 0;
-  for (int m = 1; m <= kWarpMaxRows; ++m) {
+  for (int m = 1; m <= kGemmMaxRows; ++m) {
     const int b = gemm_m_bucket(m);
     if (m > 1 && b != gemm_m_bucket(m - 1)) ++expected;
     EXPECT_EQ(b, expected) << m;
     EXPECT_LE(gemm_bucket_min(b), m);
     EXPECT_GE(gemm_bucket_max(b), m);
-    EXPECT_EQ(warp_token_tiles(gemm_bucket_min(b)), warp_token_tiles(gemm_bucket_max(b))) << "bucket " << b;
+    EXPECT_EQ(wgmma::token_tile(gemm_bucket_min(b)), wgmma::token_tile(gemm_bucket_max(b))) << "bucket " << b;
+    if (m <= kWarpMaxRows)
+      EXPECT_EQ(warp_token_tiles(gemm_bucket_min(b)), warp_token_tiles(gemm_bucket_max(b))) << "bucket " << b;
   }
   EXPECT_EQ(expected, kGemmBuckets - 1);
   EXPECT_EQ(gemm_m_bucket(7), gemm_m_bucket(8));    // 5-8
   EXPECT_NE(gemm_m_bucket(13), gemm_m_bucket(12));  // 13-16 vs 9-12
+  EXPECT_EQ(gemm_bucket_max(gemm_m_bucket(kWarpMaxRows)), kWarpMaxRows);  // no bucket straddles the warp engine
   EXPECT_THROW(gemm_m_bucket(0), InvalidArgument);
-  EXPECT_THROW(gemm_m_bucket(33), InvalidArgument);
+  EXPECT_THROW(gemm_m_bucket(kGemmMaxRows + 1), InvalidArgument);
   EXPECT_THROW(gemm_bucket_max(kGemmBuckets), InvalidArgument);
 }
 
@@ -243,6 +248,107 @@ TEST(GemmRules, DecisionRecordIsSmallAndTriviallyCopyable) {
   EXPECT_EQ(describe(a), describe(b));
   EXPECT_EQ(std::string(gemm_path_name(GemmPath::kWarpSplitK)), "warp");
   EXPECT_EQ(std::string(gemm_path_name(GemmPath::kCublasLt)), "cublaslt");
+  EXPECT_EQ(std::string(gemm_path_name(GemmPath::kWgmma)), "wgmma");
+  // Every field of a wgmma launch shape tells two decisions apart.
+  const GemmDecision w = wgmma_decision(4, 2, 6, 33);
+  EXPECT_TRUE(w.same_path(wgmma_decision(4, 2, 6, 33)));
+  EXPECT_FALSE(w.same_path(wgmma_decision(3, 2, 6, 33)));
+  EXPECT_FALSE(w.same_path(wgmma_decision(4, 1, 6, 33)));
+  EXPECT_FALSE(w.same_path(wgmma_decision(4, 2, 7, 33)));
+  EXPECT_FALSE(w.same_path(wgmma_decision(4, 2, 6, 0)));
+  EXPECT_EQ(describe(w), "wgmma split 4 x 128 rows, 6 stages, 33 clusters");
+}
+
+TEST(GemmRules, WgmmaEligibility) {
+  EXPECT_TRUE(wgmma_eligible(2112, 7168));
+  EXPECT_TRUE(wgmma_eligible(896, 35840));
+  EXPECT_TRUE(wgmma_eligible(1000, 640));    // any N
+  EXPECT_TRUE(wgmma_eligible(2112, 7232));   // K % 64 (the warp engine needs K % 128)
+  EXPECT_FALSE(warp_eligible(2112, 7232));
+  EXPECT_FALSE(wgmma_eligible(2112, 7200));  // K % 64
+  EXPECT_FALSE(wgmma_eligible(0, 128));
+  EXPECT_FALSE(wgmma_eligible(int64_t{1} << 31, 64));  // beyond tensor-map coordinates
+  EXPECT_FALSE(wgmma_eligible(int64_t{1} << 30, int64_t{1} << 11));  // N * K > 2^40
+  EXPECT_TRUE(wgmma_split_ok(1024, 8));   // 16 chunks: two per CTA
+  EXPECT_FALSE(wgmma_split_ok(1024, 9));
+  EXPECT_FALSE(wgmma_split_ok(896, 8));   // 14 chunks
+  EXPECT_TRUE(wgmma_split_ok(64, 1));
+  EXPECT_FALSE(wgmma_split_ok(64, 0));
+}
+
+// Every launch shape of the ring fits its budget, with the 128-byte swizzle's
+// alignment; the half-SM ring leaves room for a second CTA on the SM.
+TEST(GemmRules, WgmmaLayoutsFitAndAlign) {
+  int built = 0;
+  for (int sub : {1, 2, 4})
+    for (int tokens : {8, 16, 32, 64}) {
+      if (!wgmma::shape_built(sub, tokens)) continue;
+      ++built;
+      for (int budget : {kWgmmaHalfBudget, kWgmmaFullBudget}) {
+        const int stages = wgmma::stages_within(sub, tokens, budget);
+        SCOPED_TRACE(testing::Message() << sub << " sub-tiles, " << tokens << " tokens, budget " << budget);
+        if (stages == 0) {  // only 4 sub-tiles miss the half-SM ring
+          EXPECT_TRUE(sub == 4 && budget == kWgmmaHalfBudget);
+          continue;
+        }
+        ASSERT_GE(stages, wgmma::kMinStages);
+        ASSERT_LE(stages, wgmma::kMaxStages);
+        const wgmma::Layout l = wgmma::layout(sub, tokens, stages);
+        EXPECT_LE(l.smem_bytes, budget);
+        EXPECT_GT(wgmma::layout(sub, tokens, stages + 1).smem_bytes, stages < wgmma::kMaxStages ? budget : 0);
+        EXPECT_EQ(l.stage_bytes % wgmma::kAlign, 0);
+        EXPECT_EQ(l.w_bytes % wgmma::kAlign, 0);  // the activation tile starts 1024-aligned too
+        EXPECT_EQ(l.partials_offset, stages * l.stage_bytes);
+        EXPECT_EQ(l.barriers_offset % 8, 0);
+        EXPECT_EQ(l.barriers_offset, l.partials_offset + 2 * l.partial_bytes);
+        EXPECT_GE(l.partial_stride, sub * wgmma::kTileRows);
+        if (budget == kWgmmaHalfBudget) EXPECT_LE(2 * (l.smem_bytes + kSmemReservedPerCta), kSmemPerSm);
+        // Accumulators: 4 chains of sub-tiles x tokens / 2 registers.
+        EXPECT_LE(4 * sub * tokens / 2, 128);
+      }
+    }
+  EXPECT_EQ(built, 9);
+  EXPECT_EQ(wgmma::stages_within(1, 8, 4096), 0);  // not even the shallowest ring
+}
+
+TEST(GemmRules, WgmmaCandidatesAreLegal) {
+  std::mt19937_64 rng(17);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t n = 1 + static_cast<int64_t>(rng() % 40000);
+    const int64_t k = 64 * static_cast<int64_t>(1 + rng() % 400);
+    const int m = 1 + static_cast<int>(rng() % kGemmMaxRows);
+    SCOPED_TRACE(testing::Message() << n << "x" << k << " M " << m);
+    const GemmEngines engines{warp_eligible(n, k), wgmma_eligible(n, k)};
+    const std::vector<GemmDecision> c = engine_candidates(n, k, m, engines);
+    int wgmmas = 0;
+    std::set<std::tuple<int, int, int>> seen;
+    for (const GemmDecision& d : c) {
+      EXPECT_TRUE(engine_decision_legal(d, n, k, m, kH200Sms, engines)) << describe(d);
+      if (m > kWarpMaxRows) EXPECT_NE(d.path, GemmPath::kWarpSplitK);
+      if (d.path != GemmPath::kWgmma) continue;
+      ++wgmmas;
+      EXPECT_EQ(d.clusters, 0);
+      EXPECT_TRUE(seen.insert({d.split, d.sub_tiles, d.stages}).second) << "a tactic twice: " << describe(d);
+    }
+    // Splits 1 .. min(8, chunks / 2) at every built sub-tile count and budget whose
+    // ring holds the fewest stages.
+    const int splits = static_cast<int>(std::min<int64_t>(8, std::max<int64_t>(1, k / 64 / 2)));
+    const int tokens = wgmma::token_tile(m);
+    const int rings = tokens <= 16 ? 5 : tokens == 32 ? 4 : 2;  // 4 sub-tiles: the full budget only
+    EXPECT_EQ(wgmmas, splits * rings);
+  }
+  GemmDecision bad = wgmma_decision(2, 4, 5);
+  EXPECT_FALSE(engine_decision_legal(bad, 2112, 7168, 40, kH200Sms, {true, true}));  // 4 sub-tiles: 16 tokens at most
+  EXPECT_TRUE(engine_decision_legal(bad, 2112, 7168, 16, kH200Sms, {true, true}));
+  EXPECT_FALSE(engine_decision_legal(bad, 2112, 7168, 16, kH200Sms, {true, false}));
+  bad.stages = 40;  // beyond the ring
+  EXPECT_FALSE(engine_decision_legal(bad, 2112, 7168, 16, kH200Sms, {true, true}));
+  bad.stages = 6;  // 6 x 34 KB and the partials: more than a CTA may have
+  EXPECT_FALSE(engine_decision_legal(bad, 2112, 7168, 16, kH200Sms, {true, true}));
+  bad.stages = 5;
+  bad.clusters = 10;  // 2112 rows: 9 blocks of 256
+  EXPECT_FALSE(engine_decision_legal(bad, 2112, 7168, 16, kH200Sms, {true, true}));
+  EXPECT_FALSE(engine_decision_legal(wgmma_decision(1, 1, 8), 2112, 7168, 65, kH200Sms, {true, true}));
 }
 
 alignas(16) uint16_t host[64 * 1024];
@@ -265,6 +371,15 @@ TEST(GemmRules, OperandsTheEngineTakes) {
   TensorView xs = TensorView::bf16(host, 4, 256);
   xs.row_stride = 384;
   EXPECT_FALSE(warp_activations_ok(xs));
+
+  EXPECT_TRUE(wgmma_weight_ok(TensorView::bf16(host, 24, 64)));  // any N, K % 64
+  EXPECT_FALSE(wgmma_weight_ok(TensorView::bf16(host, 24, 96)));
+  EXPECT_FALSE(wgmma_weight_ok(TensorView::bf16(host + 1, 32, 256)));
+  EXPECT_FALSE(wgmma_weight_ok(strided));
+  EXPECT_TRUE(wgmma_activations_ok(TensorView::bf16(host, 64, 256)));
+  EXPECT_FALSE(wgmma_activations_ok(TensorView::bf16(host, 65, 256)));
+  EXPECT_FALSE(wgmma_activations_ok(TensorView::bf16(host + 4, 4, 256)));
+  EXPECT_FALSE(wgmma_activations_ok(xs));
 }
 
 std::vector<uint16_t> bf16_of(std::initializer_list<float> v) {

@@ -364,6 +364,19 @@ TEST(GemmTuner, EntriesOfAPathThisVersionLacksAreSkipped) {
   EXPECT_EQ(read_tune_file(file.path).size(), 2u);
 }
 
+// A wgmma decision's launch shape survives the file.
+TEST(GemmTuner, WgmmaDecisionsRoundTrip) {
+  const TempFile file("tpdecode_tune_wgmma");
+  GemmTunerOptions o;
+  o.cache_path = file.path;
+  GemmTuner(o).insert(key_of(2112, 9), wgmma_decision(5, 2, 6));
+  GemmTuner(o).insert(key_of(4608, 8), wgmma_decision(3, 1, 11, 72));
+  GemmTuner reread(o);
+  ASSERT_TRUE(reread.cached(key_of(2112, 9)).has_value());
+  EXPECT_TRUE(reread.cached(key_of(2112, 9))->same_path(wgmma_decision(5, 2, 6)));
+  EXPECT_TRUE(reread.cached(key_of(4608, 8))->same_path(wgmma_decision(3, 1, 11, 72)));
+}
+
 TEST(GemmTuner, UnwritableCacheWarnsOnce) {
   Warnings warnings;
   GemmTunerOptions o;

@@ -138,23 +138,27 @@ void expect_fallback(const TensorView& w, const TensorView& x, const std::vector
   EXPECT_LT(reference::relative_error(a, reference::gemm_bf16(x_host, w_host, x.rows, w.rows, w.cols)), 1e-2);
 }
 
-// Alone, the tuner times every split 1 .. 8; for ranks sharing the GPU, the powers
-// of two only, under a key of their own.
+// Alone, the tuner times every split 1 .. 8 of both engines; for ranks sharing the
+// GPU, the powers of two only, under a key of their own.
 TEST(DecodeGemm, SharedGpuTimesThePowerOfTwoSplits) {
   TPD_REQUIRE_GPU();
   std::mt19937_64 rng(test::fresh_seed());
   Problem p(2112, 7168, rng);
   DecodeGemm gemm(p.weight(), nullptr, private_tuner(true));
-  auto splits = [&] {
+  // The splits of one engine's candidates (the wgmma engine's: one tactic of each).
+  auto splits = [&](GemmPath path) {
     std::vector<int> s;
     for (const GemmDecision& d : gemm.candidates(4))
-      if (d.path == GemmPath::kWarpSplitK) s.push_back(d.split);
+      if (d.path == path && (path != GemmPath::kWgmma || (d.sub_tiles == 1 && d.stages < 20))) s.push_back(d.split);
     return s;
   };
-  EXPECT_EQ(splits(), (std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8}));
+  const std::vector<int> every = {1, 2, 3, 4, 5, 6, 7, 8}, powers = {1, 2, 4, 8};
+  EXPECT_EQ(splits(GemmPath::kWarpSplitK), every);
+  EXPECT_EQ(splits(GemmPath::kWgmma), every);
   const GemmKey alone = gemm.key(4);
   gemm.set_sharing(8);
-  EXPECT_EQ(splits(), (std::vector<int>{1, 2, 4, 8}));
+  EXPECT_EQ(splits(GemmPath::kWarpSplitK), powers);
+  EXPECT_EQ(splits(GemmPath::kWgmma), powers);
   EXPECT_FALSE(gemm.key(4) == alone);
   gemm.prepare(4);
   EXPECT_TRUE(warp_split_for_shared_gpu(gemm.decision(4).split));
@@ -171,9 +175,9 @@ TEST(DecodeGemm, IneligibleCasesRunOnCublas) {
     return std::make_pair(std::move(host), test::to_device(padded));
   };
   {
-    auto [wh, w] = dense(2120, 512, 512, 0);  // N % 16 != 0
-    auto [xh, x] = dense(4, 512, 512, 0);
-    expect_fallback(TensorView::bf16(w.get(), 2120, 512), TensorView::bf16(x.get(), 4, 512), wh, xh, "N % 16");
+    auto [wh, w] = dense(2120, 480, 480, 0);  // N % 16 != 0 and K % 64 != 0
+    auto [xh, x] = dense(4, 480, 480, 0);
+    expect_fallback(TensorView::bf16(w.get(), 2120, 480), TensorView::bf16(x.get(), 4, 480), wh, xh, "K % 64");
   }
   {
     auto [wh, w] = dense(256, 1000, 1000, 0);  // K % 128 != 0
@@ -183,8 +187,8 @@ TEST(DecodeGemm, IneligibleCasesRunOnCublas) {
   auto [wh, w] = dense(512, 1024, 1024, 0);
   const TensorView wv = TensorView::bf16(w.get(), 512, 1024);
   {
-    auto [xh, x] = dense(33, 1024, 1024, 0);
-    expect_fallback(wv, TensorView::bf16(x.get(), 33, 1024), wh, xh, "M = 33");
+    auto [xh, x] = dense(65, 1024, 1024, 0);
+    expect_fallback(wv, TensorView::bf16(x.get(), 65, 1024), wh, xh, "M = 65");
   }
   {
     auto [xh, x] = dense(4, 1024, 1024, 1);  // 2-byte aligned
@@ -219,10 +223,18 @@ TEST(DecodeGemm, BadInputIsRefused) {
   gemm.force(4, warp_decision(2));
   EXPECT_EQ(gemm.path(4), GemmPath::kWarpSplitK);
   EXPECT_EQ(gemm.path(3), GemmPath::kWarpSplitK);  // same bucket
-  EXPECT_EQ(gemm.path(33), GemmPath::kCublas);
+  EXPECT_EQ(gemm.path(33), GemmPath::kCublas);  // undecided above 32 rows: the rule's cuBLAS
+  EXPECT_EQ(gemm.path(65), GemmPath::kCublas);
   EXPECT_THROW(gemm.force(4, warp_decision(5)), InvalidArgument);  // 8 chunks of K: two per CTA at most split 4
   EXPECT_THROW(gemm.force(4, warp_decision(9)), InvalidArgument);  // clusters hold 8 CTAs at most
-  EXPECT_THROW(gemm.force(33, warp_decision(1)), InvalidArgument);
+  EXPECT_THROW(gemm.force(33, warp_decision(1)), InvalidArgument);  // the warp engine takes 32 rows
+  EXPECT_THROW(gemm.force(65, wgmma_decision(1, 1, 4)), InvalidArgument);
+  EXPECT_THROW(gemm.force(20, wgmma_decision(1, 4, 5)), InvalidArgument);  // 4 sub-tiles: 16 tokens at most
+  gemm.force(40, wgmma_decision(2, 1, 4));
+  EXPECT_EQ(gemm.path(40), GemmPath::kWgmma);
+  EXPECT_EQ(gemm.path(33), GemmPath::kWgmma);  // same bucket
+  EXPECT_GT(gemm.decision(40).clusters, 0);    // resolved for this GPU
+  EXPECT_LE(gemm.decision(40).clusters, 8);    // 512 rows: 8 blocks of 64
 }
 
 // With tuning off, the dispatch is the static rule: the warp engine where its model

@@ -1,5 +1,5 @@
-// DecodeGemm's engine on the GPU: the warp split-K at its splits against an FP64
-// reference (no worse than cuBLAS on the same inputs, plus a stated
+// DecodeGemm's engines on the GPU: the wgmma engine's tactics and the warp split-K
+// at its splits against an FP64 reference (no worse than cuBLAS on the same inputs, plus a stated
 // slack), bitwise repeatable, every output element written; graph capture and
 // replay; chains with true dependencies under programmatic dependent launch.
 #include <gtest/gtest.h>
@@ -19,23 +19,33 @@ namespace {
 using namespace test;  // the GEMM test helpers (gemm_problem.hpp)
 
 std::vector<int> row_counts() {
-  if (quick()) return {1, 8, 9, 17, 32};
-  std::vector<int> ms(kWarpMaxRows);
-  for (int m = 1; m <= kWarpMaxRows; ++m) ms[m - 1] = m;
+  if (quick()) return {1, 8, 9, 17, 32, 33, 64};
+  std::vector<int> ms(kGemmMaxRows);
+  for (int m = 1; m <= kGemmMaxRows; ++m) ms[m - 1] = m;
   return ms;
 }
 
-// The engine decisions checked for (shape, m): the warp engine at the rule's split
-// and at another legal split (a different one from M to M, so every split meets
-// every token tile).
+// The engine decisions checked for (shape, m): the warp engine (up to 32 rows) at
+// the rule's split and at another legal split, and two of the wgmma engine's
+// tactics (different ones from M to M, so that every tactic meets every token tile).
 std::vector<GemmDecision> engine_decisions(int64_t n, int64_t k, int m) {
-  std::vector<int> legal;
-  for (int split = 1; split <= kWarpMaxSplit; ++split)
-    if (warp_split_ok(k, split)) legal.push_back(split);
-  const int rule = choose_tactic(n, k, m, sm_count()).split;
-  const int other = legal[static_cast<std::size_t>(m + n / 16) % legal.size()];
-  std::vector<GemmDecision> out = {warp_decision(rule)};
-  if (other != rule) out.push_back(warp_decision(other));
+  std::vector<GemmDecision> out;
+  if (warp_eligible(n, k) && m <= kWarpMaxRows) {
+    std::vector<int> legal;
+    for (int split = 1; split <= kWarpMaxSplit; ++split)
+      if (warp_split_ok(k, split)) legal.push_back(split);
+    const int rule = choose_tactic(n, k, m, sm_count()).split;
+    const int other = legal[static_cast<std::size_t>(m + n / 16) % legal.size()];
+    out.push_back(warp_decision(rule));
+    if (other != rule) out.push_back(warp_decision(other));
+  }
+  const std::vector<GemmDecision> tactics = wgmma_candidates(n, k, m);
+  if (!tactics.empty()) {
+    const std::size_t a = static_cast<std::size_t>(m + n / 16) % tactics.size();
+    const std::size_t b = static_cast<std::size_t>(7 * m + n / 64 + 3) % tactics.size();
+    out.push_back(tactics[a]);
+    if (b != a) out.push_back(tactics[b]);
+  }
   return out;
 }
 
@@ -116,29 +126,32 @@ TEST(DecodeGemm, EveryWarpSplitAgrees) {
     }
 }
 
-TEST(DecodeGemm, GraphCaptureAndReplay) {
-  TPD_REQUIRE_GPU();
-  std::mt19937_64 rng(test::fresh_seed());
+// One engine decision captured into a graph and replayed, with a bucket first seen
+// under capture beside it.
+void capture_and_replay(const GemmDecision& forced, int m, std::mt19937_64& rng) {
+  SCOPED_TRACE(describe(forced));
   Problem p(4608, 7168, rng);
   DecodeGemm gemm(p.weight(), nullptr, private_tuner(false));
   cudaStream_t stream;
   TPD_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  const int m = 8;
-  gemm.force(m, warp_decision(4));
-  DeviceBuffer eager(static_cast<std::size_t>(m * p.n) * 2), replayed(eager.bytes()), late(eager.bytes());
-  ASSERT_EQ(gemm.run(p.rows(m), TensorView::bf16(eager.get(), m, p.n), stream), GemmPath::kWarpSplitK);
-  ASSERT_FALSE(gemm.prepared(13));
+  gemm.force(m, forced);
+  const int late_m = m == 8 ? 13 : 20;  // another bucket
+  DeviceBuffer eager(static_cast<std::size_t>(m * p.n) * 2), replayed(eager.bytes()),
+      late(static_cast<std::size_t>(late_m * p.n) * 2);
+  ASSERT_EQ(gemm.run(p.rows(m), TensorView::bf16(eager.get(), m, p.n), stream), forced.path);
+  ASSERT_FALSE(gemm.prepared(late_m));
 
   cudaGraph_t graph;
   TPD_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   const GemmPath captured = gemm.run(p.rows(m), TensorView::bf16(replayed.get(), m, p.n), stream);
   // A bucket first seen under capture is not decided there: it runs the static rule.
-  const GemmPath first_seen = gemm.run(p.rows(13), TensorView::bf16(late.get(), 13, p.n), stream);
-  EXPECT_THROW(gemm.prepare(20, stream), InvalidArgument);
+  const GemmPath first_seen = gemm.run(p.rows(late_m), TensorView::bf16(late.get(), late_m, p.n), stream);
+  EXPECT_THROW(gemm.prepare(late_m, stream), InvalidArgument);
   TPD_CUDA(cudaStreamEndCapture(stream, &graph));
-  EXPECT_EQ(captured, GemmPath::kWarpSplitK);
-  EXPECT_EQ(first_seen, rule_decision(p.n, p.k, gemm_bucket_max(gemm_m_bucket(13)), sm_count(), {true}).path);
-  EXPECT_FALSE(gemm.prepared(13));
+  EXPECT_EQ(captured, forced.path);
+  EXPECT_EQ(first_seen,
+            rule_decision(p.n, p.k, gemm_bucket_max(gemm_m_bucket(late_m)), sm_count(), {true, true}).path);
+  EXPECT_FALSE(gemm.prepared(late_m));
 
   cudaGraphExec_t exec;
   TPD_CUDA(cudaGraphInstantiate(&exec, graph, 0));
@@ -149,7 +162,7 @@ TEST(DecodeGemm, GraphCaptureAndReplay) {
     EXPECT_EQ(count_differences(eager.get(), replayed.get(), m * p.n), 0u) << "replay " << replay;
   }
   // Fresh inputs in the captured buffer: the replay computes the new product.
-  fill_uniform(p.x.get(), kWarpMaxRows * p.k, rng, stream);
+  fill_uniform(p.x.get(), kProblemRows * p.k, rng, stream);
   TPD_CUDA(cudaGraphLaunch(exec, stream));
   DeviceBuffer direct(eager.bytes());
   gemm.run(p.rows(m), TensorView::bf16(direct.get(), m, p.n), stream);
@@ -161,6 +174,14 @@ TEST(DecodeGemm, GraphCaptureAndReplay) {
   TPD_CUDA(cudaStreamDestroy(stream));
 }
 
+TEST(DecodeGemm, GraphCaptureAndReplay) {
+  TPD_REQUIRE_GPU();
+  std::mt19937_64 rng(test::fresh_seed());
+  capture_and_replay(warp_decision(4), 8, rng);
+  capture_and_replay(wgmma_decision(3, 1, 11), 8, rng);
+  capture_and_replay(wgmma_decision(2, 1, 4), 40, rng);
+}
+
 // A chain where each GEMM reads the previous one's output and overwrites the buffer
 // the one before read (ping-pong), engines alternating: with PDL (each kernel
 // launched early, its weights requested before griddepcontrol.wait) the result must
@@ -169,8 +190,9 @@ TEST(DecodeGemm, PdlChainsBackToBack) {
   TPD_REQUIRE_GPU();
   std::mt19937_64 rng(test::fresh_seed());
   constexpr int64_t kDim = 4096;
-  const std::vector<GemmDecision> links = {warp_decision(4), warp_decision(2), warp_decision(8), warp_decision(3),
-                                           warp_decision(1), cublas_decision(), warp_decision(6), warp_decision(5)};
+  const std::vector<GemmDecision> links = {warp_decision(4),         wgmma_decision(2, 1, 11), warp_decision(8),
+                                           wgmma_decision(4, 2, 6), warp_decision(1),         cublas_decision(),
+                                           wgmma_decision(1, 4, 6), warp_decision(5)};
   const int m = 7;
   std::vector<DeviceBuffer> weights;
   std::vector<std::unique_ptr<DecodeGemm>> gemms;
