@@ -41,6 +41,7 @@ struct Options {
   int replays = 200;
   int calls = 20;  // calls per graph
   bool system_fence = false;
+  float eps = 1e-6f;  // ar_norm's
   std::string json;
 };
 
@@ -75,7 +76,8 @@ struct RankTensors {
 
 class Workload {
  public:
-  Workload(Team& team, int64_t hidden, int64_t vocab_shard) : team_(team), hidden_(hidden), vocab_(vocab_shard) {
+  Workload(Team& team, int64_t hidden, int64_t vocab_shard, float eps)
+      : team_(team), hidden_(hidden), vocab_(vocab_shard), eps_(eps) {
     const int tp = team.size();
     const auto rows_h = static_cast<std::size_t>(kRowsCap * hidden * 2);
     TPD_CUDA(cudaSetDevice(team.device(0)));
@@ -132,6 +134,7 @@ class Workload {
     io.x = TensorView::bf16(t.x.get(), rows, hidden_);
     if (residual) io.residual = TensorView::bf16(t.residual.get(), rows, hidden_);
     io.weight = TensorView::bf16(weight_.get(), 1, hidden_);
+    io.eps = eps_;
     io.out = TensorView::bf16(t.out.get(), rows, hidden_);
     io.residual_out = TensorView::bf16(t.res_out.get(), rows, hidden_);
     return io;
@@ -144,6 +147,7 @@ class Workload {
 
   Team& team_;
   int64_t hidden_, vocab_;
+  float eps_;
   DeviceBuffer weight_;
   std::vector<RankTensors> ranks_;
 };
@@ -175,7 +179,7 @@ void measure(Team& team, const Options& o, bool record, std::vector<Row>& out) {
     cc.gather_row_bytes = std::max(hidden, o.vocab_shard * team.size()) * 2;
     cc.system_fence = o.system_fence;
     TpComm comm(team, cc);
-    Workload w(team, hidden, o.vocab_shard);
+    Workload w(team, hidden, o.vocab_shard, o.eps);
     for (const std::string& op : o.ops) {
       for (int rows : o.rows) {
         if (record) fmt::print(stderr, "  {} TP {} H {} rows {}\n", op, team.size(), hidden, rows);
@@ -305,6 +309,9 @@ void register_bench_comm(CLI::App& app) {
   cmd->add_option("--vocab-shard", o->vocab_shard, "lm_head columns per rank")->capture_default_str()->check(CLI::Range(8, 1 << 20));
   cmd->add_option("--replays", o->replays, "timed graph replays per measurement")->capture_default_str()->check(CLI::Range(1, 100000));
   cmd->add_option("--calls", o->calls, "calls per graph")->capture_default_str()->check(CLI::Range(1, 1000));
+  cmd->add_option("--eps", o->eps, "ar_norm's eps (a finite number >= 0)")
+      ->capture_default_str()
+      ->check(finite_non_negative("eps"));
   cmd->add_flag("--system-fence", o->system_fence, "a fence.acq_rel.sys before each thread's first push (its cost)");
   cmd->add_option("--json", o->json, "also write the rows as JSON to this file");
   cmd->callback([o] { run(*o); });

@@ -4,6 +4,7 @@
 #include <tvm/ffi/reflection/registry.h>
 
 #include <chrono>
+#include <cmath>
 #include <optional>
 
 #include "errors.hpp"
@@ -145,6 +146,9 @@ int64_t TeamObj::ar_norm(DLView x, ffi::Optional<DLView> residual, DLView weight
                          DLView residual_out) {
   return translated([&] {
     const int n = static_cast<int>(driven), dev = static_cast<int>(device);
+    // Why first: a bad eps is the caller's error, never a call to hand to the fallback.
+    if (!std::isfinite(eps) || eps < 0)
+      raise(kind::kValue, fmt::format("ar_norm: eps {} (a finite number >= 0 is required)", eps));
     if (std::string why = dtype_refusal("ar_norm", dtype_text(x.dtype())); !why.empty())
       raise(kind::kUnsupportedDType, why);
     const auto xs = rank_rows(x, n, dev, DType::kBF16, "ar_norm: x");

@@ -39,6 +39,10 @@ void check_rows(int64_t rows, const char* op) { check(rows >= 1, "{}: {} rows (a
 
 }  // namespace
 
+void check_norm_eps(float eps, const char* op) {
+  check(std::isfinite(eps) && eps >= 0.0f, "{}: eps {} (a finite number >= 0 is required)", op, eps);
+}
+
 void check_all_reduce(const AllReduceIo& io) {
   check_rows(io.x.rows, "all_reduce");
   check(io.x.cols >= 8 && io.x.cols % 8 == 0, "all_reduce: {} columns, must be a positive multiple of 8", io.x.cols);
@@ -50,6 +54,7 @@ void check_ar_norm(const ArNormIo& io) {
   const int64_t rows = io.x.rows;
   const int64_t hidden = io.x.cols;
   check_rows(rows, "ar_norm");
+  check_norm_eps(io.eps, "ar_norm");
   check(ar_norm_hidden_served(hidden), "ar_norm: hidden {}: the norm kernels take multiples of 64 up to {}", hidden,
         kArNormMaxHidden);
   check_bf16_rows(io.x, rows, hidden, "ar_norm", "input");

@@ -31,6 +31,10 @@ struct CommLimits {
 };
 
 // Argument checks (InvalidArgument naming the problem), the same for every path.
+// check_norm_eps: an RMSNorm's eps must be finite and >= 0 (a negative one can make
+// the mean plus eps negative, its reciprocal square root NaN; a NaN one poisons every
+// row): every norm of the library takes it (ar_norm, the o-projection's epilogues).
+void check_norm_eps(float eps, const char* op);
 void check_all_reduce(const AllReduceIo& io);
 void check_ar_norm(const ArNormIo& io);
 void check_gather(const GatherIo& io, int team_size);

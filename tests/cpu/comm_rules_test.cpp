@@ -3,6 +3,7 @@
 // sizes served, the error records and the unsupported team sizes.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 
 #include "comm/crossover.hpp"
@@ -255,6 +256,18 @@ TEST(CommRules, ArNormAndGatherArgumentsNameTheProblem) {
   bad = a;
   bad.x.cols = bad.x.row_stride = 120;
   EXPECT_TRUE(mentions(message_of<InvalidArgument>([&] { check_ar_norm(bad); }), "multiples of 64"));
+  // eps: finite and >= 0 (0 is taken: the norm of a zero row is then NaN, as asked).
+  for (float eps : {-1e-6f, -1.0f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                    -std::numeric_limits<float>::infinity()}) {
+    bad = a;
+    bad.eps = eps;
+    EXPECT_TRUE(mentions(message_of<InvalidArgument>([&] { check_ar_norm(bad); }), "eps")) << eps;
+  }
+  for (float eps : {0.0f, 1e-6f, 1e-5f, 1.0f}) {
+    bad = a;
+    bad.eps = eps;
+    EXPECT_NO_THROW(check_ar_norm(bad)) << eps;
+  }
 
   GatherIo g{TensorView{host_rows, DType::kI32, 2, 8, 8}, TensorView{host_rows + 64, DType::kI32, 2, 16, 16}};
   EXPECT_NO_THROW(check_gather(g, 2));
