@@ -1,6 +1,8 @@
 // Which path the automatic choice (CommAlgorithm::kAuto) takes where more than one
 // serves a call: the one place to edit. rules.cpp reads it (crossover_choice);
-// tests/cpu/comm_rules_test.cpp checks the choice.
+// tests/cpu/comm_rules_test.cpp checks its invariants and, against every recorded
+// `bench comm --json` run in tests/data/bench_comm/, that the choice is within 3 %
+// of the fastest path on every measured row.
 //
 // An entry says: for this team size, transport and op, at `width` columns, take
 // `path` from `rows` rows up to the next entry of the same (tp, transport, op,
@@ -10,8 +12,11 @@
 // without entries the nearest width's (by ratio) are used, their rows scaled by the
 // width ratio (a fixed payload rows × width), rounded up.
 //
-// Refit from `tpdecode bench comm` (one-shot, two-shot and stock µs per row, and
-// the choice's auto/best): say which run, next to the entry.
+// Refit from a measured run: `tpdecode bench comm --team local --tp 2 --tp 4 --tp 8
+// --hidden 2048 ... --fit` prints the entries of each measured key (the path
+// within 1.5 % of the fastest, kept as long as it stays there; crossover_fit.hpp);
+// paste them below with the run's date, machine and commit, and add the run's JSON
+// to tests/data/bench_comm/.
 #pragma once
 
 #include <cstdint>
