@@ -103,3 +103,15 @@ def test_install_skips_what_it_cannot_route():
     assert install(model) == 0  # CPU weights: nothing routed
     assert uninstall(model) == 0
 
+
+def test_linear_off_the_gpu_is_f_linear_eager_and_compiled():
+    torch = pytest.importorskip("torch")
+    from tpdecode.torch import linear
+
+    w, b = torch.randn(64, 128), torch.randn(64)
+    x = torch.randn(3, 128)
+    want = torch.nn.functional.linear(x, w, b)
+    assert torch.equal(linear(x, w, b), want)
+    assert torch.equal(linear(x, w, b, batch_invariant=True)[1], torch.nn.functional.linear(x[1:2], w, b)[0])
+    compiled = torch.compile(lambda x: linear(x, w, b), fullgraph=True)
+    assert torch.equal(compiled(x), want)
