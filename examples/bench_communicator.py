@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 import tpdecode
+from bench_ops import in_graph_us  # this folder's: the same in-graph timing
 
 
 def host_us(fn, calls=2000, batch=100):
@@ -29,27 +30,6 @@ def host_us(fn, calls=2000, batch=100):
         per_call.append((time.perf_counter() - t0) * 1e6 / batch)
         torch.cuda.synchronize()
     return sorted(per_call)[len(per_call) // 2]
-
-
-def graph_us(fn, ops=50, replays=30):
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(ops):
-            fn()
-    g.replay()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        if dist.is_initialized():
-            dist.barrier()
-        start.record()
-        g.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / ops)
-    return sorted(times)[len(times) // 2]
 
 
 def main():
@@ -84,7 +64,7 @@ def main():
             "fused_add_rms_norm, group FP8": lambda: comm.fused_add_rms_norm(x, residual, weight, 1e-6, quant="group"),
         }
         for name, fn in calls.items():
-            lines.append((rows, name, host_us(fn), graph_us(fn)))
+            lines.append((rows, name, host_us(fn), in_graph_us(fn)))
     team.check_errors()
     if team.rank == 0:
         print(f"{team!r} on {torch.cuda.get_device_name()}, hidden {args.hidden}")

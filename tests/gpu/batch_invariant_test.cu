@@ -68,15 +68,20 @@ struct Rows {
   }
 };
 
+// Mailboxes of kRowsCap rows at kHidden, batch-invariant.
+CommConfig invariant_config() {
+  CommConfig cc;
+  cc.hidden = kHidden;
+  cc.rows_cap = kRowsCap;
+  cc.batch_invariant = true;
+  return cc;
+}
+
 TEST(BatchInvariant, ARowsBitsAreTheSameForEveryRowCountAndPath) {
   TPD_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
   test::for_each_team([&](Team& team) {
-    CommConfig cc;
-    cc.hidden = kHidden;
-    cc.rows_cap = kRowsCap;
-    cc.batch_invariant = true;
-    TpComm comm(team, cc);
+    TpComm comm(team, invariant_config());
     const std::vector<cudaStream_t> streams = team_streams(team);
     std::vector<std::vector<uint16_t>> partials = test::make_partials(team.size(), kMaxRows, kHidden, seed);
     plant_sentinel_sums(partials, kMaxRows);
@@ -138,11 +143,7 @@ TEST(BatchInvariant, GathersMoveTheSameBitsOnEveryPathAndRowCount) {
   TPD_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
   test::for_each_team([&](Team& team) {
-    CommConfig cc;
-    cc.hidden = kHidden;
-    cc.rows_cap = kRowsCap;
-    cc.batch_invariant = true;
-    TpComm comm(team, cc);
+    TpComm comm(team, invariant_config());
     const std::vector<cudaStream_t> streams = team_streams(team);
     for (DType dtype : {DType::kBF16, DType::kF32, DType::kI32}) {
       for (CommAlgorithm algorithm : {CommAlgorithm::kAuto, CommAlgorithm::kStock}) {
@@ -168,11 +169,7 @@ TEST(BatchInvariant, GraphOfCallsAboveRowsCapReplayedBackToBack) {
   const int replays = test::quick() ? 50 : 1000;
   const uint64_t seed = test::fresh_seed();
   test::for_each_team([&](Team& team) {
-    CommConfig cc;
-    cc.hidden = kHidden;
-    cc.rows_cap = kRowsCap;
-    cc.batch_invariant = true;
-    TpComm comm(team, cc);
+    TpComm comm(team, invariant_config());
     const std::vector<cudaStream_t> streams = team_streams(team);
     test::AllReduceCase a(team, kMaxRows, kHidden, seed);
     const std::vector<uint16_t> want = reference::all_reduce(a.partials, true);
