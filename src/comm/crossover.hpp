@@ -15,8 +15,9 @@
 // Refit from a measured run: `tpdecode bench comm --team local --tp 2 --tp 4 --tp 8
 // --hidden 2048 ... --fit` prints the entries of each measured key (the path
 // within 1.5 % of the fastest, kept as long as it stays there; crossover_fit.hpp);
-// paste them below with the run's date, machine and commit, and add the run's JSON
-// to tests/data/bench_comm/.
+// replace the entries of the keys the run measured with them, say the run's date,
+// machine and commit next to them, and add the run's JSON to tests/data/bench_comm/
+// (`scripts/device.sh crossover` runs that sweep on the local team).
 #pragma once
 
 #include <cstdint>
