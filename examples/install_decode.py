@@ -172,8 +172,9 @@ def main():
         for mode, run in modes:
             try:
                 t_stock, t_ours, first = rounds_of(run, model, rows, args.rounds)
-            except RuntimeError as e:  # a transformers whose decode step cannot be captured
-                print(f"{b:>5} {mode:>6} not run: {str(e).splitlines()[0]}")
+            except Exception as e:  # noqa: BLE001 (a transformers whose decode step cannot be captured)
+                print(f"{b:>5} {mode:>6} not run: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+                uninstall(model)
                 continue
             # Against the stock run of the same mode (graph mode's static cache attends
             # over a padded length: its logits differ from eager's in the last bits).
