@@ -19,10 +19,11 @@ HIDDEN_MAX = 16384  # the row norm's widest row (comm.hpp: kArNormMaxHidden)
 GROUP = 128
 
 
-def max_bytes(capability: Tuple[int, int], world: int, capacity: int, override: Optional[int] = None,
+def max_bytes(capability: Tuple[int, int], world: int, capacity: Optional[int], override: Optional[int] = None,
               env: Mapping[str, str] = os.environ) -> int:
     """The size cap: `override` (the constructor's), else the environment's, else the
-    table's; never above `capacity` (the mailboxes' rows · hidden · 2). 0: not served."""
+    table's; never above `capacity` (the mailboxes' rows · hidden · 2; None: no bound,
+    as in batch-invariant mode, where more rows run as further calls). 0: not served."""
     if override is None and env.get(MAX_BYTES_ENV):
         try:
             override = int(env[MAX_BYTES_ENV])
@@ -31,7 +32,7 @@ def max_bytes(capability: Tuple[int, int], world: int, capacity: int, override: 
     if override is not None and override < 0:
         raise ValueError(f"max_bytes {override}: >= 0")
     cap = override if override is not None else MAX_BYTES.get((capability[0], world), 0)
-    return min(cap, capacity)
+    return cap if capacity is None else min(cap, capacity)
 
 
 def setup_refusal(capability: Tuple[int, int], world: int, nccl_team: bool) -> str:

@@ -108,7 +108,8 @@ class Communicator:
         self._device = team.device
         self._lead = team.size if team.kind == "local" else 0
         capability = _capability(self._device)
-        self.max_bytes = _comm_rules.max_bytes(capability, team.size, cfg.rows * cfg.hidden * 2, max_bytes)
+        capacity = None if cfg.batch_invariant else cfg.rows * cfg.hidden * 2
+        self.max_bytes = _comm_rules.max_bytes(capability, team.size, capacity, max_bytes)
         self.disabled = self.max_bytes == 0
         if self.disabled:
             self.disabled_reason = (f"size cap 0: compute capability {capability} at world size {team.size} has no "

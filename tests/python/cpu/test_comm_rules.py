@@ -14,6 +14,7 @@ def test_size_cap_follows_the_table_and_the_buffers():
     assert rules.max_bytes((9, 0), 4, CAPACITY, env={}) == 896 << 10
     assert rules.max_bytes((9, 0), 8, CAPACITY, env={}) == 256 << 10
     assert rules.max_bytes((9, 0), 2, 1000, env={}) == 1000  # never above what the mailboxes hold
+    assert rules.max_bytes((9, 0), 2, None, env={}) == 896 << 10  # batch-invariant: more rows run as more calls
     assert rules.max_bytes((8, 0), 2, CAPACITY, env={}) == 0  # not Hopper: nothing taken
     assert rules.max_bytes((9, 0), 16, CAPACITY, env={}) == 0  # no entry: nothing taken
 
