@@ -39,9 +39,14 @@ def _gemm_for(weight: torch.Tensor) -> Optional[DecodeGemm]:
     return gemm
 
 
-def _rows_served(gemm: Optional[DecodeGemm], x: torch.Tensor, weight: torch.Tensor) -> bool:
-    if gemm is None or x.dtype != torch.bfloat16 or x.device != weight.device or x.requires_grad:
-        return False  # (tpdecode has no backward)
+def _needs_grad(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _rows_served(gemm: Optional[DecodeGemm], x: torch.Tensor, weight: torch.Tensor, bias) -> bool:
+    # Why not where a gradient is wanted: DecodeGemm has no backward (F.linear has).
+    if gemm is None or x.dtype != torch.bfloat16 or x.device != weight.device or _needs_grad(x, weight, bias):
+        return False
     return x.shape[-1] == gemm.k and 1 <= x.numel() // gemm.k <= gemm.max_rows
 
 
@@ -55,7 +60,7 @@ def _run(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], ba
         y = torch.cat([F.linear(rows[i : i + 1], weight, bias) for i in range(rows.shape[0])])
         return y.view(*x.shape[:-1], weight.shape[0])
     gemm = _gemm_for(weight)
-    if not _rows_served(gemm, x, weight):
+    if not _rows_served(gemm, x, weight, bias):
         return F.linear(x, weight, bias)
     y = gemm(x.reshape(-1, gemm.k)).view(*x.shape[:-1], gemm.n)
     return y if bias is None else y.add_(bias)
@@ -71,11 +76,29 @@ def _(x, weight, bias, batch_invariant):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
+def _save_for_backward(ctx, inputs, output):
+    x, weight, bias, _ = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.has_bias = bias is not None
+
+
+def _linear_backward(ctx, grad):
+    # A linear's gradients (a compiled graph that trains through the op needs them).
+    x, weight = ctx.saved_tensors
+    g = grad.reshape(-1, weight.shape[0])
+    grad_x = (g @ weight).view(x.shape)
+    grad_weight = g.t() @ x.reshape(-1, weight.shape[1])
+    return grad_x, grad_weight, g.sum(0) if ctx.has_bias else None, None
+
+
+_linear_op.register_autograd(_linear_backward, setup_context=_save_for_backward)
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, *,
            batch_invariant: bool = False) -> torch.Tensor:
     """``F.linear(x, weight, bias)``: the weight's DecodeGemm for the rows it serves
     (BF16 operands on one device, 1 .. ``DecodeGemm.max_rows`` flattened rows, no
-    grad; the bias added after, rounded again), ``F.linear`` otherwise.
+    gradient wanted; the bias added after, rounded again), ``F.linear`` otherwise.
 
     batch_invariant: a row's result does not depend on how many rows the call has
     (what an engine's batch-invariant mode needs). DecodeGemm has no such option

@@ -115,3 +115,20 @@ def test_linear_off_the_gpu_is_f_linear_eager_and_compiled():
     assert torch.equal(linear(x, w, b, batch_invariant=True)[1], torch.nn.functional.linear(x[1:2], w, b)[0])
     compiled = torch.compile(lambda x: linear(x, w, b), fullgraph=True)
     assert torch.equal(compiled(x), want)
+
+
+def test_linear_keeps_gradients_eager_and_compiled():
+    torch = pytest.importorskip("torch")
+    from tpdecode.torch import linear
+
+    w = torch.nn.Parameter(torch.randn(8, 16))
+    b = torch.nn.Parameter(torch.randn(8))
+    x = torch.randn(3, 16, requires_grad=True)
+    for f in (lambda x: linear(x, w, b), torch.compile(lambda x: linear(x, w, b), fullgraph=True)):
+        w.grad = b.grad = x.grad = None
+        f(x).square().sum().backward()
+        got = (x.grad, w.grad, b.grad)
+        x.grad = w.grad = b.grad = None
+        torch.nn.functional.linear(x, w, b).square().sum().backward()
+        for g, want in zip(got, (x.grad, w.grad, b.grad)):
+            torch.testing.assert_close(g, want)
