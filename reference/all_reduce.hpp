@@ -10,7 +10,8 @@
 namespace tpdecode::reference {
 
 // partials[r] holds rank r's [rows, cols] BF16 bits (cols even); returns the
-// reduced [rows, cols].
-std::vector<uint16_t> all_reduce(std::span<const std::vector<uint16_t>> partials);
+// reduced [rows, cols]. clean_sum: a reduced word equal to the sentinel arrives as 0
+// too (what the two-shot gives, and every path of a batch-invariant TpComm).
+std::vector<uint16_t> all_reduce(std::span<const std::vector<uint16_t>> partials, bool clean_sum = false);
 
 }  // namespace tpdecode::reference

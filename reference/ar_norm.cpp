@@ -78,8 +78,8 @@ ArNormResult add_rms_norm(std::span<const uint16_t> reduced, std::span<const uin
 }
 
 ArNormResult ar_norm(std::span<const std::vector<uint16_t>> partials, std::span<const uint16_t> residual,
-                     std::span<const uint16_t> weight, float eps, int64_t hidden) {
-  const std::vector<uint16_t> reduced = all_reduce(partials);
+                     std::span<const uint16_t> weight, float eps, int64_t hidden, bool clean_sum) {
+  const std::vector<uint16_t> reduced = all_reduce(partials, clean_sum);
   return add_rms_norm(reduced, residual, weight, eps, hidden);
 }
 

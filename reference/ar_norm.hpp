@@ -16,9 +16,9 @@ struct ArNormResult {
 };
 
 // partials[r]: rank r's [rows, hidden]; residual: [rows, hidden] or empty (none:
-// the new residual is the reduced row); weight: [hidden].
+// the new residual is the reduced row); weight: [hidden]; clean_sum: all_reduce's.
 ArNormResult ar_norm(std::span<const std::vector<uint16_t>> partials, std::span<const uint16_t> residual,
-                     std::span<const uint16_t> weight, float eps, int64_t hidden);
+                     std::span<const uint16_t> weight, float eps, int64_t hidden, bool clean_sum = false);
 
 // The row's FP32 sum of squares in the kernel's order (hidden supported by ArNorm).
 float ar_norm_square_sum(std::span<const uint16_t> row);

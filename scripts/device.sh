@@ -4,8 +4,9 @@
 # $OUT/logs.tgz: the device tool returns at most 8 files).
 #   bash scripts/device.sh [steps...]
 #   steps: build test nccl-nop2p sanitize sanitize-gemm tune bench-gemm bench-chain bench-comm
-#          bench-comm-nccl drafter peers info all; two-shot, oproj, oproj-sanitize, oproj-bench and
-#          python, stress-delays, before and before-drafter (only when named)
+#          bench-comm-nccl drafter peers info all; two-shot, oproj, oproj-sanitize, oproj-bench,
+#          adopt, crossover, adopt-python and python, stress-delays, before and before-drafter (only
+#          when named)
 #   TESTS='regex'   which tests `test` runs (ctest -R); default: all
 #   GEMM_ARGS, CHAIN_ARGS, TUNE_ARGS, COMM_ARGS, NCCL_COMM_ARGS, OPROJ_ARGS, DRAFTER_ARGS: extra arguments of those steps
 #   OPROJ_DRAFTER=1   oproj-bench also runs the drafter with producer-consumer forced, and without
@@ -42,7 +43,7 @@ export LD_LIBRARY_PATH="$NCCL_ROOT/lib:${LD_LIBRARY_PATH:-}"
 BUILD=${BUILD:-build-device}
 GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
 
-if has build || [[ ! -x $BUILD/tools/tpdecode && $steps != python ]]; then
+if has build || [[ ! -x $BUILD/tools/tpdecode && $steps != python && $steps != adopt-python ]]; then
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$LOG/gpu.txt" 2>&1
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCL_ROOT="$NCCL_ROOT" \
     -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc > "$LOG/configure.log" 2>&1 || { tail -30 "$LOG/configure.log"; exit 1; }
@@ -126,12 +127,16 @@ fi
 # in .whl/ (this machine has no package index), `pip install .` without build
 # isolation (scikit-build-core is in the venv), the tests on one GPU (a local team of
 # 2), under torchrun on 2 GPUs (an NCCL team), and the examples.
-if [[ " $steps " == *" python "* ]]; then
+# install_package LIMIT: the wheel and `pip install .` (python and adopt-python).
+install_package() {
   SITE=$(mktemp -d)
   python3 -m pip install -q --no-index --no-deps --target "$SITE" .whl/apache_tvm_ffi-*.whl || exit 1
   export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
   export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
-  step pip 400 python3 -m pip install -v --no-build-isolation --no-deps .
+  step pip "$1" python3 -m pip install -v --no-build-isolation --no-deps .
+}
+if [[ " $steps " == *" python "* ]]; then
+  install_package 400
   step py-info 60 python3 -c "import tpdecode, json; print(json.dumps(tpdecode.info(), indent=1))"
   step pytest-1gpu 240 python3 -m pytest -q -rs tests/python
   [[ $GPUS -ge 2 ]] && step pytest-2gpu 240 torchrun --nproc-per-node 2 -m pytest -q -rs tests/python/gpu
@@ -142,6 +147,40 @@ if [[ " $steps " == *" python "* ]]; then
   else
     step bench-ops-local 120 python3 examples/bench_ops.py
   fi
+fi
+
+# Batch-invariant mode, ar_norm's FP8 epilogues, the width-aware crossover table and
+# the Python communicator (named explicitly; the limits keep `adopt crossover` with the
+# build, and `adopt-python`, under 8 minutes a call):
+#  adopt         their GPU tests in full and the suites the norm kernels' changes touch
+#                (reduced counts), memcheck on the new tests (reduced counts), bench comm's
+#                FP8 and batch-invariant costs (local TP 8 and 2)
+#  crossover     the sweep the crossover table is fitted to (local TP 2/4/8, widths
+#                2048-16384): --fit prints the entries to paste into src/comm/crossover.hpp,
+#                its JSON goes to tests/data/bench_comm/
+#  adopt-python  the package (as `python`), its tests, the communicator's host cost and
+#                examples/install_decode.py (eager and graph mode)
+if [[ " $steps " == *" adopt "* ]]; then
+  step adopt-tests 120 "$BUILD/tests/gpu_tests" --gtest_filter='Fp8Epilogue.*:BatchInvariant.*'
+  TPDECODE_QUICK=1 step adopt-regressions 90 "$BUILD/tests/gpu_tests" \
+    --gtest_filter='Collectives.*:TwoShot.*:Oproj.ArNorm*'
+  TPDECODE_QUICK=1 step adopt-memcheck 120 compute-sanitizer --tool memcheck --report-api-errors no \
+    --error-exitcode 9 "$BUILD/tests/gpu_tests" --gtest_filter='Fp8Epilogue.*:BatchInvariant.*'
+  TAIL=80 step bench-fp8-invariant 75 $CLI bench comm --team local --tp 8 --tp 2 --hidden 7168 --hidden 4096 \
+    --op all_reduce --op ar_norm --op ar_norm_fp8-static --op ar_norm_fp8-group --op ar_norm_fp8-group-ue8m0 \
+    --compare-invariant --json "$LOG/bench_fp8_invariant.json"
+fi
+if [[ " $steps " == *" crossover "* ]]; then
+  TAIL=80 step bench-crossover 120 $CLI bench comm --team local --tp 2 --tp 4 --tp 8 --hidden 2048 --hidden 4096 \
+    --hidden 5120 --hidden 7168 --hidden 8192 --hidden 12288 --hidden 16384 --op all_reduce --op ar_norm \
+    --rows 1 --rows 2 --rows 4 --rows 6 --rows 8 --rows 12 --rows 16 --rows 20 --rows 24 --rows 28 --rows 32 \
+    --rows 40 --rows 48 --rows 64 --replays 50 --calls 10 --fit --json "$LOG/bench_crossover.json"
+fi
+if [[ " $steps " == *" adopt-python "* ]]; then
+  install_package 300
+  step pytest-adopt 150 python3 -m pytest -q -rs tests/python
+  step bench-communicator 60 python3 examples/bench_communicator.py
+  TAIL=20 step install-decode-graph 150 python3 examples/install_decode.py --rounds 2
 fi
 
 if [[ " $steps " == *" two-shot "* ]]; then

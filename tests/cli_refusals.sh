@@ -22,6 +22,9 @@ expect_refusal "not in range" drafter --rows 65
 expect_refusal "--local-tp 3" drafter --local-tp 3
 expect_refusal "not in range" bench comm --rows 0
 expect_refusal "op" bench comm --op nonsense
+expect_refusal "a finite number >= 0" bench comm --eps -1
+expect_refusal "a finite number >= 0" bench comm --eps nan
+expect_refusal "a finite number >= 0" bench comm --eps inf
 expect_refusal "not in range" bench oproj --rows 65
 expect_refusal "epilogue" bench oproj --epilogue nonsense
 expect_refusal "oproj" drafter --oproj nonsense

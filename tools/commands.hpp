@@ -3,6 +3,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
 namespace tpdecode::cli {
 
 void register_info(CLI::App& app);
@@ -23,6 +27,19 @@ inline CLI::App* bench_group(CLI::App& app) {
     bench->require_subcommand(1);
     return bench;
   }
+}
+
+// An option's check: its value is a finite number >= 0 (an RMSNorm's eps).
+inline CLI::Validator finite_non_negative(const std::string& what) {
+  return CLI::Validator(
+      [what](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (end == text.c_str() || *end != '\0' || !std::isfinite(v) || v < 0)
+          return what + " " + text + ": a finite number >= 0 is required";
+        return {};
+      },
+      "FINITE >= 0");
 }
 
 }  // namespace tpdecode::cli

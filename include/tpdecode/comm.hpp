@@ -14,7 +14,11 @@
 //    local team both paths give the same bits (NCCL sums in its own order).
 //  - The two-shot path (all_reduce, ar_norm) gives the one-shot's bits, except that
 //    a reduced 32-bit word equal to 0x80000000 (a BF16 pair +0, -0) arrives as 0:
-//    the sum crosses a mailbox (docs/protocol.md).
+//    the sum crosses a mailbox (docs/protocol.md). CommConfig::batch_invariant
+//    cleans the one-shot's and the stock path's sums the same way: every path then
+//    gives the same bits, whatever the call's row count.
+//  - ar_norm's FP8 epilogues (ArNormQuant): exactly the BF16 output quantised
+//    (reference/fp8_quant.hpp).
 //  - gather: bytes moved as they are, except that a 32-bit word equal to
 //    0x80000000 (a BF16 pair +0, -0; an F32 -0) arrives as 0. I32 data is not
 //    served by the mailbox (INT_MIN would change): it runs the stock path.
@@ -56,15 +60,39 @@ struct AllReduceIo {
   TensorView out;
 };
 
-// One rank's tensors of an all-reduce + residual add + RMSNorm (all bf16,
+// What ar_norm writes as its normalised output: BF16, or e4m3 (FP8) quantised in
+// the same kernel. The e4m3 values are exactly the BF16 output quantised by
+// reference/fp8_quant.hpp (which says where that differs from vLLM's quantisers):
+//  - kStatic (vLLM's static-FP8 rms_norm): out = e4m3(v · (1 / scale)), scale an f32
+//    [1, 1] tensor in device memory, read by the kernel (a graph replay reads its
+//    current value);
+//  - kGroup (vLLM's per_token_group_quant_fp8, group 128, row-major scales): per
+//    128 columns scale = max(amax, 1e-10) / 448, out = e4m3(v / scale), the scales
+//    written to an f32 [rows, hidden / 128] tensor;
+//  - kGroupUe8m0: kGroup with each scale rounded up to a power of two (UE8M0: its
+//    exponent byte is (bits >> 23) & 0xff of the f32 written).
+// e4m3: round to nearest even, saturating at ±448; NaN stays NaN (a failed call's
+// poisoned rows stay visibly poisoned, their group scales NaN too).
+enum class ArNormQuant : uint8_t { kNone, kStatic, kGroup, kGroupUe8m0 };
+const char* ar_norm_quant_name(ArNormQuant q);
+inline constexpr int64_t kArNormQuantGroup = 128;
+// Hidden sizes the group epilogues take: each group of 128 columns inside one of the
+// 8 CTAs that hold a row (multiples of 1024).
+constexpr bool ar_norm_group_quant_served(int64_t hidden) {
+  return ar_norm_hidden_served(hidden) && hidden % (8 * kArNormQuantGroup) == 0;
+}
+
+// One rank's tensors of an all-reduce + residual add + RMSNorm (bf16 unless said,
 // contiguous, rows 16-byte aligned).
 struct ArNormIo {
   TensorView x;             // [rows, hidden]: this rank's partial
   TensorView residual;      // [rows, hidden], or data == nullptr: none (new residual = the sum)
   TensorView weight;        // [1, hidden]: the RMSNorm weight
-  float eps = 1e-6f;
-  TensorView out;           // [rows, hidden]: RMSNorm(new residual) · weight
-  TensorView residual_out;  // [rows, hidden]: the new residual (may alias residual)
+  float eps = 1e-6f;        // finite, >= 0
+  TensorView out;           // [rows, hidden]: RMSNorm(new residual) · weight (e4m3 when quantised)
+  TensorView residual_out;  // [rows, hidden]: the new residual, bf16 always (may alias residual)
+  ArNormQuant quant = ArNormQuant::kNone;
+  TensorView scale;         // f32: kStatic [1, 1] (read); kGroup* [rows, hidden / 128] (written)
 };
 
 // One rank's tensors of a gather: shard [rows, S] of any dtype, out [rows, TP·S] of
@@ -101,6 +129,24 @@ struct CommConfig {
   int64_t gather_row_bytes = 0;  // widest gathered row (TP · shard bytes); 0: hidden · 2
   int parities = 2;              // 2, or 3 for callers that re-arm lazily (two-shot)
   CommAlgorithm algorithm = CommAlgorithm::kAuto;
+  // Batch-invariant mode (what an engine's batch-invariant mode needs): a row's
+  // output bits do not depend on the call's row count or on the path that ran.
+  //  - all_reduce / ar_norm: every path gives clean(rank-order FP32 sum of the
+  //    cleaned partials, rounded once), clean() turning a 32-bit word 0x80000000
+  //    (+0, -0) into 0 as the mailbox does (so the one-shot gives the two-shot's
+  //    bits, the documented exception included); the stock path sums the same way
+  //    (the NCCL team gathers the partials with NCCL and sums them in rank order,
+  //    instead of ncclAllReduce's order).
+  //  - gather: sentinel words arrive as 0 on every path (i32 data, which the
+  //    mailbox does not serve, is moved as it is on every path).
+  //  - Where the stock path would run only because the mailbox paths do not hold
+  //    that many rows, the call runs as further mailbox calls of as many rows as
+  //    they hold (rows_cap, or what the GPU holds at once); rows above rows_cap are
+  //    served the same way (not a CapacityError). The stock path runs only where no
+  //    mailbox path serves the shape at all (TP 1, ranks apart), in calls of at most
+  //    rows_cap rows.
+  // The automatic choice then never picks the stock path where a mailbox path serves.
+  bool batch_invariant = false;
   // A fence.acq_rel.sys in every pushing thread before its first push of an
   // all-reduce. Off: the kernel boundary already orders a rank's re-arms before its
   // next pushes (src/comm/protocol.hpp); kept to measure what the fence costs

@@ -7,9 +7,10 @@
 
 namespace tpdecode {
 
-enum class DType : uint8_t { kBF16, kF32, kI32 };
+// kE4M3: OCP FP8 E4M3FN (torch.float8_e4m3fn), what ar_norm's FP8 epilogues write.
+enum class DType : uint8_t { kBF16, kF32, kI32, kE4M3 };
 
-constexpr std::size_t dtype_size(DType t) { return t == DType::kBF16 ? 2 : 4; }
+constexpr std::size_t dtype_size(DType t) { return t == DType::kBF16 ? 2 : t == DType::kE4M3 ? 1 : 4; }
 const char* dtype_name(DType t);
 
 // Row-major [rows, cols] with `row_stride` elements between rows (device memory
@@ -26,6 +27,9 @@ struct TensorView {
   }
   static TensorView f32(void* p, int64_t rows, int64_t cols) {
     return {p, DType::kF32, rows, cols, cols};
+  }
+  static TensorView e4m3(void* p, int64_t rows, int64_t cols) {
+    return {p, DType::kE4M3, rows, cols, cols};
   }
   std::size_t element_size() const { return dtype_size(dtype); }
   std::size_t bytes() const { return static_cast<std::size_t>(rows * cols) * element_size(); }

@@ -4,6 +4,7 @@
 #include <tvm/ffi/reflection/registry.h>
 
 #include <chrono>
+#include <cmath>
 #include <optional>
 
 #include "core/streams.hpp"
@@ -20,6 +21,14 @@ CommAlgorithm parse_algorithm(const std::string& name) {
   if (name == "two-shot") return CommAlgorithm::kTwoShot;
   if (name == "stock") return CommAlgorithm::kStock;
   raise(kind::kValue, fmt::format("algorithm '{}': one of auto, one-shot, two-shot, stock", name));
+}
+
+ArNormQuant parse_quant(const std::string& name) {
+  if (name == "none") return ArNormQuant::kNone;
+  if (name == "static") return ArNormQuant::kStatic;
+  if (name == "group") return ArNormQuant::kGroup;
+  if (name == "group-ue8m0") return ArNormQuant::kGroupUe8m0;
+  raise(kind::kValue, fmt::format("quant '{}': one of none, static, group, group-ue8m0", name));
 }
 
 // Other tensors of a call must be bf16 like its input (a plain TypeError).
@@ -51,7 +60,8 @@ TeamObj::TeamObj(std::unique_ptr<Team> team) : team_(std::move(team)) {
   for (int i = 0; i < team_->driven(); ++i) streams_.push_back(team_->stream(i));
 }
 
-void TeamObj::build_comm(int64_t hidden, int64_t rows, int64_t gather_row_bytes, const ffi::String& algorithm) {
+void TeamObj::build_comm(int64_t hidden, int64_t rows, int64_t gather_row_bytes, const ffi::String& algorithm,
+                         bool batch_invariant) {
   translated([&] {
     if (comm_) raise(kind::kValue, "the team's comm is already built");
     CommConfig config;
@@ -59,6 +69,7 @@ void TeamObj::build_comm(int64_t hidden, int64_t rows, int64_t gather_row_bytes,
     config.rows_cap = static_cast<int>(rows);
     config.gather_row_bytes = gather_row_bytes;
     config.algorithm = parse_algorithm(algorithm);
+    config.batch_invariant = batch_invariant;
     DeviceScope scope(static_cast<int>(device));
     comm_ = std::make_unique<TpComm>(*team_, config);
   });
@@ -92,8 +103,35 @@ std::string TeamObj::shape_refusal(const std::string& op, int64_t rows, int64_t 
     if (cols > c.hidden)
       return fmt::format("{}: rows of {} elements; the team was built for {} (hidden)", op, cols, c.hidden);
   }
-  if (rows > c.rows_cap) return fmt::format("{}: {} rows; the team was built for {} (rows)", op, rows, c.rows_cap);
+  // Why not batch-invariant: there more rows run as further calls.
+  if (rows > c.rows_cap && !c.batch_invariant)
+    return fmt::format("{}: {} rows; the team was built for {} (rows)", op, rows, c.rows_cap);
   return "";
+}
+
+void TeamObj::bind_quant(ArNormQuant quant, const ffi::Optional<DLView>& scale, int64_t rows, int64_t hidden,
+                         std::vector<ArNormIo>& io) const {
+  const int n = static_cast<int>(driven), dev = static_cast<int>(device);
+  if (!scale.has_value()) raise(kind::kValue, fmt::format("ar_norm: quant {} needs a scale tensor", ar_norm_quant_name(quant)));
+  const DLView s = scale.value();
+  if (quant != ArNormQuant::kStatic && !ar_norm_group_quant_served(hidden))
+    raise(kind::kNotServed, fmt::format("ar_norm: hidden {}; the group quantisation takes multiples of {}", hidden,
+                                        8 * kArNormQuantGroup));
+  if (dtype_text(s.dtype()) != "float32")
+    raise(kind::kType, fmt::format("ar_norm: scale has dtype {}, float32 is required", dtype_text(s.dtype())));
+  const auto scales = quant == ArNormQuant::kStatic ? rank_rows(s, 1, dev, DType::kF32, "ar_norm: scale")
+                                                    : rank_rows(s, n, dev, DType::kF32, "ar_norm: scales");
+  if (quant == ArNormQuant::kStatic && scales[0].rows * scales[0].cols != 1)
+    raise(kind::kValue, fmt::format("ar_norm: the static scale has {} elements, 1 is required",
+                                    scales[0].rows * scales[0].cols));
+  if (quant != ArNormQuant::kStatic && (scales[0].rows != rows || scales[0].cols != hidden / kArNormQuantGroup))
+    raise(kind::kValue, fmt::format("ar_norm: scales are [{}, {}] per rank, [{}, {}] is required", scales[0].rows,
+                                    scales[0].cols, rows, hidden / kArNormQuantGroup));
+  for (int i = 0; i < n; ++i) {
+    io[static_cast<std::size_t>(i)].quant = quant;
+    io[static_cast<std::size_t>(i)].scale =
+        quant == ArNormQuant::kStatic ? TensorView::f32(scales[0].data, 1, 1) : scales[static_cast<std::size_t>(i)];
+  }
 }
 
 TpComm& TeamObj::comm() const {
@@ -142,9 +180,12 @@ int64_t TeamObj::all_reduce(DLView x, DLView out) {
 }
 
 int64_t TeamObj::ar_norm(DLView x, ffi::Optional<DLView> residual, DLView weight, double eps, DLView out,
-                         DLView residual_out) {
+                         DLView residual_out, const ffi::String& quant_name, ffi::Optional<DLView> scale) {
   return translated([&] {
     const int n = static_cast<int>(driven), dev = static_cast<int>(device);
+    // Why first: a bad eps is the caller's error, never a call to hand to the fallback.
+    if (!std::isfinite(eps) || eps < 0)
+      raise(kind::kValue, fmt::format("ar_norm: eps {} (a finite number >= 0 is required)", eps));
     if (std::string why = dtype_refusal("ar_norm", dtype_text(x.dtype())); !why.empty())
       raise(kind::kUnsupportedDType, why);
     const auto xs = rank_rows(x, n, dev, DType::kBF16, "ar_norm: x");
@@ -159,13 +200,17 @@ int64_t TeamObj::ar_norm(DLView x, ffi::Optional<DLView> residual, DLView weight
     const TensorView w = rank_rows(weight, 1, dev, DType::kBF16, "ar_norm: weight")[0];
     if (w.rows * w.cols != hidden)
       raise(kind::kValue, fmt::format("ar_norm: weight has {} elements, hidden is {}", w.rows * w.cols, hidden));
-    require_bf16(out, "ar_norm: out");
+    const ArNormQuant quant = parse_quant(quant_name);
+    // Why 1-byte elements for e4m3: it crosses as a uint8 view (DLPack's float8 codes
+    // are not every framework's).
+    if (quant == ArNormQuant::kNone) require_bf16(out, "ar_norm: out");
     require_bf16(residual_out, "ar_norm: residual_out");
-    const auto outs = rank_rows(out, n, dev, DType::kBF16, "ar_norm: out");
+    const auto outs = rank_rows(out, n, dev, quant == ArNormQuant::kNone ? DType::kBF16 : DType::kE4M3, "ar_norm: out");
     const auto res_outs = rank_rows(residual_out, n, dev, DType::kBF16, "ar_norm: residual_out");
     std::vector<ArNormIo> io;
     for (int i = 0; i < n; ++i)
       io.push_back({xs[i], rs[i], TensorView::bf16(w.data, 1, hidden), static_cast<float>(eps), outs[i], res_outs[i]});
+    if (quant != ArNormQuant::kNone) bind_quant(quant, scale, xs[0].rows, hidden, io);
     return run(io, [](TpComm& c, auto ios, auto streams) { return c.ar_norm(ios, streams); });
   });
 }

@@ -30,13 +30,17 @@ class TeamObj : public tvm::ffi::Object {
   explicit TeamObj(std::unique_ptr<Team> team);
 
   // Collective: the TpComm every call runs on (before any capture).
-  void build_comm(int64_t hidden, int64_t rows, int64_t gather_row_bytes, const tvm::ffi::String& algorithm);
+  void build_comm(int64_t hidden, int64_t rows, int64_t gather_row_bytes, const tvm::ffi::String& algorithm,
+                  bool batch_invariant);
   void set_algorithm(const tvm::ffi::String& algorithm);
 
   // Each returns the CommPath taken (comm.hpp); last_why() says why not a mailbox.
   int64_t all_reduce(DLView x, DLView out);
+  // quant: "none" (out bf16), "static" (out e4m3 as 1-byte elements, scale an f32
+  // tensor of one element, read), "group" or "group-ue8m0" (scale the f32 group
+  // scales [rows, hidden / 128] per rank, written).
   int64_t ar_norm(DLView x, tvm::ffi::Optional<DLView> residual, DLView weight, double eps, DLView out,
-                  DLView residual_out);
+                  DLView residual_out, const tvm::ffi::String& quant, tvm::ffi::Optional<DLView> scale);
   int64_t gather(DLView shard, DLView out);
   tvm::ffi::String last_why() const { return last_why_; }
 
@@ -54,6 +58,9 @@ class TeamObj : public tvm::ffi::Object {
   // rows of a validated tensor (NotServed). The caller may then run torch instead.
   std::string dtype_refusal(const std::string& op, const std::string& dtype) const;
   std::string shape_refusal(const std::string& op, int64_t rows, int64_t cols, int64_t element_bytes) const;
+  // The quantised ArNorm's tensors: out as e4m3 and the scale's views, or raise.
+  void bind_quant(ArNormQuant quant, const tvm::ffi::Optional<DLView>& scale, int64_t rows, int64_t hidden,
+                  std::vector<ArNormIo>& io) const;
   // Runs `call` for every driven rank on the caller's stream; the local team's ranks
   // run on the team's streams, forked from and joined back to it.
   template <class Io, class Call>

@@ -1,8 +1,10 @@
 """tpdecode: decode-time tensor-parallel collectives and skinny GEMMs for PyTorch.
 
 ``Team`` (``Team.from_process_group`` under torchrun, ``Team.local(n)`` on one GPU)
-runs ``all_reduce``, ``ar_norm`` and ``gather``; ``DecodeGemm`` runs one linear;
-``tpdecode.torch.install`` routes a model's BF16 linears through it. Importing
+runs ``all_reduce``, ``ar_norm`` and ``gather``; ``Communicator`` gives them the shape
+of an engine's all-reduce backend (a disabled flag, ``should_*``, calls returning None
+to fall through, ``capture()``); ``DecodeGemm`` runs one linear;
+``tpdecode.torch.linear`` and ``install`` route a model's BF16 linears through it. Importing
 tpdecode keeps NVLink multicast off (``tpdecode._multicast`` says what that needs)."""
 
 from . import _multicast
@@ -23,6 +25,7 @@ from .info import info  # noqa: E402
 
 __all__ = [
     "CapacityError",
+    "Communicator",
     "CudaError",
     "DecodeGemm",
     "Error",
@@ -37,11 +40,15 @@ __all__ = [
 
 
 def __getattr__(name):
-    # Why lazily: Team, DecodeGemm and tpdecode.torch need torch; info() and the errors do not.
+    # Why lazily: Team, Communicator, DecodeGemm and tpdecode.torch need torch; info() and the errors do not.
     if name == "Team":
         from .team import Team
 
         return Team
+    if name == "Communicator":
+        from .communicator import Communicator
+
+        return Communicator
     if name == "DecodeGemm":
         from .gemm import DecodeGemm
 

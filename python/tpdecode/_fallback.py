@@ -6,14 +6,24 @@ their exactness contract (torch.distributed sums in NCCL's order)."""
 import torch
 import torch.distributed as dist
 
+from . import _quant
 
-def add_rms_norm(reduced, residual, weight, eps, out, residual_out):
-    """residual_out = reduced + residual (one rounding); out = RMSNorm(residual_out) · weight."""
+
+def add_rms_norm(reduced, residual, weight, eps, out, residual_out, kind="none", scale=None, scales=None):
+    """residual_out = reduced + residual (one rounding); out = RMSNorm(residual_out) · weight,
+    BF16 or quantised (kind: _quant's)."""
     new = reduced if residual is None else (reduced.float() + residual.float()).to(reduced.dtype)
     residual_out.copy_(new)
     v = new.float()
     rstd = torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps)
-    out.copy_((v * rstd * weight.reshape(-1).float()).to(out.dtype))
+    normed = (v * rstd * weight.reshape(-1).float()).to(new.dtype)
+    if kind == "none":
+        out.copy_(normed)
+        return
+    q, group_scales = _quant.quantise(normed, kind, scale)
+    out.copy_(q)
+    if group_scales is not None:
+        scales.copy_(group_scales)
 
 
 class TorchFallback:
@@ -33,8 +43,8 @@ class TorchFallback:
     def all_reduce(self, x, out):
         out.copy_(self._reduced(x))
 
-    def ar_norm(self, x, residual, weight, eps, out, residual_out):
-        add_rms_norm(self._reduced(x), residual, weight, eps, out, residual_out)
+    def ar_norm(self, x, residual, weight, eps, out, residual_out, kind="none", scale=None, scales=None):
+        add_rms_norm(self._reduced(x), residual, weight, eps, out, residual_out, kind, scale, scales)
 
     def gather(self, shard, out):
         if self.ranks == 1:

@@ -28,7 +28,7 @@ def _all_reduce(x: torch.Tensor, out: torch.Tensor, team: int) -> None:
     objects[team]("all_reduce", x, out)
 
 
-@torch.library.custom_op("tpdecode::ar_norm", mutates_args=("out", "residual_out"))
+@torch.library.custom_op("tpdecode::ar_norm", mutates_args=("out", "residual_out", "scales"))
 def _ar_norm(
     x: torch.Tensor,
     residual: Optional[torch.Tensor],
@@ -36,9 +36,13 @@ def _ar_norm(
     eps: float,
     out: torch.Tensor,
     residual_out: torch.Tensor,
+    quant: str,
+    scale: Optional[torch.Tensor],
+    scales: torch.Tensor,
     team: int,
 ) -> None:
-    objects[team]("ar_norm", x, residual, weight, eps, out, residual_out)
+    # quant: "none", "static" (scale read) or "group"/"group-ue8m0" (scales written).
+    objects[team]("ar_norm", x, residual, weight, eps, out, residual_out, quant, scale, scales)
 
 
 @torch.library.custom_op("tpdecode::gather", mutates_args=("out",))

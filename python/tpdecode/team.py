@@ -5,7 +5,7 @@ from typing import Optional
 
 import torch
 
-from . import _capture, _lib, _multicast, _ops
+from . import _capture, _lib, _multicast, _ops, _quant
 from ._fallback import TorchFallback
 from .errors import NotServed
 
@@ -20,7 +20,11 @@ class CommConfig:
     algorithm: "auto" (mailbox where it serves, measured crossover), "one-shot",
     "two-shot", or "stock" (always NCCL / the local equivalent).
     timeout_ms: deadline of every wait (0: TPDECODE_TIMEOUT_MS or 5000).
-    pdl: programmatic dependent launch for tpdecode's kernels."""
+    pdl: programmatic dependent launch for tpdecode's kernels.
+    batch_invariant: a row's output bits do not depend on the call's row count or
+    the path that runs it (rows beyond ``rows`` run as further mailbox calls; the
+    stock path sums in rank order too): what an engine's batch-invariant mode needs
+    (include/tpdecode/comm.hpp, CommConfig::batch_invariant)."""
 
     hidden: int = 8192
     rows: int = 64
@@ -28,6 +32,7 @@ class CommConfig:
     algorithm: str = "auto"
     timeout_ms: int = 0
     pdl: bool = True
+    batch_invariant: bool = False
 
 
 class _Runner:
@@ -44,12 +49,21 @@ class _Runner:
         # Why: a capture on another device would not take this call (_capture.py).
         _capture.check_capture_device(self.device, f"Team.{op}")
         try:
-            self.path = _lib.COMM_PATHS[getattr(self.handle, op)(*args)]
+            ffi_args = _ar_norm_ffi_args(*args) if op == "ar_norm" else args
+            self.path = _lib.COMM_PATHS[getattr(self.handle, op)(*ffi_args)]
         except NotServed:
             if self.fallback is None:
                 raise
             getattr(self.fallback, op)(*args)
             self.path = "torch"
+
+
+def _ar_norm_ffi_args(x, residual, weight, eps, out, residual_out, kind, scale, scales):
+    """The extension's ar_norm arguments: an FP8 output as its bytes, the one scale
+    tensor the kind reads or writes."""
+    if kind == "none":
+        return x, residual, weight, eps, out, residual_out, kind, None
+    return x, residual, weight, eps, out.view(torch.uint8), residual_out, kind, scale if kind == "static" else scales
 
 
 def _not_capturing(what):
@@ -88,7 +102,7 @@ class Team:
         """Use ``Team.local`` or ``Team.from_process_group``."""
         if fallback not in (None, "torch"):
             raise ValueError(f"fallback={fallback!r}: None (raise NotServed) or 'torch'")
-        handle.build_comm(config.hidden, config.rows, config.gather_row_bytes, config.algorithm)
+        handle.build_comm(config.hidden, config.rows, config.gather_row_bytes, config.algorithm, config.batch_invariant)
         self._handle = handle
         self._run = _Runner(handle, TorchFallback(group, handle.size) if fallback else None)
         self._id = _ops.register(self._run)
@@ -177,15 +191,32 @@ class Team:
         *,
         out: Optional[torch.Tensor] = None,
         residual_out: Optional[torch.Tensor] = None,
+        quant=None,
+        scales_out: Optional[torch.Tensor] = None,
     ):
         """All-reduce of ``x``, plus ``residual`` (None: the embedding, no residual),
         then RMSNorm with ``weight``. Returns ``(out, residual_out)``: the normalised
         rows and the new residual (new tensors unless given; residual_out may be
-        ``residual`` itself for an in-place update)."""
-        out = torch.empty_like(x) if out is None else out
+        ``residual`` itself for an in-place update). ``eps``: finite, >= 0.
+
+        quant: the normalised rows as FP8 (torch.float8_e4m3fn), quantised in the same
+        kernel (the new residual stays BF16): a float32 tensor of one element (a static
+        scale, read on the device at every call and replay: out = e4m3(v · (1 / scale)),
+        as vLLM's static-FP8 rms_norm computes it), or "group" /
+        "group-ue8m0" (vLLM's per_token_group_quant_fp8 with groups of 128 columns; the
+        float32 scales [..., hidden / 128] written to ``scales_out`` and returned as a
+        third value). The values are exactly the BF16 output quantised
+        (tpdecode._quant; reference/fp8_quant.hpp says where that differs from vLLM)."""
+        kind = _quant.kind_of(quant)
+        dtype = x.dtype if kind == "none" else torch.float8_e4m3fn
+        out = torch.empty_like(x, dtype=dtype) if out is None else out
         residual_out = torch.empty_like(x) if residual_out is None else residual_out
-        self._call("ar_norm", x, residual, weight, float(eps), out, residual_out)
-        return out, residual_out
+        scale = quant if kind == "static" else None
+        if kind in ("group", "group-ue8m0") and scales_out is None:
+            scales_out = x.new_empty((*x.shape[:-1], x.shape[-1] // _quant.GROUP), dtype=torch.float32)
+        scales = scales_out if scales_out is not None else x.new_empty(0, dtype=torch.float32)
+        self._call("ar_norm", x, residual, weight, float(eps), out, residual_out, kind, scale, scales)
+        return (out, residual_out) if scale is not None or kind == "none" else (out, residual_out, scales_out)
 
     def gather(self, shard: torch.Tensor, *, out: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Every rank's ``shard`` [..., S] side by side: [..., size · S], rank r's at

@@ -1,75 +1,163 @@
-"""Routes a PyTorch model's BF16 linears through DecodeGemm.
+"""tpdecode's linear for PyTorch models: ``linear(x, weight, bias)`` (a torch custom op,
+``tpdecode::linear``) and ``install(module)``, which routes a model's BF16 linears
+through it.
 
-``install(module)`` replaces the forward of every ``nn.Linear`` under ``module``
-whose weight is a 2-D BF16 CUDA tensor: inputs with 1..DecodeGemm.max_rows
-flattened rows (BF16, on the weight's device, last dimension K) run on the
-linear's DecodeGemm, the bias added after; anything else runs the original
-forward. ``uninstall(module)`` restores them."""
+``linear`` runs the weight's DecodeGemm for the row counts it serves (1 ..
+``DecodeGemm.max_rows``, read from the object) and ``F.linear`` otherwise: the
+dispatch engines use for skinny GEMMs. A weight's DecodeGemm is made on its first
+eager call (or by ``install``, which also prepares its row counts) and kept, with a
+reference to the weight, until ``forget(weight)`` or ``uninstall``."""
 
 import fnmatch
-from typing import Iterable
+from typing import Iterable, Optional
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .gemm import DecodeGemm
 
 _ATTR = "_tpdecode_gemm"
+_gemms: dict = {}  # (data_ptr, shape, device index) -> DecodeGemm holding that weight
+
+
+def _key(weight: torch.Tensor):
+    return weight.data_ptr(), tuple(weight.shape), weight.device.index
+
+
+def _eligible(weight: torch.Tensor) -> bool:
+    return weight.dtype == torch.bfloat16 and weight.dim() == 2 and weight.is_cuda and weight.stride(-1) == 1
+
+
+def _gemm_for(weight: torch.Tensor) -> Optional[DecodeGemm]:
+    """The weight's DecodeGemm, made now where it may be (never during a capture)."""
+    if not _eligible(weight):
+        return None
+    gemm = _gemms.get(_key(weight))
+    if gemm is None and not torch.cuda.is_current_stream_capturing():
+        gemm = _gemms[_key(weight)] = DecodeGemm(weight)
+    return gemm
+
+
+def _needs_grad(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _rows_served(gemm: Optional[DecodeGemm], x: torch.Tensor, weight: torch.Tensor, bias) -> bool:
+    # Why not where a gradient is wanted: DecodeGemm has no backward (F.linear has).
+    if gemm is None or x.dtype != torch.bfloat16 or x.device != weight.device or _needs_grad(x, weight, bias):
+        return False
+    return x.shape[-1] == gemm.k and 1 <= x.numel() // gemm.k <= gemm.max_rows
+
+
+def _run(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], batch_invariant: bool) -> torch.Tensor:
+    if batch_invariant:
+        # Why one row at a time: each row then takes the same kernel and summation
+        # order whatever the batch (cuBLAS picks its kernel, and with it the order,
+        # by the row count; so does DecodeGemm today). Rows whose K is a multiple of
+        # 8 start 16-byte aligned, so their alignment does not vary either.
+        rows = x.reshape(-1, x.shape[-1])
+        y = torch.cat([F.linear(rows[i : i + 1], weight, bias) for i in range(rows.shape[0])])
+        return y.view(*x.shape[:-1], weight.shape[0])
+    gemm = _gemm_for(weight)
+    if not _rows_served(gemm, x, weight, bias):
+        return F.linear(x, weight, bias)
+    y = gemm(x.reshape(-1, gemm.k)).view(*x.shape[:-1], gemm.n)
+    return y if bias is None else y.add_(bias)
+
+
+@torch.library.custom_op("tpdecode::linear", mutates_args=())
+def _linear_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], batch_invariant: bool) -> torch.Tensor:
+    return _run(x, weight, bias, batch_invariant)
+
+
+@_linear_op.register_fake
+def _(x, weight, bias, batch_invariant):
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+def _save_for_backward(ctx, inputs, output):
+    x, weight, bias, _ = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.has_bias = bias is not None
+
+
+def _linear_backward(ctx, grad):
+    # A linear's gradients (a compiled graph that trains through the op needs them).
+    x, weight = ctx.saved_tensors
+    g = grad.reshape(-1, weight.shape[0])
+    grad_x = (g @ weight).view(x.shape)
+    grad_weight = g.t() @ x.reshape(-1, weight.shape[1])
+    return grad_x, grad_weight, g.sum(0) if ctx.has_bias else None, None
+
+
+_linear_op.register_autograd(_linear_backward, setup_context=_save_for_backward)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, *,
+           batch_invariant: bool = False) -> torch.Tensor:
+    """``F.linear(x, weight, bias)``: the weight's DecodeGemm for the rows it serves
+    (BF16 operands on one device, 1 .. ``DecodeGemm.max_rows`` flattened rows, no
+    gradient wanted; the bias added after, rounded again), ``F.linear`` otherwise.
+
+    batch_invariant: a row's result does not depend on how many rows the call has
+    (what an engine's batch-invariant mode needs). DecodeGemm has no such option
+    yet (its kernel and split change with the row count), so these calls run every
+    row as its own one-row ``F.linear``: invariant, at one launch per row."""
+    if torch.compiler.is_compiling():
+        return torch.ops.tpdecode.linear(x, weight, bias, batch_invariant)
+    return _run(x, weight, bias, batch_invariant)
+
+
+def forget(weight: torch.Tensor) -> None:
+    """Drops the weight's DecodeGemm (and the reference to the weight it holds)."""
+    _gemms.pop(_key(weight), None)
 
 
 class _RoutedForward:
-    """An installed linear's forward: DecodeGemm for the rows it serves."""
+    """An installed linear's forward: tpdecode.torch.linear on its weight and bias."""
 
-    def __init__(self, linear: nn.Linear, gemm: DecodeGemm):
-        self.linear = linear
-        self.gemm = gemm
-        self.original = linear.forward  # the class's bound forward
+    def __init__(self, module: nn.Linear):
+        self.module = module
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        gemm, linear = self.gemm, self.linear
-        k = gemm.k
-        if (
-            x.dtype != torch.bfloat16
-            or x.shape[-1] != k
-            or x.requires_grad  # tpdecode has no backward
-            or x.device != gemm.weight.device
-            or linear.weight is not gemm.weight  # weight replaced since install
-            or not 1 <= x.numel() // k <= DecodeGemm.max_rows
-        ):
-            return self.original(x)
-        y = gemm(x.reshape(-1, k)).view(*x.shape[:-1], gemm.n)
-        return y if linear.bias is None else y.add_(linear.bias)
+        return linear(x, self.module.weight, self.module.bias)
 
 
 def install(module: nn.Module, *, exclude: Iterable[str] = (), rows: Iterable[int] = range(1, 9)) -> int:
     """Routes every BF16 ``nn.Linear`` under ``module`` (2-D weight on a CUDA device)
-    through DecodeGemm, except those whose qualified name matches a pattern in
-    ``exclude`` (fnmatch, e.g. ``"lm_head"``, ``"*.kv_b_proj"``). Prepares the engines
-    for ``rows`` now, so a CUDA graph captured later finds them ready. Returns how
-    many linears were routed (already routed ones count again; none is wrapped twice)."""
+    through ``linear``, except those whose qualified name matches a pattern in
+    ``exclude`` (fnmatch, e.g. ``"lm_head"``, ``"*.kv_b_proj"``). Makes and prepares
+    each weight's DecodeGemm for ``rows`` now, so a CUDA graph captured later finds
+    them ready. Returns how many linears were routed (already routed ones count
+    again; none is wrapped twice)."""
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError("install prepares DecodeGemms: call it before CUDA-graph capture")
     exclude = list(exclude)
     rows = list(rows)
     count = 0
     for name, sub in module.named_modules():
         if not isinstance(sub, nn.Linear) or any(fnmatch.fnmatchcase(name, p) for p in exclude):
             continue
-        w = sub.weight
-        if w.dtype != torch.bfloat16 or w.dim() != 2 or not w.is_cuda:
+        if not _eligible(sub.weight):
             continue
         if not hasattr(sub, _ATTR):
-            gemm = DecodeGemm(w).prepare(rows)
+            gemm = _gemm_for(sub.weight)
+            gemm.prepare(rows)
             setattr(sub, _ATTR, gemm)
-            sub.forward = _RoutedForward(sub, gemm)
+            sub.forward = _RoutedForward(sub)
         count += 1
     return count
 
 
 def uninstall(module: nn.Module) -> int:
-    """Restores every linear ``install`` routed under ``module``; returns how many."""
+    """Restores every linear ``install`` routed under ``module`` and drops their
+    DecodeGemms; returns how many."""
     count = 0
     for sub in module.modules():
         if hasattr(sub, _ATTR):
             del sub.forward  # the instance attribute: the class's forward shows again
+            forget(getattr(sub, _ATTR).weight)
             delattr(sub, _ATTR)
             count += 1
     return count

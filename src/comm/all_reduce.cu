@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(kThreads) one_shot_kernel(const OneShotParams 
   // hold SM slots that a peer's grid of this call still needs; once this thread has
   // seen every peer's push, every peer's grid of this call is resident.
   if (!p.trigger_early) dev::pdl_launch_dependents();
-  *out = ok ? sum : poisoned();
+  *out = !ok ? poisoned() : p.clean_sum ? clean(sum) : sum;
 }
 
 int ctas_per_row(int frags) { return (frags + kThreads - 1) / kThreads; }

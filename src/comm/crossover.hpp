@@ -1,20 +1,28 @@
-// Where the automatic choice (CommAlgorithm::kAuto) takes the two-shot all-reduce:
-// the one place to edit. rules.cpp reads it (two_shot_rows_for); tests/cpu/
-// comm_rules_test.cpp checks its invariants.
+// Which path the automatic choice (CommAlgorithm::kAuto) takes where more than one
+// serves a call: the one place to edit. rules.cpp reads it (crossover_choice);
+// tests/cpu/comm_rules_test.cpp checks its invariants and, against every recorded
+// `bench comm --json` run in tests/data/bench_comm/, that the choice is within 3 %
+// of the fastest path on every measured row.
 //
-// An entry says: for this team size, transport and op, at `width` columns, the
-// two-shot is the path to take for rows in [from, to]. Elsewhere the automatic
-// choice takes the one-shot where it serves, else the stock path: the two-shot is
-// taken only where it was measured (or, for team sizes nobody could run, modelled)
-// to beat both. For another width the nearest entry's rows are scaled by the width
-// ratio (a fixed payload rows × width).
+// An entry says: for this team size, transport and op, at `width` columns, take
+// `path` from `rows` rows up to the next entry of the same (tp, transport, op,
+// width), or on. Below a key's first entry, and for keys without entries, the
+// choice takes the one-shot where it serves, else the stock path. A path an entry
+// names that does not serve the call falls back to the same rule. For a width
+// without entries the nearest width's (by ratio) are used, their rows scaled by the
+// width ratio (a fixed payload rows × width), rounded up.
 //
-// Refit from `tpdecode bench comm` (one-shot, two-shot and stock µs per row, and
-// the choice's auto/best): the two-shot's range is the rows where it is within 3 %
-// of the fastest path and the one-shot is not; say which run, next to the entry.
+// Refit from a measured run: `tpdecode bench comm --team local --tp 2 --tp 4 --tp 8
+// --hidden 2048 ... --fit` prints the entries of each measured key (the path
+// within 1.5 % of the fastest, kept as long as it stays there; crossover_fit.hpp);
+// replace the entries of the keys the run measured with them, say the run's date,
+// machine and commit next to them, and add the run's JSON to tests/data/bench_comm/
+// (`scripts/device.sh crossover` runs that sweep on the local team).
 #pragma once
 
 #include <cstdint>
+
+#include "tpdecode/comm.hpp"
 
 namespace tpdecode {
 
@@ -23,55 +31,49 @@ enum class CommTransport : uint8_t {
   kNvlink,  // one rank per GPU, peer stores over NVLink
 };
 
-struct CrossoverPoint {
+struct CrossoverEntry {
   int tp;
   CommTransport transport;
   bool norm;  // ar_norm (true) or all_reduce
   int64_t width;
-  int from, to;  // rows (from = kNever: never)
+  int rows;       // from this many rows on
+  CommPath path;  // the path to take there
 };
-
-inline constexpr int kNever = 1 << 30;
 
 // MEASURED on one H200 and 2 x H200 (NVLink), 2026-11-30, `bench comm` (docs/history/
 // performance-2026-11.md, "The local team's two-shot, refit" and "The two-shot ArNorm:
-// reducers on the rank's own columns"):
-//  - local team TP 8, all_reduce, H 7168: the two-shot 8.32 µs at 8 rows (one-shot
-//    9.71, stock 9.84), 10.64 at 16 (stock 11.35), 13.42 at 32 (stock 14.92), 21.24
-//    at 64 (stock 24.64); at 4 rows 7.98 against the one-shot's 8.02 (within 3 %:
-//    the one-shot keeps it): rows 8 and up.
+// reducers on the rank's own columns"), H 7168:
+//  - local team TP 8, all_reduce: the two-shot 8.32 µs at 8 rows (one-shot 9.71,
+//    stock 9.84), 10.64 at 16 (stock 11.35), 13.42 at 32 (stock 14.92), 21.24 at 64
+//    (stock 24.64); at 4 rows 7.98 against the one-shot's 8.02 (within 3 %: the
+//    one-shot keeps it): from 8 rows.
 //  - local team TP 8, ar_norm: the two-shot behind the one-shot at 1-4 rows
 //    (11.60 vs 9.83 at 1) and behind stock from 8 (17.84 vs 16.16; 88.4 vs 43.0 at
-//    64): never.
-//  - NCCL TP 2 (NVLink): behind the one-shot at every row count, all_reduce 3.44 vs
-//    2.47 µs at 1 row, 6.27 vs 5.33 at 64; ar_norm 4.71 vs 3.70, 8.00 vs 7.73: never
-//    (the same bytes, one hop more).
+//    64): no entry (the one-shot, then stock where it no longer serves).
+//  - NCCL TP 2 (NVLink): the two-shot behind the one-shot at every row count,
+//    all_reduce 3.44 vs 2.47 µs at 1 row, 6.27 vs 5.33 at 64; ar_norm 4.71 vs 3.70,
+//    8.00 vs 7.73: no entry (the same bytes, one hop more).
 // MEASURED on 4 x H200 (NVLink), 2026-11-30, NCCL team TP 4, H 7168 (docs/history/
 // performance-2026-11.md, "The two-shot over NVLink at TP 4, measured"):
 //  - all_reduce: one-shot / two-shot 4.84 / 4.81 µs at 16 rows (a tie: the one-shot
 //    keeps it), 5.37 / 5.20 at 20, 5.88 / 5.61 at 24, 6.93 / 6.04 at 32, 11.17 / 7.34
-//    at 64 (stock 17.23): from 20 rows (the model below said 18).
+//    at 64 (stock 17.23): from 20 rows.
 //  - ar_norm: 6.50 / 6.85 at 16, 7.10 / 7.09 at 20 (a tie), 7.63 / 7.30 at 24, 8.76 /
-//    7.90 at 32, 13.19 / 10.69 at 64: from 24 rows. Measured with the two-shot
-//    ArNorm's former reducers; the current ones are 9-12 % faster at NCCL TP 2 from
-//    16 rows and 13-17 % at local TP 4, so the point likely moves to ~16 (not
-//    measured on 4 GPUs with them; the one-shot keeps 16-23 rows until it is).
+//    7.90 at 32, 13.19 / 10.69 at 64: from 24 rows (measured before the two-shot
+//    ArNorm's reducers got 9-17 % faster; not re-measured since).
 // MODEL, NOT MEASURED (no 8-GPU machine): NVLink all_reduce, time ≈ fixed +
 // hops · h + bytes / bw with h = 1.5 µs and bw = 250 GB/s (the TP 2 runs); bytes
 // into each GPU per row: one-shot (TP−1)·width·2, two-shot 2·(TP−1)/TP·width·2;
 // two-shot from h·bw·TP / ((TP−1)(TP−2)·width·2) rows: TP 4 from 18 (measured: 20),
 // TP 8 from 5, TP 16 from 2. ArNorm at TP 8: the all_reduce's point times TP 4's
-// measured ArNorm / all_reduce ratio (24 / 20): from 6. The local team at TP 4 and
-// 16: never, until measured.
-inline constexpr CrossoverPoint kCrossover[] = {
-    {2, CommTransport::kNvlink, false, 7168, kNever, kNever},
-    {2, CommTransport::kNvlink, true, 7168, kNever, kNever},
-    {4, CommTransport::kNvlink, false, 7168, 20, kNever},
-    {4, CommTransport::kNvlink, true, 7168, 24, kNever},
-    {8, CommTransport::kNvlink, false, 7168, 5, kNever},
-    {8, CommTransport::kNvlink, true, 7168, 6, kNever},
-    {16, CommTransport::kNvlink, false, 7168, 2, kNever},
-    {8, CommTransport::kOneGpu, false, 7168, 8, kNever},
+// measured ArNorm / all_reduce ratio (24 / 20): from 6.
+inline constexpr CrossoverEntry kCrossover[] = {
+    {4, CommTransport::kNvlink, false, 7168, 20, CommPath::kTwoShot},
+    {4, CommTransport::kNvlink, true, 7168, 24, CommPath::kTwoShot},
+    {8, CommTransport::kNvlink, false, 7168, 5, CommPath::kTwoShot},
+    {8, CommTransport::kNvlink, true, 7168, 6, CommPath::kTwoShot},
+    {16, CommTransport::kNvlink, false, 7168, 2, CommPath::kTwoShot},
+    {8, CommTransport::kOneGpu, false, 7168, 8, CommPath::kTwoShot},
 };
 
 }  // namespace tpdecode

@@ -21,6 +21,7 @@ struct OneShotParams {
   int frags;                // width / 8
   bool trigger_early;       // launch dependents before the polls (one rank per GPU)
   bool system_fence;        // CommConfig::system_fence
+  bool clean_sum;           // CommConfig::batch_invariant: the sum cleaned as a mailbox would
 };
 void launch_one_shot(const RankContext& ctx, cudaStream_t stream, const OneShotParams& p, int rows);
 // Rows of `width` columns whose grids every rank on ctx's GPU can hold at once.
@@ -33,29 +34,38 @@ inline constexpr int kArNormMaxThreads = 256;  // 8 columns per thread: hidden <
 static_assert(kArNormMaxHidden == 8 * kArNormCtas * kArNormMaxThreads, "comm.hpp's served sizes are this geometry's");
 constexpr int ar_norm_threads(int64_t hidden) { return static_cast<int>((hidden / 64 + 31) / 32 * 32); }
 
-// The residual add + RMSNorm's tensors as a kernel that reduced its rows otherwise
-// holds them (row_norm.cuh's ArNormRow): the two-shot ArNorm, the o-projection's
-// consumers.
-struct ArNormTail {
-  const void* residual;  // [rows, H], or nullptr: none
-  const void* weight;    // [H]
-  void* out;             // [rows, H]
-  void* residual_out;    // [rows, H]
-  float eps;
+// What the normalised row is written as (ArNormIo::quant, row_quant.cuh).
+struct RowQuant {
+  ArNormQuant kind = ArNormQuant::kNone;
+  float* scale = nullptr;  // kStatic: [1] (read); kGroup*: [rows, H / 128] (written)
 };
+
+// The residual add + RMSNorm's tensors as a kernel that reduced its rows holds them
+// (row_norm.cuh's ArNormRow): ArNorm, its two-shot variant, the stock path's norm,
+// the o-projection's consumers.
+struct ArNormTail {
+  const void* residual;  // [rows, H] bf16, or nullptr: none
+  const void* weight;    // [H] bf16
+  void* out;             // [rows, H] bf16, or e4m3 when quant.kind is not kNone
+  void* residual_out;    // [rows, H] bf16
+  float eps;
+  RowQuant quant = {};
+};
+// The tail of an ArNormIo (rules.hpp has checked its tensors).
+inline ArNormTail ar_norm_tail(const ArNormIo& io) {
+  return {io.residual.data, io.weight.data, io.out.data, io.residual_out.data, io.eps,
+          RowQuant{io.quant, static_cast<float*>(io.scale.data)}};
+}
 
 struct ArNormParams {
   lamport::TeamRef team;
   lamport::MailboxRef box;  // [parities, TP, rows_cap, row_bytes]
   const void* x;            // [rows, hidden] bf16
-  const void* residual;     // [rows, hidden] bf16, or nullptr: none
-  const void* weight;       // [hidden] bf16
-  void* out;                // [rows, hidden] bf16
-  void* residual_out;       // [rows, hidden] bf16
-  float eps;
+  ArNormTail norm;
   int hidden;
   bool trigger_early;
   bool system_fence;  // CommConfig::system_fence
+  bool clean_sum;     // CommConfig::batch_invariant: the sum cleaned as a mailbox would
 };
 void launch_ar_norm(const RankContext& ctx, cudaStream_t stream, const ArNormParams& p, int rows);
 int ar_norm_resident_rows(const RankContext& ctx, int64_t hidden);
@@ -74,26 +84,24 @@ void launch_gather(const RankContext& ctx, cudaStream_t stream, const GatherPara
 int gather_resident_rows(const RankContext& ctx);
 
 // ---- The stock path's kernels (stock.cu) ----------------------------------
-// out[row] = rank-order sum of src.base[r] + row · src_row_bytes (bf16 [rows, width]).
+// out[row] = rank-order sum of the cleaned src.base[r] + row · src_row_bytes (bf16
+// [rows, width]: the one-shot's sum); clean_sum: the sum cleaned too (batch-invariant).
 void launch_stock_reduce(cudaStream_t stream, int size, const PeerPointers& src, long src_row_bytes, void* out,
-                         int rows, int width);
+                         int rows, int width, bool clean_sum);
 // ArNorm's residual add + RMSNorm on an already reduced [rows, hidden] (same math
-// and order as ar_norm, so the same bits).
+// and order as ar_norm, and its epilogues: the same bits).
 struct NormIo {
-  const void* reduced;
-  const void* residual;  // or nullptr
-  const void* weight;
-  void* out;
-  void* residual_out;
-  float eps;
+  const void* reduced;  // [rows, hidden] bf16
+  ArNormTail norm;
   int hidden;
 };
 // pdl: launch as a programmatic dependent (the kernel lets its successor launch at
 // entry and waits for its predecessor before reading anything).
 void launch_add_rms_norm(cudaStream_t stream, const NormIo& io, int rows, bool pdl);
-// out[row] = [src.base[0] row, ..., src.base[size-1] row] (shard_bytes each).
+// out[row] = [src.base[0] row, ..., src.base[size-1] row] (shard_bytes each); clean:
+// sentinel words as 0, as the mailbox moves them (batch-invariant).
 void launch_gather_copy(cudaStream_t stream, int size, const PeerPointers& src, long src_row_bytes, void* out, int rows,
-                        long shard_bytes);
+                        long shard_bytes, bool clean);
 
 // ---- Two-shot all-reduce and its ArNorm (two_shot.cu) ------------------------
 // Rank o owns columns [o·W, (o+1)·W), W = width / TP (a multiple of 8). Both grids

@@ -47,6 +47,7 @@ struct RowCall {
   bool trigger_early;  // launch dependents at entry (one rank per GPU), else after the polls
   bool early;          // see above: only for a consumer launched by its producer (x null)
   bool system_fence;   // CommConfig::system_fence: a fence.acq_rel.sys before the pushes
+  bool clean_sum = false;  // CommConfig::batch_invariant: the sum cleaned as a mailbox would (the two-shot's bits)
 };
 
 // Every thread of the row's cluster calls it; the CTAs of the launch that take
@@ -118,7 +119,7 @@ __device__ __forceinline__ void row_collective(const RowCall& c, Epilogue& epi, 
     // one_shot_poll_sum, over the precomputed addresses.
     Fragment raw[kRanks];
     ok = poll_ranks<kRanks>(mem, c.team, call, own_slot, raw, row, frag * 8);
-    if (ok) sum = sum_rank_order<kRanks>(raw);
+    if (ok) sum = c.clean_sum ? clean(sum_rank_order<kRanks>(raw)) : sum_rank_order<kRanks>(raw);
   }
   const bool rearm = active && ok;
   // Why late with several ranks on one GPU: a dependent grid launched early could

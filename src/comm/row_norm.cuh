@@ -23,6 +23,7 @@
 
 #include "comm/kernels.hpp"
 #include "comm/memory.hpp"
+#include "comm/row_quant.cuh"
 #include "core/device.cuh"
 
 namespace tpdecode::rownorm {
@@ -245,21 +246,20 @@ __device__ __forceinline__ Fragment normed(const Fragment& v, const Fragment& we
 }
 
 // ArNorm's epilogue of a row (row_collective.cuh): the residual add, the new
-// residual stored, the RMSNorm. A failed call (ok false) poisons its residual and,
-// through a NaN sum of squares, every output of its row: an output is correct or
-// NaN, never wrong. Tail: the kernel's parameters holding residual ([rows, hidden]
-// or nullptr: none), weight ([hidden]), out, residual_out ([rows, hidden]) and eps;
-// held by reference, so they stay in parameter space rather than in registers.
-// The row sum: cluster_row_sum_async (no cluster barrier); the kernel starts with
-// cluster_start(epi), and a cluster looping over rows calls cluster_arrive_next_row()
-// between two rows' finish().
-template <class Tail>
+// residual stored, the RMSNorm, stored as BF16 or quantised (row_quant.cuh). A
+// failed call (ok false) poisons its residual and, through a NaN sum of squares,
+// every output of its row: an output is correct or NaN, never wrong. Tail: the
+// kernel's ArNormTail, held by reference, so it stays in parameter space rather
+// than in registers. The row sum: cluster_row_sum_async (no cluster barrier); the
+// kernel starts with cluster_start(epi), and a cluster looping over rows calls
+// cluster_arrive_next_row() between two rows' finish().
 struct ArNormRow {
-  const Tail& t;
+  const ArNormTail& t;
   int hidden;
   RowSumAsync* shared;
   Fragment w{}, old{};
   uint32_t phase = 0;  // of shared->bar: flips with every row sum
+  rowquant::RowStore store{t.quant};
 
   __device__ __forceinline__ void init_cluster() { cluster_sum_async_init(*shared); }
 
@@ -268,6 +268,7 @@ struct ArNormRow {
   }
   __device__ __forceinline__ void load_inputs(int, long at, bool active) {
     if (active && t.residual) old = static_cast<const Fragment*>(t.residual)[at];
+    store.load();
   }
   // Both stores after the row sum (why, with cluster_row_sum: the cluster
   // barrier's fence would wait for a store issued before it; kept so here).
@@ -281,10 +282,8 @@ struct ArNormRow {
     const float squares = ok ? thread_squares(fresh) : __int_as_float(0x7fc00000);
     const float total = cluster_row_sum_async(squares, *shared, phase, after_barrier);
     phase ^= 1u;
-    if (active) {
-      static_cast<Fragment*>(t.out)[at] = normed(fresh, w, rstd(total, hidden, t.eps));
-      static_cast<Fragment*>(t.residual_out)[at] = ok ? fresh : lamport::poisoned();
-    }
+    store.store(t.out, at, normed(fresh, w, rstd(total, hidden, t.eps)), active);
+    if (active) static_cast<Fragment*>(t.residual_out)[at] = ok ? fresh : lamport::poisoned();
   }
 };
 

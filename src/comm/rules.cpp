@@ -25,19 +25,28 @@ std::string rows_refusal(const CommLimits& limits, int64_t rows, int resident, c
   return {};
 }
 
-// bf16, non-null, contiguous, rows 16-byte aligned, [rows, cols].
-void check_bf16_rows(const TensorView& t, int64_t rows, int64_t cols, const char* op, const char* what) {
+// Of `dtype`, non-null, contiguous, rows `align`-byte aligned, [rows, cols].
+void check_rows_of(const TensorView& t, DType dtype, int64_t rows, int64_t cols, std::size_t align, const char* op,
+                   const char* what) {
   check(t.data != nullptr, "{}: {} is null", op, what);
-  check(t.dtype == DType::kBF16, "{}: {} has dtype {}, bf16 is required", op, what, dtype_name(t.dtype));
+  check(t.dtype == dtype, "{}: {} has dtype {}, {} is required", op, what, dtype_name(t.dtype), dtype_name(dtype));
   check(t.rows == rows && t.cols == cols, "{}: {} is [{}, {}], [{}, {}] is required", op, what, t.rows, t.cols, rows,
         cols);
   check(t.contiguous(), "{}: {} must be contiguous ({})", op, what, t.describe());
-  check(t.aligned(16), "{}: {} must be 16-byte aligned", op, what);
+  check(t.aligned(align), "{}: {} must be {}-byte aligned", op, what, align);
+}
+
+void check_bf16_rows(const TensorView& t, int64_t rows, int64_t cols, const char* op, const char* what) {
+  check_rows_of(t, DType::kBF16, rows, cols, 16, op, what);
 }
 
 void check_rows(int64_t rows, const char* op) { check(rows >= 1, "{}: {} rows (at least 1)", op, rows); }
 
 }  // namespace
+
+void check_norm_eps(float eps, const char* op) {
+  check(std::isfinite(eps) && eps >= 0.0f, "{}: eps {} (a finite number >= 0 is required)", op, eps);
+}
 
 void check_all_reduce(const AllReduceIo& io) {
   check_rows(io.x.rows, "all_reduce");
@@ -50,13 +59,32 @@ void check_ar_norm(const ArNormIo& io) {
   const int64_t rows = io.x.rows;
   const int64_t hidden = io.x.cols;
   check_rows(rows, "ar_norm");
+  check_norm_eps(io.eps, "ar_norm");
   check(ar_norm_hidden_served(hidden), "ar_norm: hidden {}: the norm kernels take multiples of 64 up to {}", hidden,
         kArNormMaxHidden);
   check_bf16_rows(io.x, rows, hidden, "ar_norm", "input");
   if (io.residual.data) check_bf16_rows(io.residual, rows, hidden, "ar_norm", "residual");
   check_bf16_rows(io.weight, 1, hidden, "ar_norm", "weight");
-  check_bf16_rows(io.out, rows, hidden, "ar_norm", "output");
   check_bf16_rows(io.residual_out, rows, hidden, "ar_norm", "residual output");
+  switch (io.quant) {
+    case ArNormQuant::kNone:
+      check_bf16_rows(io.out, rows, hidden, "ar_norm", "output");
+      return;
+    case ArNormQuant::kStatic:
+      check_rows_of(io.out, DType::kE4M3, rows, hidden, 16, "ar_norm", "fp8 output");
+      check_rows_of(io.scale, DType::kF32, 1, 1, 4, "ar_norm", "static scale");
+      return;
+    case ArNormQuant::kGroup:
+    case ArNormQuant::kGroupUe8m0:
+      check(ar_norm_group_quant_served(hidden),
+            "ar_norm: hidden {}: the group quantisation takes multiples of {} (each group of {} columns inside one "
+            "of the 8 CTAs that hold a row)",
+            hidden, 8 * kArNormQuantGroup, kArNormQuantGroup);
+      check_rows_of(io.out, DType::kE4M3, rows, hidden, 16, "ar_norm", "fp8 output");
+      check_rows_of(io.scale, DType::kF32, rows, hidden / kArNormQuantGroup, 4, "ar_norm", "group scales");
+      return;
+  }
+  check(false, "ar_norm: quantisation {} unknown", static_cast<int>(io.quant));
 }
 
 void check_gather(const GatherIo& io, int team_size) {
@@ -116,28 +144,34 @@ std::string two_shot_refusal(const CommLimits& limits, int64_t rows, int64_t wid
   return rows_refusal(limits, rows, served, op);
 }
 
-std::pair<int, int> two_shot_rows_for(const CommLimits& limits, int64_t width, bool norm) {
-  const CommTransport transport = limits.one_gpu ? CommTransport::kOneGpu : CommTransport::kNvlink;
-  const CrossoverPoint* nearest = nullptr;
-  // Nearest width by ratio, so 4096 and 8192 are as far from 5792.
-  const auto distance = [&](const CrossoverPoint& c) {
-    return std::abs(std::log(static_cast<double>(c.width) / static_cast<double>(width)));
+std::optional<CommPath> crossover_choice(std::span<const CrossoverEntry> table, int tp, CommTransport transport,
+                                         bool norm, int64_t width, int64_t rows) {
+  const auto same_key = [&](const CrossoverEntry& e) { return e.tp == tp && e.transport == transport && e.norm == norm; };
+  // Nearest width by ratio (4096 and 16384 are as far from 8192; the first listed
+  // keeps a tie), compared exactly: a/b < c/d as a·d < c·b.
+  const auto nearer = [&](int64_t a, int64_t b) {
+    return std::max(a, width) * std::min(b, width) < std::max(b, width) * std::min(a, width);
   };
-  for (const CrossoverPoint& c : kCrossover)
-    if (c.tp == limits.team_size && c.transport == transport && c.norm == norm &&
-        (nearest == nullptr || distance(c) < distance(*nearest)))
-      nearest = &c;
-  if (nearest == nullptr || nearest->from >= kNever) return {kNever, kNever};
-  // Why scaled: the crossover sits at a fixed payload (rows × width).
-  const auto scale = [&](int rows) {
-    if (rows >= kNever) return kNever;
-    const int64_t scaled = (static_cast<int64_t>(rows) * nearest->width + width - 1) / width;
-    return static_cast<int>(std::clamp<int64_t>(scaled, 1, kNever));
-  };
-  return {scale(nearest->from), scale(nearest->to)};
+  const CrossoverEntry* nearest = nullptr;
+  for (const CrossoverEntry& e : table)
+    if (same_key(e) && (nearest == nullptr || nearer(e.width, nearest->width))) nearest = &e;
+  if (nearest == nullptr) return std::nullopt;
+  std::optional<CommPath> path;
+  int from = 0;
+  for (const CrossoverEntry& e : table) {
+    if (!same_key(e) || e.width != nearest->width) continue;
+    // Why scaled: a crossover sits at a fixed payload (rows × width).
+    const int64_t scaled = std::max<int64_t>(1, (static_cast<int64_t>(e.rows) * e.width + width - 1) / width);
+    if (scaled <= rows && e.rows >= from) {
+      path = e.path;
+      from = e.rows;
+    }
+  }
+  return path;
 }
 
-CommResult choose_all_reduce(const CommLimits& limits, CommAlgorithm algorithm, int64_t rows, int64_t width, bool norm) {
+CommResult choose_all_reduce(const CommLimits& limits, CommAlgorithm algorithm, int64_t rows, int64_t width, bool norm,
+                             std::span<const CrossoverEntry> table) {
   if (algorithm == CommAlgorithm::kStock) return {CommPath::kStock, "the stock path was asked for"};
   std::string one = norm ? ar_norm_refusal(limits, rows, width) : one_shot_refusal(limits, rows, width);
   std::string two = two_shot_refusal(limits, rows, width, norm);
@@ -145,13 +179,77 @@ CommResult choose_all_reduce(const CommLimits& limits, CommAlgorithm algorithm, 
     return one.empty() ? CommResult{CommPath::kOneShot, {}} : CommResult{CommPath::kStock, std::move(one)};
   if (algorithm == CommAlgorithm::kTwoShot)
     return two.empty() ? CommResult{CommPath::kTwoShot, {}} : CommResult{CommPath::kStock, std::move(two)};
-  const auto [from, to] = two_shot_rows_for(limits, width, norm);
-  if (two.empty() && rows >= from && rows <= to) return {CommPath::kTwoShot, {}};
+  const CommTransport transport = limits.one_gpu ? CommTransport::kOneGpu : CommTransport::kNvlink;
+  const std::optional<CommPath> named = crossover_choice(table, limits.team_size, transport, norm, width, rows);
+  const char* op = norm ? "ar_norm" : "all_reduce";
+  if (named == CommPath::kTwoShot && two.empty()) return {CommPath::kTwoShot, {}};
+  if (named == CommPath::kStock && !limits.batch_invariant)
+    return {CommPath::kStock, fmt::format("{}: {} rows of {}, where the stock path was measured fastest", op, rows, width)};
   if (one.empty()) return {CommPath::kOneShot, {}};
+  if (two.empty() && limits.batch_invariant) return {CommPath::kTwoShot, {}};
   if (two.empty())
-    two = fmt::format("{}: {} rows, where it was not measured faster than the stock path",
-                      norm ? "two-shot ar_norm" : "two-shot all_reduce", rows);
+    two = fmt::format("two-shot {}: {} rows, where it was not measured faster than the stock path", op, rows);
   return {CommPath::kStock, one == two ? std::move(one) : fmt::format("{}; {}", one, two)};
+}
+
+namespace {
+
+// The most rows a call of `path` serves at this width and op (0: not this width).
+int64_t mailbox_rows(const CommLimits& l, CommPath path, int64_t width, bool norm) {
+  if (path == CommPath::kTwoShot)
+    return two_shot_refusal(l, 1, width, norm).empty() ? (norm ? l.two_shot_norm_rows : l.two_shot_rows) : 0;
+  const bool served = norm ? ar_norm_refusal(l, 1, width).empty() : one_shot_refusal(l, 1, width).empty();
+  return served ? std::min<int64_t>(l.rows_cap, norm ? l.ar_norm_rows : l.one_shot_rows) : 0;
+}
+
+CommPlan whole(int64_t rows, CommResult r) {
+  const CommPath path = r.path;
+  return {{{0, rows, path}}, std::move(r)};
+}
+
+// Calls of at most `chunk` rows each, their paths from `choose`; the result's why
+// names the split.
+template <class Choose>
+CommPlan split(int64_t rows, int64_t chunk, const char* op, Choose choose) {
+  CommPlan plan;
+  for (int64_t first = 0; first < rows; first += chunk) {
+    const int64_t n = std::min(chunk, rows - first);
+    CommResult r = choose(n);
+    if (first == 0) plan.result = r;
+    plan.calls.push_back({first, n, r.path});
+  }
+  if (plan.calls.size() > 1) {
+    const std::string split_why = fmt::format("batch-invariant: {}: {} rows as {} calls of at most {} rows", op, rows,
+                                              plan.calls.size(), chunk);
+    plan.result.why = plan.result.why.empty() ? split_why : plan.result.why + "; " + split_why;
+  }
+  return plan;
+}
+
+}  // namespace
+
+CommPlan plan_all_reduce(const CommLimits& limits, CommAlgorithm algorithm, int64_t rows, int64_t width, bool norm,
+                         std::span<const CrossoverEntry> table) {
+  const auto choose = [&](int64_t n) { return choose_all_reduce(limits, algorithm, n, width, norm, table); };
+  if (!limits.batch_invariant) return whole(rows, choose(rows));
+  int64_t chunk = 0;
+  if (algorithm != CommAlgorithm::kStock) {
+    if (algorithm != CommAlgorithm::kTwoShot) chunk = mailbox_rows(limits, CommPath::kOneShot, width, norm);
+    if (algorithm != CommAlgorithm::kOneShot) chunk = std::max(chunk, mailbox_rows(limits, CommPath::kTwoShot, width, norm));
+  }
+  return split(rows, chunk > 0 ? chunk : limits.rows_cap, norm ? "ar_norm" : "all_reduce", choose);
+}
+
+CommPlan plan_gather(const CommLimits& limits, CommAlgorithm algorithm, int64_t rows, int64_t shard_bytes, DType dtype) {
+  const auto choose = [&](int64_t n) -> CommResult {
+    if (algorithm == CommAlgorithm::kStock) return {CommPath::kStock, "the stock path was asked for"};
+    std::string why = gather_refusal(limits, n, shard_bytes, dtype);
+    return {why.empty() ? CommPath::kOneShot : CommPath::kStock, std::move(why)};
+  };
+  if (!limits.batch_invariant) return whole(rows, choose(rows));
+  const bool served = algorithm != CommAlgorithm::kStock && gather_refusal(limits, 1, shard_bytes, dtype).empty();
+  const int64_t chunk = served ? std::min<int64_t>(limits.rows_cap, limits.gather_rows) : 0;
+  return split(rows, chunk > 0 ? chunk : limits.rows_cap, "gather", choose);
 }
 
 }  // namespace tpdecode

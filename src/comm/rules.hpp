@@ -5,9 +5,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
-#include <utility>
+#include <vector>
 
+#include "comm/crossover.hpp"
 #include "tpdecode/comm.hpp"
 
 namespace tpdecode {
@@ -27,10 +30,15 @@ struct CommLimits {
   // (one cluster for the norm) per rank fits, else 0.
   int two_shot_rows = 0;
   int two_shot_norm_rows = 0;
-  bool one_gpu = false;  // every rank on one GPU (the local team): the crossover table's transport
+  bool one_gpu = false;          // every rank on one GPU (the local team): the crossover table's transport
+  bool batch_invariant = false;  // CommConfig::batch_invariant
 };
 
 // Argument checks (InvalidArgument naming the problem), the same for every path.
+// check_norm_eps: an RMSNorm's eps must be finite and >= 0 (a negative one can make
+// the mean plus eps negative, its reciprocal square root NaN; a NaN one poisons every
+// row): every norm of the library takes it (ar_norm, the o-projection's epilogues).
+void check_norm_eps(float eps, const char* op);
 void check_all_reduce(const AllReduceIo& io);
 void check_ar_norm(const ArNormIo& io);
 void check_gather(const GatherIo& io, int team_size);
@@ -45,13 +53,34 @@ std::string gather_refusal(const CommLimits& limits, int64_t rows, int64_t shard
 // "" when the two-shot all-reduce (its ArNorm: `norm`) serves [rows, width] bf16,
 // else why not.
 std::string two_shot_refusal(const CommLimits& limits, int64_t rows, int64_t width, bool norm);
-// The rows [first, last] for which the crossover table (crossover.hpp) takes the
-// two-shot, for this team and op at `width` columns (first = kNever: never).
-std::pair<int, int> two_shot_rows_for(const CommLimits& limits, int64_t width, bool norm);
+
+// The path `table` (crossover.hpp's rules) names for a call of this team size,
+// transport and op at [rows, width], if it names one.
+std::optional<CommPath> crossover_choice(std::span<const CrossoverEntry> table, int tp, CommTransport transport,
+                                         bool norm, int64_t width, int64_t rows);
 
 // The path an all-reduce (or ArNorm: `norm`) of [rows, width] takes under
 // `algorithm`, and why not a mailbox path when it is the stock one. kAuto takes the
-// one path that serves, or the crossover table's choice where both do.
-CommResult choose_all_reduce(const CommLimits& limits, CommAlgorithm algorithm, int64_t rows, int64_t width, bool norm);
+// path `table` names where it serves, else the one-shot where it serves, else the
+// stock path; batch-invariant, a mailbox path wherever one serves (the two-shot
+// first: it holds more rows).
+CommResult choose_all_reduce(const CommLimits& limits, CommAlgorithm algorithm, int64_t rows, int64_t width, bool norm,
+                             std::span<const CrossoverEntry> table = kCrossover);
+
+// The calls one all_reduce / ar_norm / gather runs as: one, or (batch-invariant)
+// rows beyond what the mailbox paths hold split into further calls of as many rows
+// as they hold (rows_cap for stock calls where no mailbox path serves the shape).
+struct CommCall {
+  int64_t first = 0;  // the call's first row
+  int64_t rows = 0;
+  CommPath path = CommPath::kStock;
+};
+struct CommPlan {
+  std::vector<CommCall> calls;
+  CommResult result;  // the first call's path; why: that call's, and the split
+};
+CommPlan plan_all_reduce(const CommLimits& limits, CommAlgorithm algorithm, int64_t rows, int64_t width, bool norm,
+                         std::span<const CrossoverEntry> table = kCrossover);
+CommPlan plan_gather(const CommLimits& limits, CommAlgorithm algorithm, int64_t rows, int64_t shard_bytes, DType dtype);
 
 }  // namespace tpdecode

@@ -8,13 +8,14 @@
 
 namespace tpdecode {
 
-StockPath::StockPath(Team& team, int rows_cap, int64_t max_row_bytes)
-    : team_(team), rows_cap_(rows_cap), max_row_bytes_(max_row_bytes) {
+StockPath::StockPath(Team& team, int rows_cap, int64_t max_row_bytes, bool batch_invariant)
+    : team_(team), rows_cap_(rows_cap), max_row_bytes_(max_row_bytes), invariant_(batch_invariant) {
   const bool local = team.kind() == TeamKind::kLocal;
   const std::size_t row_set = static_cast<std::size_t>(rows_cap) * max_row_bytes;
   if (local && team.size() > 1) staging_ = allocate_symmetric_buffer(team, row_set, 0);
-  // Why TP row sets under NCCL: the all-gather's receive buffer is [TP, rows, S].
-  const std::size_t scratch_bytes = row_set * (local ? 1 : team.size());
+  // Why 1 + TP row sets under NCCL: the all-gather's receive buffer is [TP, rows, S],
+  // beside the reduced rows an ar_norm normalises.
+  const std::size_t scratch_bytes = row_set * (local ? 1 : 1 + team.size());
   for (int i = 0; i < team.driven(); ++i) {
     TPD_CUDA(cudaSetDevice(team.device(i)));
     scratch_.emplace_back(scratch_bytes);
@@ -35,6 +36,13 @@ void StockPath::require_fits(int64_t rows, int64_t row_bytes, const char* op) co
   check<CapacityError>(rows <= rows_cap_ && row_bytes <= max_row_bytes_,
                        "stock {}: {} rows of {} bytes exceed the buffers ({} rows of {} bytes)", op, rows, row_bytes,
                        rows_cap_, max_row_bytes_);
+}
+
+PeerPointers StockPath::gathered(std::size_t per_rank) const {
+  PeerPointers p;  // [TP, rows, S] after the reduced row set: rank r's rows at (1 + r) · row set
+  const std::size_t row_set = static_cast<std::size_t>(rows_cap_) * static_cast<std::size_t>(max_row_bytes_);
+  for (int r = 0; r < team_.size(); ++r) p.base[r] = scratch_[0].as<char>() + row_set + r * per_rank;
+  return p;
 }
 
 void StockPath::stage(int i, const void* rows_data, int rows, long row_bytes, cudaStream_t stream) {
@@ -60,14 +68,22 @@ void StockPath::reduce(std::span<const TensorView> x, std::span<void* const> out
     return;
   }
   if (team_.kind() == TeamKind::kNccl) {
-    static_cast<const NcclTeam&>(team_).all_reduce_bf16(x[0].data, out[0], x[0].bytes() / 2, streams[0]);
+    const auto& nccl = static_cast<const NcclTeam&>(team_);
+    if (!invariant_) {
+      nccl.all_reduce_bf16(x[0].data, out[0], x[0].bytes() / 2, streams[0]);
+      return;
+    }
+    // Why not ncclAllReduce: its order of additions is not the mailboxes' rank order.
+    const PeerPointers src = gathered(x[0].bytes());
+    nccl.all_gather_bytes(x[0].data, src.base[0], x[0].bytes(), streams[0]);
+    launch_stock_reduce(streams[0], team_.size(), src, width * 2L, out[0], rows, width, true);
     return;
   }
   for (int i = 0; i < team_.driven(); ++i) stage(i, x[i].data, rows, width * 2L, streams[i]);
   wait_for_all(staged_, streams);
   for (int i = 0; i < team_.driven(); ++i) {
     launch_stock_reduce(streams[i], team_.size(), staging_.peers(i), static_cast<long>(max_row_bytes_), out[i], rows,
-                        width);
+                        width, invariant_);
     TPD_CUDA(cudaEventRecord(read_[static_cast<std::size_t>(i)], streams[i]));
   }
   wait_for_all(read_, streams);  // the next call may overwrite the staging rows
@@ -94,8 +110,7 @@ void StockPath::ar_norm(std::span<const ArNormIo> io, std::span<const cudaStream
   if (team_.size() > 1) reduce(x, reduced, streams);
   for (std::size_t i = 0; i < io.size(); ++i) {
     const ArNormIo& a = io[i];
-    const NormIo n{reduced[i], a.residual.data, a.weight.data, a.out.data, a.residual_out.data, a.eps,
-                   static_cast<int>(a.x.cols)};
+    const NormIo n{reduced[i], ar_norm_tail(a), static_cast<int>(a.x.cols)};
     // Why PDL only at TP 1: there the norm is the whole op, a link between the
     // caller's kernels; after a reduce it follows a stock kernel, which never
     // triggers its dependents early.
@@ -115,19 +130,20 @@ void StockPath::gather(std::span<const GatherIo> io, std::span<const cudaStream_
                                streams[0]));
     return;
   }
+  // Why never i32: the mailbox does not serve it, so every path moves it as it is.
+  const bool clean = invariant_ && io[0].shard.dtype != DType::kI32;
   if (team_.kind() == TeamKind::kNccl) {
     const std::size_t per_rank = static_cast<std::size_t>(rows) * row_bytes;
-    static_cast<const NcclTeam&>(team_).all_gather_bytes(io[0].shard.data, scratch_[0].get(), per_rank, streams[0]);
-    PeerPointers src;  // [TP, rows, S]: rank r's rows at r · rows · S
-    for (int r = 0; r < team_.size(); ++r) src.base[r] = scratch_[0].as<char>() + r * per_rank;
-    launch_gather_copy(streams[0], team_.size(), src, row_bytes, io[0].out.data, rows, row_bytes);
+    const PeerPointers src = gathered(per_rank);
+    static_cast<const NcclTeam&>(team_).all_gather_bytes(io[0].shard.data, src.base[0], per_rank, streams[0]);
+    launch_gather_copy(streams[0], team_.size(), src, row_bytes, io[0].out.data, rows, row_bytes, clean);
     return;
   }
   for (int i = 0; i < team_.driven(); ++i) stage(i, io[i].shard.data, rows, row_bytes, streams[i]);
   wait_for_all(staged_, streams);
   for (int i = 0; i < team_.driven(); ++i) {
     launch_gather_copy(streams[i], team_.size(), staging_.peers(i), static_cast<long>(max_row_bytes_), io[i].out.data,
-                       rows, row_bytes);
+                       rows, row_bytes, clean);
     TPD_CUDA(cudaEventRecord(read_[static_cast<std::size_t>(i)], streams[i]));
   }
   wait_for_all(read_, streams);

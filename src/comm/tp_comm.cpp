@@ -1,6 +1,8 @@
 // TpComm: argument checks, the choice of path (rules.hpp) and the launches.
 #include <algorithm>
 #include <optional>
+#include <tuple>
+#include <vector>
 
 #include "comm/kernels.hpp"
 #include "comm/mailbox.hpp"
@@ -17,6 +19,16 @@ const char* comm_path_name(CommPath path) {
     case CommPath::kOneShot: return "one-shot";
     case CommPath::kTwoShot: return "two-shot";
     case CommPath::kStock: return "stock";
+  }
+  return "?";
+}
+
+const char* ar_norm_quant_name(ArNormQuant q) {
+  switch (q) {
+    case ArNormQuant::kNone: return "bf16";
+    case ArNormQuant::kStatic: return "fp8-static";
+    case ArNormQuant::kGroup: return "fp8-group";
+    case ArNormQuant::kGroupUe8m0: return "fp8-group-ue8m0";
   }
   return "?";
 }
@@ -38,6 +50,8 @@ class TpComm::Impl {
     check(config.rows_cap >= 1, "comm: rows_cap {} (at least 1)", config.rows_cap);
     check(config.hidden >= 8 && config.hidden % 8 == 0, "comm: hidden {} (a positive multiple of 8)", config.hidden);
     check(config.parities == 2 || config.parities == 3, "comm: {} parities (2 or 3)", config.parities);
+    clean_sum_ = config.batch_invariant;
+    limits_.batch_invariant = config.batch_invariant;
     const int64_t gather_bytes = config.gather_row_bytes ? config.gather_row_bytes : config.hidden * 2;
     check(gather_bytes % 16 == 0, "comm: gather rows of {} bytes (a multiple of 16)", gather_bytes);
     limits_.team_size = team.size();
@@ -56,7 +70,7 @@ class TpComm::Impl {
       build_two_shot(team, config);
     }
     const int64_t stock_row_bytes = std::max(config.hidden * 2, gather_bytes / team.size());
-    stock_.emplace(team, config.rows_cap, (stock_row_bytes + 15) / 16 * 16);
+    stock_.emplace(team, config.rows_cap, (stock_row_bytes + 15) / 16 * 16, config.batch_invariant);
   }
 
   const CommLimits& limits() const { return limits_; }
@@ -78,6 +92,7 @@ class TpComm::Impl {
       p.frags = static_cast<int>(io[i].x.cols / 8);
       p.trigger_early = ctx.ranks_on_device == 1;
       p.system_fence = system_fence_;
+      p.clean_sum = clean_sum_;
       launch_one_shot(ctx, streams[i], p, static_cast<int>(io[i].x.rows));
     }
   }
@@ -90,14 +105,11 @@ class TpComm::Impl {
       p.team = ctx.team;
       p.box = one_shot_->ref(i);
       p.x = a.x.data;
-      p.residual = a.residual.data;
-      p.weight = a.weight.data;
-      p.out = a.out.data;
-      p.residual_out = a.residual_out.data;
-      p.eps = a.eps;
+      p.norm = ar_norm_tail(a);
       p.hidden = static_cast<int>(a.x.cols);
       p.trigger_early = ctx.ranks_on_device == 1;
       p.system_fence = system_fence_;
+      p.clean_sum = clean_sum_;
       launch_ar_norm(ctx, streams[i], p, static_cast<int>(a.x.rows));
     }
   }
@@ -129,7 +141,7 @@ class TpComm::Impl {
       const ArNormIo& a = io[i];
       TwoShotNormParams p{};
       p.base = two_shot_params(i, a.x, nullptr);
-      p.norm = ArNormTail{a.residual.data, a.weight.data, a.out.data, a.residual_out.data, a.eps};
+      p.norm = ar_norm_tail(a);
       launch_two_shot_ar_norm(ctx, streams[i], p, two_shot_clusters_);
     }
   }
@@ -168,6 +180,7 @@ class TpComm::Impl {
 
   Team& team_;
   bool system_fence_;
+  bool clean_sum_ = false;  // CommConfig::batch_invariant
   CommLimits limits_;
   std::optional<Mailbox> one_shot_;   // [parities, TP, rows_cap, hidden] bf16: all_reduce and ar_norm
   std::optional<Mailbox> gather_box_;  // [parities, 1, rows_cap, gather_row_bytes]
@@ -185,61 +198,108 @@ TpComm::~TpComm() = default;
 
 CommResult TpComm::plan_all_reduce(const AllReduceIo& io) const {
   check_all_reduce(io);
-  return choose_all_reduce(impl_->limits(), config_.algorithm, io.x.rows, io.x.cols, false);
+  return tpdecode::plan_all_reduce(impl_->limits(), config_.algorithm, io.x.rows, io.x.cols, false).result;
 }
 
 CommResult TpComm::plan_ar_norm(const ArNormIo& io) const {
   check_ar_norm(io);
-  return choose_all_reduce(impl_->limits(), config_.algorithm, io.x.rows, io.x.cols, true);
+  return tpdecode::plan_all_reduce(impl_->limits(), config_.algorithm, io.x.rows, io.x.cols, true).result;
 }
 
 CommResult TpComm::plan_gather(const GatherIo& io) const {
   check_gather(io, team_.size());
-  if (config_.algorithm == CommAlgorithm::kStock) return {CommPath::kStock, "the stock path was asked for"};
   const int64_t bytes = io.shard.cols * static_cast<int64_t>(io.shard.element_size());
-  std::string why = gather_refusal(impl_->limits(), io.shard.rows, bytes, io.shard.dtype);
-  return {why.empty() ? CommPath::kOneShot : CommPath::kStock, std::move(why)};
+  return tpdecode::plan_gather(impl_->limits(), config_.algorithm, io.shard.rows, bytes, io.shard.dtype).result;
 }
+
+namespace {
+
+// Rows [first, first + n) of a [rows, cols] view.
+TensorView rows_of(TensorView t, int64_t first, int64_t n) {
+  if (t.data == nullptr) return t;
+  t.data = static_cast<char*>(t.data) + first * t.row_stride * static_cast<int64_t>(t.element_size());
+  t.rows = n;
+  return t;
+}
+
+AllReduceIo rows_of(const AllReduceIo& io, const CommCall& c) {
+  return {rows_of(io.x, c.first, c.rows), rows_of(io.out, c.first, c.rows)};
+}
+ArNormIo rows_of(ArNormIo io, const CommCall& c) {
+  io.x = rows_of(io.x, c.first, c.rows);
+  io.residual = rows_of(io.residual, c.first, c.rows);
+  io.out = rows_of(io.out, c.first, c.rows);
+  io.residual_out = rows_of(io.residual_out, c.first, c.rows);
+  if (io.quant == ArNormQuant::kGroup || io.quant == ArNormQuant::kGroupUe8m0)
+    io.scale = rows_of(io.scale, c.first, c.rows);  // a static scale is one value for every row
+  return io;
+}
+GatherIo rows_of(const GatherIo& io, const CommCall& c) {
+  return {rows_of(io.shard, c.first, c.rows), rows_of(io.out, c.first, c.rows)};
+}
+
+// Each call of the plan on every driven rank's rows of it: run(path, ios).
+template <class Io, class Run>
+void run_plan(const CommPlan& plan, std::span<const Io> io, Run run) {
+  if (plan.calls.size() == 1) {
+    run(plan.calls[0].path, io);
+    return;
+  }
+  std::vector<Io> part(io.size());
+  for (const CommCall& c : plan.calls) {
+    for (std::size_t i = 0; i < io.size(); ++i) part[i] = rows_of(io[i], c);
+    run(c.path, std::span<const Io>(part));
+  }
+}
+
+}  // namespace
 
 CommResult TpComm::all_reduce(std::span<const AllReduceIo> io, std::span<const cudaStream_t> streams) {
   impl_->begin(io.size(), streams.size(), "all_reduce");
   for (const AllReduceIo& a : io) check_all_reduce(a);
   check_same_shapes(io, [](const AllReduceIo& a) { return std::pair(a.x.rows, a.x.cols); }, "all_reduce");
-  CommResult r = choose_all_reduce(impl_->limits(), config_.algorithm, io[0].x.rows, io[0].x.cols, false);
-  if (r.path == CommPath::kOneShot)
-    impl_->one_shot(io, streams);
-  else if (r.path == CommPath::kTwoShot)
-    impl_->two_shot(io, streams);
-  else
-    impl_->stock().all_reduce(io, streams);
-  return r;
+  CommPlan plan = tpdecode::plan_all_reduce(impl_->limits(), config_.algorithm, io[0].x.rows, io[0].x.cols, false);
+  run_plan(plan, io, [&](CommPath path, std::span<const AllReduceIo> part) {
+    if (path == CommPath::kOneShot)
+      impl_->one_shot(part, streams);
+    else if (path == CommPath::kTwoShot)
+      impl_->two_shot(part, streams);
+    else
+      impl_->stock().all_reduce(part, streams);
+  });
+  return std::move(plan.result);
 }
 
 CommResult TpComm::ar_norm(std::span<const ArNormIo> io, std::span<const cudaStream_t> streams) {
   impl_->begin(io.size(), streams.size(), "ar_norm");
   for (const ArNormIo& a : io) check_ar_norm(a);
-  check_same_shapes(io, [](const ArNormIo& a) { return std::pair(a.x.rows, a.x.cols); }, "ar_norm");
-  CommResult r = choose_all_reduce(impl_->limits(), config_.algorithm, io[0].x.rows, io[0].x.cols, true);
-  if (r.path == CommPath::kOneShot)
-    impl_->ar_norm(io, streams);
-  else if (r.path == CommPath::kTwoShot)
-    impl_->two_shot_ar_norm(io, streams);
-  else
-    impl_->stock().ar_norm(io, streams);
-  return r;
+  check_same_shapes(io, [](const ArNormIo& a) { return std::tuple(a.x.rows, a.x.cols, a.quant); }, "ar_norm");
+  CommPlan plan = tpdecode::plan_all_reduce(impl_->limits(), config_.algorithm, io[0].x.rows, io[0].x.cols, true);
+  run_plan(plan, io, [&](CommPath path, std::span<const ArNormIo> part) {
+    if (path == CommPath::kOneShot)
+      impl_->ar_norm(part, streams);
+    else if (path == CommPath::kTwoShot)
+      impl_->two_shot_ar_norm(part, streams);
+    else
+      impl_->stock().ar_norm(part, streams);
+  });
+  return std::move(plan.result);
 }
 
 CommResult TpComm::gather(std::span<const GatherIo> io, std::span<const cudaStream_t> streams) {
   impl_->begin(io.size(), streams.size(), "gather");
   check_same_shapes(io, [](const GatherIo& g) { return std::tuple(g.shard.rows, g.shard.cols, g.shard.dtype); },
                     "gather");
-  CommResult r = plan_gather(io[0]);
-  for (std::size_t i = 1; i < io.size(); ++i) check_gather(io[i], team_.size());
-  if (r.path == CommPath::kOneShot)
-    impl_->gather(io, streams);
-  else
-    impl_->stock().gather(io, streams);
-  return r;
+  for (const GatherIo& g : io) check_gather(g, team_.size());
+  const int64_t bytes = io[0].shard.cols * static_cast<int64_t>(io[0].shard.element_size());
+  CommPlan plan = tpdecode::plan_gather(impl_->limits(), config_.algorithm, io[0].shard.rows, bytes, io[0].shard.dtype);
+  run_plan(plan, io, [&](CommPath path, std::span<const GatherIo> part) {
+    if (path == CommPath::kOneShot)
+      impl_->gather(part, streams);
+    else
+      impl_->stock().gather(part, streams);
+  });
+  return std::move(plan.result);
 }
 
 }  // namespace tpdecode

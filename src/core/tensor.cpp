@@ -11,6 +11,7 @@ const char* dtype_name(DType t) {
     case DType::kBF16: return "bf16";
     case DType::kF32: return "f32";
     case DType::kI32: return "i32";
+    case DType::kE4M3: return "e4m3";
   }
   return "?";
 }

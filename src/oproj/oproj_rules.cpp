@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "comm/kernels.hpp"
+#include "comm/rules.hpp"
 #include "core/check.hpp"
 #include "gemm/gemm_tactic.hpp"
 #include "oproj/oproj_kernels.hpp"
@@ -77,6 +78,7 @@ std::string mailbox_refusal(const OprojLimits& l, int m) {
 
 void check_oproj_io(const OprojArNormIo& io, int64_t hidden, int64_t k) {
   const int64_t m = checked_rows(io.x, k);
+  check_norm_eps(io.eps, "oproj");
   if (io.residual.data) check_bf16(io.residual, m, hidden, "residual");
   check_bf16(io.weight, 1, hidden, "norm weight");
   check_bf16(io.out, m, hidden, "output");
@@ -85,6 +87,7 @@ void check_oproj_io(const OprojArNormIo& io, int64_t hidden, int64_t k) {
 
 void check_oproj_io(const OprojAttnResIo& io, int64_t hidden, int64_t k) {
   const int64_t m = checked_rows(io.x, k);
+  check_norm_eps(io.eps, "oproj");
   if (!io.new_block) check_bf16(io.partial, m, hidden, "partial");
   check_bf16(io.partial_out, m, hidden, "partial output");
   check(io.blocks.rows % m == 0, "oproj: saved blocks of {} rows for calls of {} rows", io.blocks.rows, m);
@@ -98,6 +101,7 @@ void check_oproj_io(const OprojAttnResIo& io, int64_t hidden, int64_t k) {
   check_bf16(io.out, m, hidden, "output");
   if (io.ahead) {
     check(nb >= 1, "oproj: bind_ahead needs saved blocks (there are none)");
+    check_norm_eps(io.ahead->eps, "oproj ahead");
     check_bf16(io.ahead->key_norm, 1, hidden, "next key norm weight");
     check_bf16(io.ahead->query, 1, hidden, "next pseudo-query");
     check_f32(io.ahead->stats, m, 2, 8, "ahead statistics");

@@ -1,12 +1,14 @@
 // What the comm layer decides without a GPU (these run in CI): argument checks with
 // messages that name the problem, which path serves a call and why, the hidden
-// sizes served, the error records and the unsupported team sizes.
+// sizes served, the error records and the unsupported team sizes (the automatic
+// choice's table: crossover_test.cpp; batch-invariant plans: comm_plan_test.cpp).
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 
-#include "comm/crossover.hpp"
 #include "comm/rules.hpp"
+#include "cpu/comm_limits.hpp"
 #include "core/rank_switch.hpp"
 #include "team/error_record.hpp"
 #include "tpdecode/device_info.hpp"
@@ -15,6 +17,9 @@
 
 namespace tpdecode {
 namespace {
+
+using test::tp8_limits;
+using test::with_two_shot;
 
 alignas(16) uint16_t host_rows[8 * 128];
 
@@ -29,19 +34,6 @@ std::string message_of(F&& f) {
 }
 
 bool mentions(const std::string& message, const char* what) { return message.find(what) != std::string::npos; }
-
-CommLimits tp8_limits() {
-  CommLimits l;
-  l.team_size = 8;
-  l.shares_memory = true;
-  l.hidden = 7168;
-  l.rows_cap = 64;
-  l.gather_row_bytes = 7168 * 2;
-  l.one_shot_rows = 21;
-  l.ar_norm_rows = 7;
-  l.gather_rows = 64;
-  return l;
-}
 
 TEST(CommRules, HiddenSizesServedFollowTheNormGeometry) {
   for (int64_t h : {64, 2048, 3584, 4096, 5120, 6144, 7168, 8192, 12288, 16384}) EXPECT_TRUE(ar_norm_hidden_served(h)) << h;
@@ -94,15 +86,6 @@ TEST(CommRules, ChoiceFollowsTheAlgorithmAndTheRefusals) {
   EXPECT_FALSE(big.why.empty());
 }
 
-// The limits a local team of 8 on one H200 and an NVLink team of 2 would have (the
-// two-shot's grids loop over rows: every row count up to rows_cap).
-CommLimits with_two_shot(CommLimits l, bool one_gpu) {
-  l.two_shot_rows = l.rows_cap;
-  l.two_shot_norm_rows = l.rows_cap;
-  l.one_gpu = one_gpu;
-  return l;
-}
-
 TEST(CommRules, TwoShotRefusals) {
   const CommLimits l = with_two_shot(tp8_limits(), true);
   for (bool norm : {false, true}) {
@@ -138,78 +121,6 @@ TEST(CommRules, ForcedTwoShotRunsStockWithTheReasonWhereNotServed) {
   EXPECT_TRUE(mentions(odd.why, "two-shot all_reduce")) << odd.why;
   // Forcing the one-shot never takes the two-shot.
   EXPECT_EQ(choose_all_reduce(l, CommAlgorithm::kOneShot, 40, 7168, false).path, CommPath::kStock);
-}
-
-TEST(CommRules, AutoTakesTheTwoShotOnlyWhereMeasuredFasterElseOneShotElseStock) {
-  CommLimits l = with_two_shot(tp8_limits(), true);  // one-shot 21 rows, ArNorm 7
-  l.hidden = 8192;                                      // rows of 7176 columns fit the one-shot's mailbox
-  for (bool norm : {false, true}) {
-    const int one_shot_rows = norm ? l.ar_norm_rows : l.one_shot_rows;
-    const auto [from, to] = two_shot_rows_for(l, 7168, norm);
-    for (int rows = 1; rows <= 64; ++rows) {
-      const CommResult r = choose_all_reduce(l, CommAlgorithm::kAuto, rows, 7168, norm);
-      const CommPath want = rows >= from && rows <= to ? CommPath::kTwoShot
-                            : rows <= one_shot_rows    ? CommPath::kOneShot
-                                                       : CommPath::kStock;
-      EXPECT_EQ(r.path, want) << "rows " << rows << " norm " << norm;
-      EXPECT_EQ(r.why.empty(), want != CommPath::kStock) << r.why;
-    }
-  }
-  // Measured (crossover.hpp): the local team at TP 8 takes the all-reduce's two-shot
-  // from 8 rows, and its ArNorm never.
-  EXPECT_EQ(two_shot_rows_for(l, 7168, false), std::make_pair(8, kNever));
-  EXPECT_EQ(two_shot_rows_for(l, 7168, true).first, kNever);
-  // Where the two-shot does not serve a width, the one-shot does what it can.
-  EXPECT_EQ(choose_all_reduce(l, CommAlgorithm::kAuto, 16, 7168 + 8, false).path, CommPath::kOneShot);
-  const CommResult neither = choose_all_reduce(l, CommAlgorithm::kAuto, 40, 7168 + 8, false);
-  EXPECT_EQ(neither.path, CommPath::kStock);
-  EXPECT_TRUE(mentions(neither.why, "all_reduce: 40 rows") && mentions(neither.why, "8 · TP")) << neither.why;
-  CommLimits one = l;
-  one.team_size = 1;
-  EXPECT_EQ(choose_all_reduce(one, CommAlgorithm::kAuto, 1, 7168, true).why, "TP 1: nothing to communicate");
-}
-
-TEST(CommRules, CrossoverTableScalesWithWidthAndNeverAtTp2) {
-  CommLimits l = with_two_shot(tp8_limits(), false);
-  for (int tp : {2, 4, 8, 16})
-    for (bool one_gpu : {false, true})
-      for (bool norm : {false, true}) {
-        l.team_size = tp;
-        l.one_gpu = one_gpu;
-        const auto [from, to] = two_shot_rows_for(l, 7168, norm);
-        EXPECT_GE(from, 1) << "TP " << tp;
-        EXPECT_LE(from, to) << "TP " << tp;
-        // TP 2 moves the same bytes either way, with one hop more: never the two-shot.
-        if (tp == 2) EXPECT_EQ(from, kNever);
-        // Half the width: the same payload at twice the rows.
-        if (from < kNever)
-          EXPECT_EQ(two_shot_rows_for(l, 3584, norm).first, std::min(kNever, (from * 7168 + 3583) / 3584));
-      }
-  // The NVLink model: more ranks move relatively more bytes in the one-shot, so the
-  // crossover comes sooner.
-  l.one_gpu = false;
-  l.team_size = 4;
-  const int tp4 = two_shot_rows_for(l, 7168, false).first;
-  l.team_size = 8;
-  EXPECT_LT(two_shot_rows_for(l, 7168, false).first, tp4);
-  // Measured on NVLink at TP 4 (crossover.hpp): the all-reduce from 20 rows, ArNorm
-  // from 24 (its row body costs the two-shot more).
-  l.team_size = 4;
-  EXPECT_EQ(two_shot_rows_for(l, 7168, false), std::make_pair(20, kNever));
-  EXPECT_EQ(two_shot_rows_for(l, 7168, true), std::make_pair(24, kNever));
-  // A team size the table does not list: never.
-  l.team_size = 32;
-  EXPECT_EQ(two_shot_rows_for(l, 7168, false).first, kNever);
-}
-
-TEST(CommRules, CrossoverTableEntriesAreServable) {
-  for (const CrossoverPoint& c : kCrossover) {
-    EXPECT_TRUE(supported_team_size(c.tp) && c.tp > 1) << c.tp;
-    EXPECT_EQ(c.width % (8 * c.tp), 0) << "TP " << c.tp << " width " << c.width;
-    if (c.norm) EXPECT_TRUE(ar_norm_hidden_served(c.width)) << c.width;
-    EXPECT_GE(c.from, 1);
-    EXPECT_LE(c.from, c.to);
-  }
 }
 
 AllReduceIo all_reduce_io() {
@@ -255,6 +166,54 @@ TEST(CommRules, ArNormAndGatherArgumentsNameTheProblem) {
   bad = a;
   bad.x.cols = bad.x.row_stride = 120;
   EXPECT_TRUE(mentions(message_of<InvalidArgument>([&] { check_ar_norm(bad); }), "multiples of 64"));
+  // eps: finite and >= 0 (0 is taken: the norm of a zero row is then NaN, as asked).
+  for (float eps : {-1e-6f, -1.0f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                    -std::numeric_limits<float>::infinity()}) {
+    bad = a;
+    bad.eps = eps;
+    EXPECT_TRUE(mentions(message_of<InvalidArgument>([&] { check_ar_norm(bad); }), "eps")) << eps;
+  }
+  for (float eps : {0.0f, 1e-6f, 1e-5f, 1.0f}) {
+    bad = a;
+    bad.eps = eps;
+    EXPECT_NO_THROW(check_ar_norm(bad)) << eps;
+  }
+
+  // FP8 epilogues: an e4m3 output; a static scale of one f32; group scales [rows, hidden / 128] f32, at
+  // hidden sizes of whole groups per CTA (multiples of 1024).
+  ArNormIo q = a;
+  q.x = TensorView::bf16(host_rows, 2, 1024);
+  q.weight = TensorView::bf16(host_rows, 1, 1024);
+  q.residual_out = TensorView::bf16(host_rows, 2, 1024);
+  q.out = TensorView::e4m3(host_rows, 2, 1024);
+  q.quant = ArNormQuant::kStatic;
+  q.scale = TensorView::f32(host_rows, 1, 1);
+  EXPECT_NO_THROW(check_ar_norm(q));
+  q.quant = ArNormQuant::kGroup;
+  EXPECT_TRUE(mentions(message_of<InvalidArgument>([&] { check_ar_norm(q); }), "group scales is [1, 1], [2, 8]"));
+  q.scale = TensorView::f32(host_rows, 2, 8);
+  EXPECT_NO_THROW(check_ar_norm(q));
+  q.quant = ArNormQuant::kGroupUe8m0;
+  EXPECT_NO_THROW(check_ar_norm(q));
+  ArNormIo wrong = q;
+  wrong.out = TensorView::bf16(host_rows, 2, 1024);
+  EXPECT_TRUE(mentions(message_of<InvalidArgument>([&] { check_ar_norm(wrong); }), "has dtype bf16, e4m3 is required"));
+  wrong = q;
+  wrong.scale.data = nullptr;
+  EXPECT_TRUE(mentions(message_of<InvalidArgument>([&] { check_ar_norm(wrong); }), "group scales is null"));
+  wrong = q;
+  wrong.residual_out = TensorView::e4m3(host_rows, 2, 1024);
+  EXPECT_TRUE(mentions(message_of<InvalidArgument>([&] { check_ar_norm(wrong); }), "residual output has dtype e4m3"));
+  wrong = a;  // hidden 128: not whole groups per CTA
+  wrong.out = TensorView::e4m3(host_rows, 2, 128);
+  wrong.quant = ArNormQuant::kGroup;
+  wrong.scale = TensorView::f32(host_rows, 2, 1);
+  EXPECT_TRUE(mentions(message_of<InvalidArgument>([&] { check_ar_norm(wrong); }), "multiples of 1024"));
+  wrong.quant = ArNormQuant::kStatic;  // the static scale takes any hidden size
+  wrong.scale = TensorView::f32(host_rows, 1, 1);
+  EXPECT_NO_THROW(check_ar_norm(wrong));
+  for (int64_t h : {1024, 2048, 5120, 7168, 16384}) EXPECT_TRUE(ar_norm_group_quant_served(h)) << h;
+  for (int64_t h : {128, 1536, 2560, 3584, 17408}) EXPECT_FALSE(ar_norm_group_quant_served(h)) << h;
 
   GatherIo g{TensorView{host_rows, DType::kI32, 2, 8, 8}, TensorView{host_rows + 64, DType::kI32, 2, 16, 16}};
   EXPECT_NO_THROW(check_gather(g, 2));

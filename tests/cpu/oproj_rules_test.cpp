@@ -3,6 +3,7 @@
 // and the argument checks. Pure host logic: no GPU.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <vector>
 
 #include "oproj/oproj_rules.hpp"
@@ -171,6 +172,11 @@ TEST(OprojRules, ArgumentChecksNameTheProblem) {
   bad = a;
   bad.residual = {};
   EXPECT_NO_THROW(check_oproj_io(bad, 7168, 1536));  // no residual: the new residual is the sum
+  for (float eps : {-1e-6f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    bad = a;
+    bad.eps = eps;
+    EXPECT_THROW(check_oproj_io(bad, 7168, 1536), InvalidArgument) << eps;
+  }
 
   OprojAttnResIo r;
   r.x = fake(2, 1536);
@@ -194,6 +200,12 @@ TEST(OprojRules, ArgumentChecksNameTheProblem) {
   rb = r;
   rb.ahead = ahead;
   EXPECT_NO_THROW(check_oproj_io(rb, 7168, 1536));
+  rb.ahead->eps = -1.0f;
+  EXPECT_THROW(check_oproj_io(rb, 7168, 1536), InvalidArgument);  // the next layer's eps too
+  rb.ahead->eps = 1e-6f;
+  rb.eps = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_THROW(check_oproj_io(rb, 7168, 1536), InvalidArgument);
+  rb.eps = 1e-6f;
   rb.blocks = {};
   EXPECT_THROW(check_oproj_io(rb, 7168, 1536), InvalidArgument);  // bind_ahead without saved blocks
 }

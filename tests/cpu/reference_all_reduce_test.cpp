@@ -23,6 +23,13 @@ TEST(ReferenceAllReduce, SumsInRankOrderAndCleansSentinelWords) {
   EXPECT_EQ(out2[1], 0x8000);
 }
 
+TEST(ReferenceAllReduce, ACleanedSumTurnsTheSentinelWordIntoZero) {
+  // No partial word is the sentinel, yet the sum is (+0, -0): 1 + -1 = +0 low, -0 + -0 high.
+  const std::vector<std::vector<uint16_t>> parts = {{0x3f80, 0x8000, 0x3f80, 0x3f80}, {0xbf80, 0x8000, 0x3f80, 0x3f80}};
+  EXPECT_EQ(reference::all_reduce(parts), (std::vector<uint16_t>{0x0000, 0x8000, 0x4000, 0x4000}));
+  EXPECT_EQ(reference::all_reduce(parts, true), (std::vector<uint16_t>{0x0000, 0x0000, 0x4000, 0x4000}));
+}
+
 TEST(ReferenceAllReduce, AgreesWithTheProtocolFragmentSum) {
   // The device's fragment sum (lamport::sum_rank_order) and the reference agree.
   std::vector<std::vector<uint16_t>> parts(4, std::vector<uint16_t>(8));

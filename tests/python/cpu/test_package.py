@@ -85,7 +85,12 @@ def test_custom_ops_trace_with_fake_tensors():
         x = torch.empty(4, 4096, dtype=torch.bfloat16)
         out = torch.empty_like(x)
         torch.ops.tpdecode.all_reduce(x, out, 0)
-        torch.ops.tpdecode.ar_norm(x, None, x[0], 1e-6, out, torch.empty_like(x), 0)
+        none = torch.empty(0, dtype=torch.float32)
+        torch.ops.tpdecode.ar_norm(x, None, x[0], 1e-6, out, torch.empty_like(x), "none", None, none, 0)
+        fp8 = torch.empty(4, 4096, dtype=torch.float8_e4m3fn)
+        scales = torch.empty(4, 32, dtype=torch.float32)
+        torch.ops.tpdecode.ar_norm(x, x, x[0], 1e-6, fp8, torch.empty_like(x), "group", None, scales, 0)
+        torch.ops.tpdecode.ar_norm(x, x, x[0], 1e-6, fp8, torch.empty_like(x), "static", none[:1], none, 0)
         torch.ops.tpdecode.gather(x, torch.empty(4, 8192, dtype=torch.bfloat16), 0)
         torch.ops.tpdecode.decode_gemm(x, out, 0)
 
@@ -97,3 +102,33 @@ def test_install_skips_what_it_cannot_route():
     model = torch.nn.Sequential(torch.nn.Linear(128, 64).bfloat16(), torch.nn.Linear(64, 64))
     assert install(model) == 0  # CPU weights: nothing routed
     assert uninstall(model) == 0
+
+
+def test_linear_off_the_gpu_is_f_linear_eager_and_compiled():
+    torch = pytest.importorskip("torch")
+    from tpdecode.torch import linear
+
+    w, b = torch.randn(64, 128), torch.randn(64)
+    x = torch.randn(3, 128)
+    want = torch.nn.functional.linear(x, w, b)
+    assert torch.equal(linear(x, w, b), want)
+    assert torch.equal(linear(x, w, b, batch_invariant=True)[1], torch.nn.functional.linear(x[1:2], w, b)[0])
+    compiled = torch.compile(lambda x: linear(x, w, b), fullgraph=True)
+    assert torch.equal(compiled(x), want)
+
+
+def test_linear_keeps_gradients_eager_and_compiled():
+    torch = pytest.importorskip("torch")
+    from tpdecode.torch import linear
+
+    w = torch.nn.Parameter(torch.randn(8, 16))
+    b = torch.nn.Parameter(torch.randn(8))
+    x = torch.randn(3, 16, requires_grad=True)
+    for f in (lambda x: linear(x, w, b), torch.compile(lambda x: linear(x, w, b), fullgraph=True)):
+        w.grad = b.grad = x.grad = None
+        f(x).square().sum().backward()
+        got = (x.grad, w.grad, b.grad)
+        x.grad = w.grad = b.grad = None
+        torch.nn.functional.linear(x, w, b).square().sum().backward()
+        for g, want in zip(got, (x.grad, w.grad, b.grad)):
+            torch.testing.assert_close(g, want)

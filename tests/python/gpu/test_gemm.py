@@ -117,3 +117,61 @@ def test_installed_model_in_a_cuda_graph():
     torch.cuda.synchronize()
     torch.testing.assert_close(out.float(), want.float(), rtol=2**-6, atol=2**-6)
     uninstall(model)
+
+
+@torch.inference_mode()
+def test_linear_runs_decode_gemm_for_the_rows_it_serves_else_f_linear():
+    from tpdecode.torch import forget, linear
+
+    w = weight(1024, 4096, seed=3)
+    bias = torch.randn(1024, device="cuda").to(torch.bfloat16)
+    gemm = tpdecode.DecodeGemm(w).prepare([3])
+    for m in (1, 3, gemm.max_rows, gemm.max_rows + 1, 70):
+        x = torch.randn(m, 4096, device="cuda").to(torch.bfloat16)
+        y = linear(x, w, bias)
+        if m <= gemm.max_rows:
+            assert torch.equal(y, gemm(x).add_(bias))  # the DecodeGemm, the bias added after
+        else:
+            assert torch.equal(y, torch.nn.functional.linear(x, w, bias))
+    x = torch.randn(2, 2, 4096, device="cuda").to(torch.bfloat16)
+    assert linear(x, w).shape == (2, 2, 1024)
+    assert torch.equal(linear(x.float(), w.float()), torch.nn.functional.linear(x.float(), w.float()))
+    forget(w)
+
+
+@torch.inference_mode()
+def test_batch_invariant_linear_gives_a_row_the_same_bits_in_any_batch():
+    from tpdecode.torch import linear
+
+    w = weight(2048, 4096, seed=4)
+    x = torch.randn(64, 4096, device="cuda").to(torch.bfloat16)
+    alone = [linear(x[i : i + 1], w, batch_invariant=True) for i in range(64)]
+    for m in (1, 2, 7, 33, 64):
+        y = linear(x[:m], w, batch_invariant=True)
+        for i in range(m):
+            assert torch.equal(y[i : i + 1], alone[i]), (m, i)
+    torch.testing.assert_close(torch.cat(alone).float(), reference(x, w).float(), rtol=2**-7, atol=2**-6)
+
+
+def test_linear_is_traced_by_torch_compile_and_captured():
+    from tpdecode.torch import linear
+
+    w = weight(1024, 4096, seed=5)
+    x = torch.randn(4, 4096, device="cuda").to(torch.bfloat16)
+
+    @torch.compile(fullgraph=True)
+    def f(x):
+        return torch.relu(linear(x, w))
+
+    with torch.inference_mode():
+        want = torch.relu(linear(x, w))
+        assert torch.equal(f(x), want)
+        tpdecode.DecodeGemm(w).prepare([4])
+        out = torch.empty_like(want)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out.copy_(linear(x, w))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(torch.relu(out), want)

@@ -142,6 +142,14 @@ def test_refusals_name_the_reason(world):
         team.all_reduce(world.random(805, 2, 64, dtype=torch.float16))
 
 
+@pytest.mark.parametrize("eps", [-1e-6, float("nan"), float("inf")])
+def test_ar_norm_refuses_a_bad_eps(world, eps):
+    x = world.random(850, 2, 1024)
+    with pytest.raises(ValueError, match="eps"):
+        world.team.ar_norm(x, None, world.shared(851, 1024), eps)
+    world.team.check_errors()  # nothing launched
+
+
 def test_argument_errors(world):
     team = world.team
     x = world.random(900, 4, 256)

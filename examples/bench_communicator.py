@@ -1,0 +1,82 @@
+"""Host cost of tpdecode.Communicator's eager calls (µs per call, the calls queued
+without synchronising; target <= 10 µs), against the team call it wraps, and the
+same calls' GPU time inside a torch CUDA graph. FP8 epilogues included.
+
+    python examples/bench_communicator.py                         # a local team of 2 on one GPU
+    torchrun --nproc-per-node 2 examples/bench_communicator.py    # the world's NCCL team
+"""
+
+import argparse
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+import tpdecode
+from bench_ops import in_graph_us  # this folder's: the same in-graph timing
+
+
+def host_us(fn, calls=2000, batch=100):
+    """Median over batches of `batch` calls of the host time per call; the GPU drains
+    between batches, so the launch queue never fills (a full queue blocks the host)."""
+    fn()
+    torch.cuda.synchronize()
+    per_call = []
+    for _ in range(calls // batch):
+        t0 = time.perf_counter()
+        for _ in range(batch):
+            fn()
+        per_call.append((time.perf_counter() - t0) * 1e6 / batch)
+        torch.cuda.synchronize()
+    return sorted(per_call)[len(per_call) // 2]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--hidden", type=int, default=7168)
+    p.add_argument("--rows", type=int, nargs="+", default=[1, 8])
+    args = p.parse_args()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        local = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local)
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+        comm = tpdecode.Communicator(hidden=args.hidden, rows=max(args.rows))
+        lead = ()
+    else:
+        comm = tpdecode.Communicator.local(2, hidden=args.hidden, rows=max(args.rows))
+        lead = (comm.team.size,)
+    if comm.disabled:
+        raise SystemExit(f"communicator disabled: {comm.disabled_reason}")
+    team = comm.team
+    weight = torch.randn(args.hidden, device="cuda").to(torch.bfloat16)
+    scale = torch.tensor([0.02], device="cuda")
+    lines = []
+    for rows in args.rows:
+        x = torch.randn(*lead, rows, args.hidden, device="cuda").to(torch.bfloat16)
+        residual = torch.randn_like(x)
+        calls = {
+            "Communicator.all_reduce": lambda: comm.all_reduce(x),
+            "Team.all_reduce": lambda: team.all_reduce(x),
+            "Communicator.fused_add_rms_norm": lambda: comm.fused_add_rms_norm(x, residual, weight, 1e-6),
+            "Team.ar_norm": lambda: team.ar_norm(x, residual, weight, 1e-6),
+            "fused_add_rms_norm, static FP8": lambda: comm.fused_add_rms_norm(x, residual, weight, 1e-6, quant=scale),
+            "fused_add_rms_norm, group FP8": lambda: comm.fused_add_rms_norm(x, residual, weight, 1e-6, quant="group"),
+        }
+        for name, fn in calls.items():
+            lines.append((rows, name, host_us(fn), in_graph_us(fn)))
+    team.check_errors()
+    if team.rank == 0:
+        print(f"{team!r} on {torch.cuda.get_device_name()}, hidden {args.hidden}")
+        print(f"{'rows':>4}  {'call':<34} {'host us/call':>12} {'graph us/call':>14}")
+        for rows, name, host, graph in lines:
+            print(f"{rows:>4}  {name:<34} {host:>12.2f} {graph:>14.2f}")
+        print("host: eager calls queued back to back (median per call over batches of 100); graph: GPU time per "
+              "call inside a torch CUDA graph of 50")
+    comm.close()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

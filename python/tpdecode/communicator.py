@@ -1,0 +1,191 @@
+"""Communicator: tpdecode's collectives in the shape engines give their all-reduce
+backends (vLLM's device communicators, SGLang's custom all-reduce).
+
+    comm = tpdecode.Communicator(group)        # collective; before any CUDA-graph capture
+    if not comm.disabled:
+        y = comm.all_reduce(x)                 # a new tensor, or None: use the next backend
+        out = comm.fused_add_rms_norm(x, residual, weight, eps)   # (out, new residual) or None
+    with comm.capture():                       # around torch.cuda.graph capture
+        ...
+
+Setting up is all or nothing across the group: every rank checks what it can (GPU
+architecture, world size, the build's NCCL team), the ranks agree on it (an
+all-reduce of the verdict), build the team together, and agree again: if any rank
+failed, every rank is disabled (``disabled_reason`` says why) and its calls return
+None. A call is taken where ``should_all_reduce`` / ``should_fused_add_rms_norm``
+say so: BF16, contiguous, on the communicator's device, within the size cap (per
+architecture and world size, ``TPDECODE_COMM_MAX_BYTES`` overrides it) and what the
+team was built for; None otherwise, never an error for a call it does not take."""
+
+import contextlib
+from typing import Optional
+
+import torch
+
+from . import _comm_rules, _lib, _quant
+from .errors import NotServed
+from .team import CommConfig, Team
+
+
+def _agree(ok: bool, group, device: int) -> bool:
+    """Whether every rank of `group` is ok (an all-reduce of the verdict, MIN)."""
+    import torch.distributed as dist
+
+    backend = str(dist.get_backend(group))
+    where = torch.device("cuda", device) if "nccl" in backend and "gloo" not in backend else torch.device("cpu")
+    flag = torch.tensor([1 if ok else 0], dtype=torch.int32, device=where)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
+    return bool(flag.item())
+
+
+def _nccl_team_available() -> bool:
+    return any(b["name"] == "NCCL team" and b["serves"] for b in _lib.module.info()["backends"])
+
+
+def _capability(device: int):
+    return torch.cuda.get_device_capability(device)
+
+
+class Communicator:
+    """tpdecode's all-reduce and fused all-reduce + residual + RMSNorm (+ FP8) for an
+    engine. Build with ``Communicator(group)`` (one process per GPU, collective over
+    the group) or ``Communicator.local(n)`` (n ranks on one GPU, for tests: every
+    tensor then leads with a dimension of n).
+
+    hidden, rows: the widest row and the most rows per call the buffers hold (rows
+    beyond them are not taken, unless batch_invariant, where they run as further
+    calls); max_bytes: the size cap (default: the table in tpdecode._comm_rules, or
+    TPDECODE_COMM_MAX_BYTES); batch_invariant: a row's bits do not depend on the
+    batch (CommConfig.batch_invariant); timeout_ms: the team's deadline."""
+
+    def __init__(self, group=None, *, device=None, hidden: int = 8192, rows: int = 64,
+                 max_bytes: Optional[int] = None, batch_invariant: bool = False, timeout_ms: int = 0,
+                 _team: Optional[Team] = None):
+        self.disabled = True
+        self.disabled_reason = ""
+        self.max_bytes = 0
+        self.batch_invariant = batch_invariant
+        self._team = None
+        self._abandoned = None  # a team built here while a peer failed: kept, never used
+        if _team is not None:  # Communicator.local
+            self._enable(_team, max_bytes)
+            return
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            raise ValueError("torch.distributed is not initialized: call init_process_group first")
+        group = dist.group.WORLD if group is None else group
+        dev = torch.cuda.current_device() if device is None else torch.device("cuda", device).index
+        world = dist.get_world_size(group)
+        why = _comm_rules.setup_refusal(_capability(dev), world, _nccl_team_available())
+        if not _agree(not why, group, dev):
+            self.disabled_reason = why or "another rank cannot set tpdecode up"
+            return
+        team = None
+        try:
+            team = Team.from_process_group(group, device=dev, hidden=hidden, rows=rows,
+                                           batch_invariant=batch_invariant, timeout_ms=timeout_ms)
+        except Exception as e:  # noqa: BLE001 (any failure disables, on every rank)
+            why = f"setting up the team failed: {e}"
+        if not _agree(team is not None, group, dev):
+            self.disabled_reason = why or "setting up the team failed on another rank"
+            # Why not closed: closing is collective, and a peer has no team to close.
+            self._abandoned = team
+            return
+        self._enable(team, max_bytes)
+
+    @classmethod
+    def local(cls, n: int, *, device=None, hidden: int = 8192, rows: int = 64, max_bytes: Optional[int] = None,
+              batch_invariant: bool = False, timeout_ms: int = 0) -> "Communicator":
+        """n ranks on one GPU (tests, benchmarks): every tensor leads with n blocks."""
+        team = Team.local(n, device=device, hidden=hidden, rows=rows, batch_invariant=batch_invariant,
+                          timeout_ms=timeout_ms)
+        return cls(max_bytes=max_bytes, batch_invariant=batch_invariant, _team=team)
+
+    def _enable(self, team: Team, max_bytes: Optional[int]):
+        cfg: CommConfig = team.config
+        self._team = team
+        self._device = team.device
+        self._lead = team.size if team.kind == "local" else 0
+        capability = _capability(self._device)
+        capacity = None if cfg.batch_invariant else cfg.rows * cfg.hidden * 2
+        self.max_bytes = _comm_rules.max_bytes(capability, team.size, capacity, max_bytes)
+        self.disabled = self.max_bytes == 0
+        if self.disabled:
+            self.disabled_reason = (f"size cap 0: compute capability {capability} at world size {team.size} has no "
+                                    f"entry in the table, or max_bytes / {_comm_rules.MAX_BYTES_ENV} is 0")
+
+    @property
+    def team(self) -> Optional[Team]:
+        """The team the calls run on (None when disabled)."""
+        return None if self.disabled else self._team
+
+    def refusal(self, op: str, x: torch.Tensor, quant=None) -> str:
+        """Why `op` ("all_reduce" or "fused_add_rms_norm") does not take x, "" where it does."""
+        if self.disabled:
+            return f"disabled: {self.disabled_reason}"
+        cfg = self._team.config
+        dtype = "bfloat16" if x.dtype == torch.bfloat16 else str(x.dtype).removeprefix("torch.")
+        why = _comm_rules.call_refusal(
+            op, dtype, x.shape, x.is_contiguous(), x.device == self._device,
+            x.numel() * x.element_size(), self.max_bytes, cfg.hidden, cfg.rows, self.batch_invariant, self._lead,
+            _quant.kind_of(quant))
+        # Why not under torch.compile: a fake tensor has no address; a misaligned
+        # tensor then raises in the op instead of falling through.
+        if not why and not torch.compiler.is_compiling() and x.data_ptr() % 16:
+            why = f"{op}: x is not 16-byte aligned"
+        return why
+
+    def should_all_reduce(self, x: torch.Tensor) -> bool:
+        return not self.refusal("all_reduce", x)
+
+    def should_fused_add_rms_norm(self, x: torch.Tensor, quant=None) -> bool:
+        return not self.refusal("fused_add_rms_norm", x, quant)
+
+    def all_reduce(self, x: torch.Tensor) -> Optional[torch.Tensor]:
+        """The sum of every rank's x (rank order, FP32, one rounding), or None where the
+        communicator does not take x (the caller's next backend runs it)."""
+        if not self.should_all_reduce(x):
+            return None
+        if torch.compiler.is_compiling():  # the refusal above is the op's own: it serves
+            return self._team.all_reduce(x)
+        try:
+            return self._team.all_reduce(x)
+        except NotServed:
+            return None
+
+    def fused_add_rms_norm(self, x: torch.Tensor, residual: Optional[torch.Tensor], weight: torch.Tensor,
+                           eps: float, quant=None):
+        """All-reduce of x, plus residual (None: none), RMSNorm with weight: returns
+        (out, new residual), or (out, new residual, scales) for a group quant, or None
+        where the communicator does not take x. quant: None (BF16 out), a float32 scale
+        tensor of one element (static FP8), "group" or "group-ue8m0" (Team.ar_norm)."""
+        if not self.should_fused_add_rms_norm(x, quant):
+            return None
+        if torch.compiler.is_compiling():
+            return self._team.ar_norm(x, residual, weight, eps, quant=quant)
+        try:
+            return self._team.ar_norm(x, residual, weight, eps, quant=quant)
+        except NotServed:
+            return None
+
+    @contextlib.contextmanager
+    def capture(self):
+        """Around a CUDA-graph capture (as engines wrap their all-reduce backends'):
+        makes the communicator's device current, so a ``torch.cuda.graph`` opened
+        inside captures on it (tpdecode._capture says what goes wrong otherwise).
+        tpdecode's buffers are fixed when the communicator is built and its epochs
+        live on the device: there is nothing to register or to copy at the end."""
+        if self._team is None:
+            yield
+            return
+        with torch.cuda.device(self._device):
+            yield
+
+    def close(self) -> None:
+        """Releases the team (collective on an NCCL team: every rank at the same point)."""
+        if self._team is not None:
+            self._team.close()
+            self._team = None
+            self.disabled = True
+            self.disabled_reason = "closed"
