@@ -32,9 +32,9 @@ configure_and_build() {
   cmake --build "$dir" --parallel "$(nproc)" ${1:+--target "$@"}
 }
 
-# python_tests VENV: `pip install .` into a fresh venv, then pytest tests/python (the
-# CPU tests must run: pytest's "no tests collected", exit 5, is a failure; the GPU
-# tests skip without torch or a GPU).
+# python_tests VENV: README's commands in a fresh venv, `pip install '.[test]'` then
+# `python -m pytest tests/python` (the CPU tests must run: pytest's "no tests
+# collected", exit 5, is a failure; the GPU tests skip without torch or a GPU).
 python_tests() {
   local venv=$1
   rm -rf "$venv"

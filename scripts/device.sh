@@ -5,8 +5,8 @@
 #   bash scripts/device.sh [steps...]
 #   steps: build test nccl-nop2p sanitize sanitize-gemm tune bench-gemm bench-chain bench-comm
 #          bench-comm-nccl drafter peers info all; two-shot, oproj, oproj-sanitize, oproj-bench,
-#          adopt, crossover, adopt-python and python, stress-delays, before and before-drafter (only
-#          when named)
+#          adopt, crossover, adopt-python and python, stress-delays, lab-loads, before and
+#          before-drafter (only when named)
 #   TESTS='regex'   which tests `test` runs (ctest -R); default: all
 #   GEMM_ARGS, CHAIN_ARGS, TUNE_ARGS, COMM_ARGS, NCCL_COMM_ARGS, OPROJ_ARGS, DRAFTER_ARGS: extra arguments of those steps
 #   OPROJ_DRAFTER=1   oproj-bench also runs the drafter with producer-consumer forced, and without
@@ -95,6 +95,8 @@ if has bench-comm-nccl && [[ $GPUS -ge 2 ]]; then
     --rows 4 --rows 8 --system-fence --json "$LOG/bench_comm_nccl_fence.json"
 fi
 has drafter && step drafter 420 $CLI drafter --json "$LOG/drafter.json" ${DRAFTER_ARGS:-}
+# Lab instruments (engine design, not the library's benchmarks): only when named.
+[[ " $steps " == *" lab-loads "* ]] && step lab-loads 300 $CLI lab loads --json "$LOG/lab_loads.json"
 if has peers && [[ -d .tools ]]; then
   # The peers' figures in the same call (../shared/tools, carried as .tools).
   [[ $GPUS -ge 2 ]] && OUT=$LOG step peer-comm 300 torchrun --nproc-per-node 2 .tools/peer_comm.py

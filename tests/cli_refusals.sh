@@ -16,6 +16,8 @@ expect_refusal() {
 }
 expect_refusal "unknown subcommand 'frobnicate'" frobnicate
 expect_refusal "unknown subcommand 'gem'" bench gem
+expect_refusal "unknown subcommand 'loads'" bench loads
+expect_refusal "unknown subcommand 'load'" lab load
 expect_refusal "a step takes at most 64 rows" drafter --requests 10 --k 7
 expect_refusal "not in range" drafter --requests 100000
 expect_refusal "not in range" drafter --rows 65

@@ -1,5 +1,6 @@
 // tpdecode bench chain: the per-rank GEMMs of the synthetic drafter's layers
-// (distinct weights per layer, so nothing stays in L2) and the lm_head, at TP 1, 2,
+// (distinct weights per layer, rotating over copies where the layers are fewer bytes
+// than weight_rotation.hpp asks for, so nothing stays in L2) and the lm_head, at TP 1, 2,
 // 4 and 8 shapes, back to back in one CUDA graph: stock (cuBLAS) against ours
 // (DecodeGemm, measured dispatch for chain links, PDL), bytes / time against the read ceiling
 // measured in the same run, and what a plain streaming read of the same buffers
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <limits>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -18,10 +20,11 @@
 #include <tuple>
 #include <vector>
 
-#include "bench_timing.hpp"
 #include "commands.hpp"
 #include "core/check.hpp"
+#include "core/graph_timing.hpp"
 #include "core/random_fill.hpp"
+#include "core/weight_rotation.hpp"
 #include "gemm_shapes.hpp"
 #include "read_ceiling.hpp"
 #include "tpdecode/decode_gemm.hpp"
@@ -46,7 +49,7 @@ struct Row {
   double bytes = 0;
   double stock_us = 0, ours_us = 0, read_us = 0, read_pdl_us = 0;
   std::vector<double> forced_us;  // per Options::force (infinite: a link the forced path cannot run)
-  std::string paths;  // e.g. "stream 20, warp 5"
+  std::string paths;  // e.g. "cublas 5, warp 20"
 };
 
 // One link of the chain: a weight and its DecodeGemm.
@@ -72,18 +75,24 @@ std::optional<GemmDecision> forced_decision(const std::string& name, const GemmS
 
 bool valid_force(const std::string& name) { return name == "cublas" || name == "warp"; }
 
-std::string path_counts(const std::vector<Link>& links, int m) {
+std::string path_counts(const std::vector<Link>& links, const std::vector<std::size_t>& chain, int m) {
   std::map<std::string, int> count;
-  for (const Link& l : links) ++count[gemm_path_name(l.gemm->path(m))];
+  for (std::size_t i : chain) ++count[gemm_path_name(links[i].gemm->path(m))];
   std::string s;
   for (const auto& [path, n] : count) s += fmt::format("{}{} {}", s.empty() ? "" : ", ", path, n);
   return s;
 }
 
-void bench_tp(int tp, const Options& o, cudaStream_t stream, std::vector<Row>& rows) {
+void bench_tp(int tp, const Options& o, const Gpu& gpu, cudaStream_t stream, std::vector<Row>& rows) {
   const std::vector<GemmShape> layer = layer_shapes(tp);
+  double layers_bytes = 0;
+  for (const GemmShape& s : layer) layers_bytes += s.bytes() * o.layers;
+  // Why sets: a graph replays its chains back to back, so a chain of fewer bytes than
+  // the rotation rule asks for (a few layers) rotates over copies of its layers;
+  // call c of a graph runs set c. The lm_head (one copy) ends every chain with it.
+  const int sets = weight_copies(static_cast<std::size_t>(layers_bytes), gpu.l2);
   auto cublas = std::make_shared<CublasContext>();
-  std::vector<Link> links;  // the layers' GEMMs in order, then the lm_head
+  std::vector<Link> links;  // every set's layer GEMMs in order, then the lm_head
   uint64_t seed = 100;
   auto add = [&](const GemmShape& s) {
     Link l{s, DeviceBuffer(static_cast<std::size_t>(s.bytes())), nullptr};
@@ -92,9 +101,17 @@ void bench_tp(int tp, const Options& o, cudaStream_t stream, std::vector<Row>& r
     l.gemm->set_chain(true);
     links.push_back(std::move(l));
   };
-  for (int l = 0; l < o.layers; ++l)
-    for (const GemmShape& s : layer) add(s);
+  for (int set = 0; set < sets; ++set)
+    for (int l = 0; l < o.layers; ++l)
+      for (const GemmShape& s : layer) add(s);
   add(drafter_shapes(tp)[5]);  // lm_head
+  const std::size_t per_set = layer.size() * static_cast<std::size_t>(o.layers);
+  auto chain = [&](int set, bool with_head) {  // the links of one chain, in order
+    std::vector<std::size_t> c(per_set);
+    for (std::size_t i = 0; i < per_set; ++i) c[i] = static_cast<std::size_t>(set) * per_set + i;
+    if (with_head) c.push_back(links.size() - 1);
+    return c;
+  };
   const int max_m = *std::max_element(o.ms.begin(), o.ms.end());
   std::map<int64_t, DeviceBuffer> xs;  // by K: [max_m, K] bf16
   std::vector<DeviceBuffer> outs;      // by link: [max_m, N] bf16
@@ -108,56 +125,50 @@ void bench_tp(int tp, const Options& o, cudaStream_t stream, std::vector<Row>& r
   for (int m : o.ms) {
     for (Link& l : links) l.gemm->prepare(m, stream);  // tunes each shape once
     for (bool with_head : {false, true}) {
-      const std::size_t count = with_head ? links.size() : links.size() - 1;
+      std::vector<std::vector<std::size_t>> chains;  // [set]
+      for (int set = 0; set < sets; ++set) chains.push_back(chain(set, with_head));
       auto x_of = [&](std::size_t i) { return TensorView::bf16(xs.at(links[i].shape.k).get(), m, links[i].shape.k); };
       auto out_of = [&](std::size_t i) { return TensorView::bf16(outs[i].get(), m, links[i].shape.n); };
+      // Median microseconds per chain of `run(link index, stream)` over every link.
+      auto time_chains = [&](const std::function<void(std::size_t, cudaStream_t)>& run) {
+        return time_graph(
+                   stream,
+                   [&](cudaStream_t st, int c) {
+                     for (std::size_t i : chains[static_cast<std::size_t>(c)]) run(i, st);
+                   },
+                   sets, o.replays)
+            .median_us;
+      };
       Row r;
       r.tp = tp;
       r.m = m;
       r.chain = with_head ? "layers+lm_head" : "layers";
-      std::vector<bench::ReadBuffer> buffers;
-      for (std::size_t i = 0; i < count; ++i) {
-        r.bytes += links[i].shape.bytes();
-        buffers.push_back({links[i].weight.get(), links[i].weight.bytes()});
-      }
-      r.stock_us = bench::time_graph(
-                       stream,
-                       [&](cudaStream_t st, int) {
-                         for (std::size_t i = 0; i < count; ++i)
-                           cublas->gemm(x_of(i), links[i].gemm->weight(), out_of(i), st);
-                       },
-                       1, o.replays)
-                       .median_us;
-      r.ours_us = bench::time_graph(
-                      stream,
-                      [&](cudaStream_t st, int) {
-                        for (std::size_t i = 0; i < count; ++i) links[i].gemm->run(x_of(i), out_of(i), st);
-                      },
-                      1, o.replays)
-                      .median_us;
+      std::vector<bench::ReadBuffer> buffers;  // every set's chain, in call order
+      for (const std::vector<std::size_t>& c : chains)
+        for (std::size_t i : c) buffers.push_back({links[i].weight.get(), links[i].weight.bytes()});
+      for (std::size_t i : chains[0]) r.bytes += links[i].shape.bytes();
+      r.stock_us = time_chains([&](std::size_t i, cudaStream_t st) {
+        cublas->gemm(x_of(i), links[i].gemm->weight(), out_of(i), st);
+      });
+      r.ours_us = time_chains([&](std::size_t i, cudaStream_t st) { links[i].gemm->run(x_of(i), out_of(i), st); });
       for (const std::string& name : o.force) {
-        std::vector<std::unique_ptr<DecodeGemm>> forced;
-        for (std::size_t i = 0; i < count && forced.size() == i; ++i) {
-          const std::optional<GemmDecision> d = forced_decision(name, links[i].shape, m);
-          if (!d) break;
-          forced.push_back(std::make_unique<DecodeGemm>(links[i].gemm->weight(), cublas));
-          forced.back()->force(m, *d);
-        }
-        if (forced.size() < count) {
-          r.forced_us.push_back(std::numeric_limits<double>::infinity());
-          continue;
-        }
-        r.forced_us.push_back(bench::time_graph(
-                                  stream,
-                                  [&](cudaStream_t st, int) {
-                                    for (std::size_t i = 0; i < count; ++i) forced[i]->run(x_of(i), out_of(i), st);
-                                  },
-                                  1, o.replays)
-                                  .median_us);
+        std::map<std::size_t, std::unique_ptr<DecodeGemm>> forced;  // by link
+        bool runs = true;
+        for (const std::vector<std::size_t>& c : chains)
+          for (std::size_t i : c) {
+            const std::optional<GemmDecision> d = forced_decision(name, links[i].shape, m);
+            if (!d) runs = false;
+            if (!runs || forced.count(i)) continue;
+            forced[i] = std::make_unique<DecodeGemm>(links[i].gemm->weight(), cublas);
+            forced[i]->force(m, *d);
+          }
+        r.forced_us.push_back(
+            runs ? time_chains([&](std::size_t i, cudaStream_t st) { forced.at(i)->run(x_of(i), out_of(i), st); })
+                 : std::numeric_limits<double>::infinity());
       }
-      r.read_us = bench::time_read_chain(buffers, false, o.replays, stream);
-      r.read_pdl_us = bench::time_read_chain(buffers, true, o.replays, stream);
-      r.paths = path_counts(links, m);
+      r.read_us = bench::time_read_chain(buffers, false, o.replays, stream) / sets;
+      r.read_pdl_us = bench::time_read_chain(buffers, true, o.replays, stream) / sets;
+      r.paths = path_counts(links, chains[0], m);
       rows.push_back(r);
     }
   }
@@ -239,7 +250,7 @@ void run(const Options& o) {
   std::vector<Row> rows;
   for (int tp : o.tps) {
     fmt::print(stderr, "TP {}: {} layers and the lm_head\n", tp, o.layers);
-    bench_tp(tp, o, stream, rows);
+    bench_tp(tp, o, gpu, stream, rows);
   }
   TPD_CUDA(cudaStreamDestroy(stream));
   print_table(rows, ceiling, o);

@@ -18,9 +18,9 @@
 #include <tuple>
 #include <vector>
 
-#include "bench_timing.hpp"
 #include "comm/crossover_fit.hpp"
 #include "commands.hpp"
+#include "core/graph_timing.hpp"
 #include "core/random_fill.hpp"
 #include "core/streams.hpp"
 #include "json_file.hpp"
@@ -188,7 +188,7 @@ double time_op(TpComm& comm, const Workload& w, const std::string& op, int rows,
   for (int i = 0; i < team.driven(); ++i) streams.push_back(team.stream(i));
   w.enqueue(comm, op, rows, streams);  // eager warm-up outside the capture
   team.synchronize();
-  const bench::Timing t = bench::time_graph(
+  const GraphTiming t = time_graph(
       streams[0],
       [&](cudaStream_t origin, int) {
         fork_streams(origin, streams);

@@ -1,8 +1,8 @@
 // tpdecode bench gemm: DecodeGemm's measured dispatch against every path it could
 // have taken, forced, on the drafter's linears (docs/drafter.md, TP 8 and TP 1),
 // mid-size weights (gemm_shapes.hpp) and any --shape, for each M. CUDA graphs over
-// rotating weight copies (>= 5 x L2, so every call reads HBM), median of many
-// replays, and the HBM read ceiling measured in the same run.
+// rotating weight copies (the tuner's rule, weight_rotation.hpp: every call reads
+// HBM), median of many replays, and the HBM read ceiling measured in the same run.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -13,10 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "bench_timing.hpp"
 #include "commands.hpp"
 #include "core/check.hpp"
+#include "core/graph_timing.hpp"
 #include "core/random_fill.hpp"
+#include "core/weight_rotation.hpp"
 #include "gemm_shapes.hpp"
 #include "read_ceiling.hpp"
 #include "tpdecode/decode_gemm.hpp"
@@ -99,9 +100,7 @@ std::vector<GemmShape> shapes_of(const Options& o) {
 // the same rotating copies.
 void bench_shape(const GemmShape& s, const Options& o, const Gpu& gpu, cudaStream_t stream, std::vector<Row>& rows) {
   const std::size_t bytes = static_cast<std::size_t>(s.bytes());
-  // Why: copies totalling >= 5 x L2 so that no call finds its weight in L2 (at most
-  // 512: below ~0.6 MB a weight may partly hit L2; such calls are launch-bound).
-  const int copies = static_cast<int>(std::clamp<std::size_t>((5 * gpu.l2 + bytes - 1) / bytes, 1, 512));
+  const int copies = weight_copies(bytes, gpu.l2);
   const int calls = std::max(copies, 10);
   DeviceBuffer pool(bytes * static_cast<std::size_t>(copies));  // [copies, N, K] bf16
   fill_uniform_bf16(pool.get(), static_cast<int64_t>(bytes / 2) * copies, 42, 1.0f, stream);
@@ -122,7 +121,7 @@ void bench_shape(const GemmShape& s, const Options& o, const Gpu& gpu, cudaStrea
     const TensorView xv = TensorView::bf16(x.get(), m, s.k);
     const TensorView ov = TensorView::bf16(out.get(), m, s.n);
     auto time = [&](std::vector<std::unique_ptr<DecodeGemm>>& gemms) {
-      return bench::time_graph(stream, [&](cudaStream_t st, int c) { gemms[c % copies]->run(xv, ov, st); }, calls,
+      return time_graph(stream, [&](cudaStream_t st, int c) { gemms[c % copies]->run(xv, ov, st); }, calls,
                                o.replays)
           .median_us;
     };

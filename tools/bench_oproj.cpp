@@ -3,8 +3,9 @@
 // ArNorm, or + all_reduce + the AttnRes kernel) against stock (cuBLAS + NCCL or the
 // local stock all-reduce + the separate norm / AttnRes kernel), the unfused path's
 // GEMM alone and the producer's engine alone (the floor a fused kind cannot beat:
-// it streams the same weight through it). CUDA-graph replays, median of many, rotating weight copies (>= 2.5 x
-// L2 per GPU in all, so every call reads HBM). The local team (one GPU playing
+// it streams the same weight through it). CUDA-graph replays, median of many, over
+// rotating weight copies (weight_rotation.hpp, counting every rank's weight on a
+// GPU: every call reads HBM). The local team (one GPU playing
 // TP ranks) measures protocol cost, not NVLink; the NCCL team runs one thread per
 // GPU. Prints the rule-table rows (src/oproj/oproj_rules.cpp) the run supports.
 #include <fmt/format.h>
@@ -19,10 +20,11 @@
 #include <string>
 #include <vector>
 
-#include "bench_timing.hpp"
 #include "commands.hpp"
+#include "core/graph_timing.hpp"
 #include "core/random_fill.hpp"
 #include "core/streams.hpp"
+#include "core/weight_rotation.hpp"
 #include "gemm_shapes.hpp"
 #include "json_file.hpp"
 #include "oproj/oproj_kernels.hpp"
@@ -93,7 +95,7 @@ class Workload {
   Workload(Team& team, int64_t k, const Options& o, std::size_t l2) : team_(team), k_(k), nb_(o.blocks) {
     const std::size_t w_bytes = static_cast<std::size_t>(kHidden * k) * 2;
     const std::size_t per_gpu = w_bytes * static_cast<std::size_t>(team.driven());
-    copies_ = static_cast<int>(std::max<std::size_t>(1, (5 * l2 / 2 + per_gpu - 1) / per_gpu));
+    copies_ = weight_copies(per_gpu, l2);
     const auto rows_h = static_cast<std::size_t>(kRowsCap * kHidden) * 2;
     TPD_CUDA(cudaSetDevice(team.device(0)));
     const cudaStream_t s = team.stream(0);
@@ -239,7 +241,7 @@ double time_calls(Team& team, const std::function<void(int copy)>& enqueue, int 
   enqueue(0);  // eager warm-up outside the capture
   team.synchronize();
   const int calls = std::max(o.calls, copies);
-  const bench::Timing t = bench::time_graph(
+  const GraphTiming t = time_graph(
       streams[0],
       [&](cudaStream_t origin, int call) {
         fork_streams(origin, streams);

@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "bench_timing.hpp"
 #include "core/bf16.hpp"
+#include "core/graph_timing.hpp"
 #include "drafter/gpu_drafter.hpp"
 
 namespace tpdecode::cli {
@@ -30,8 +30,8 @@ float bf16_ulp(float v) {
 }
 
 double time_step(GpuDrafter& d, DrafterPath path, int m, const OpFilter& filter, int replays) {
-  const bench::Timing t =
-      bench::time_graph(d.stream(), [&](cudaStream_t, int) { d.enqueue_step(path, m, filter); }, 1, replays);
+  const GraphTiming t =
+      time_graph(d.stream(), [&](cudaStream_t, int) { d.enqueue_step(path, m, filter); }, 1, replays);
   return t.median_us;
 }
 

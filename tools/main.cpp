@@ -42,12 +42,12 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   tpdecode::cli::register_info(app);
   tpdecode::cli::register_bench_gemm(app);
-  tpdecode::cli::register_bench_loads(app);
   tpdecode::cli::register_bench_chain(app);
   tpdecode::cli::register_tune(app);
   tpdecode::cli::register_bench_comm(app);
   tpdecode::cli::register_bench_oproj(app);
   tpdecode::cli::register_drafter(app);
+  tpdecode::cli::register_lab_loads(app);
   try {
     refuse_unknown_subcommand(app, argc, argv);
     app.parse(argc, argv);

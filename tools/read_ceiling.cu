@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "bench_timing.hpp"
 #include "core/device.cuh"
+#include "core/graph_timing.hpp"
 #include "core/launch.cuh"
 #include "core/random_fill.hpp"
 #include "read_ceiling.hpp"

@@ -43,7 +43,6 @@ class DecodeGemm {
   const TensorView& weight() const { return weight_; }
   // An engine can run this weight (its shape, layout and alignment suit one).
   bool engine_eligible() const { return engines_.warp || engines_.wgmma; }
-  GemmEngines engines() const { return engines_; }
 
   // Decides m's bucket (from the tuner's cache, by timing the candidates, or by the
   // static rule; then the team's agreement, if set) and prepares its path (host

@@ -46,8 +46,6 @@ class NcclTeam final : public Team {
 
   TeamKind kind() const override { return TeamKind::kNccl; }
   std::string describe() const override;
-  // tpdecode's communicator (null once aborted).
-  ncclComm* comm() const { return comm_; }
   // Whether the communicator was aborted (the team is then unusable).
   bool broken() const { return comm_ == nullptr; }
 

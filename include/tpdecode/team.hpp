@@ -75,7 +75,6 @@ class Team {
   int ranks_sharing_gpu() const;
   // A stream the team made for a driven rank (any stream of that device works).
   cudaStream_t stream(int driven = 0) const;
-  uint64_t timeout_ms() const { return timeout_ns_ / 1000000ull; }
   // Whether every rank reaches every other rank's memory by loads and stores (one
   // GPU, or one NVLink domain): the mailbox collectives need it; without it every
   // collective runs the stock path (NCCL).
@@ -146,10 +145,5 @@ class Team {
   // member of the vector is used (the library's own code).
   std::vector<SymmetricBuffer> buffers_;
 };
-
-// Default wait deadline (TPDECODE_TIMEOUT_MS, else 5000 ms).
-uint64_t default_timeout_ms();
-// Default barrier deadline (TPDECODE_BARRIER_TIMEOUT_MS, else 30000 ms).
-uint64_t default_barrier_timeout_ms();
 
 }  // namespace tpdecode

@@ -142,7 +142,8 @@ TPD_HD void two_shot_push(Memory& mem, const TeamRef& team, const MailboxRef& re
 // threads holding this rank's own columns. Why: they form warps of their own (no
 // warp waits on some lanes' reductions before its other lanes collect), and a
 // reducer's collect is the sum it stored itself (reducers on every TP-th thread
-// cost 0.7 µs at 1 row and 1.2 at 64, NCCL TP 2: docs/performance.md).
+// cost 0.7 µs at 1 row and 1.2 at 64, NCCL TP 2: docs/history/performance-2026-11.md,
+// "The two-shot ArNorm's body at NCCL TP 2").
 TPD_HD int two_shot_own_chunk(int rank, int frag, int owner_frags) {
   const int chunk = frag - rank * owner_frags;
   return chunk >= 0 && chunk < owner_frags ? chunk : -1;

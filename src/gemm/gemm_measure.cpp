@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <limits>
 #include <numeric>
+#include <optional>
 
 #include "core/bf16.hpp"
+#include "core/graph_timing.hpp"
 #include "core/random_fill.hpp"
+#include "core/weight_rotation.hpp"
 #include "gemm/gemm_paths.hpp"
 #include "tpdecode/device_buffer.hpp"
 #include "tpdecode/error.hpp"
@@ -15,9 +17,7 @@
 namespace tpdecode {
 namespace {
 
-// How candidates are timed, and why.
-constexpr double kRotateL2s = 3.0;     // weight copies total >= 3 x L2 (at most kMaxCalls copies: below
-                                       // ~3 MB a weight may partly hit L2; such calls are launch-bound)
+// How candidates are timed, and why (weight copies: weight_rotation.hpp).
 constexpr double kGraphBytes = 384e6;  // weight bytes per timed graph (~85 us at 4.5 TB/s): the events'
                                        // ~0.5 us resolution stays below 1 %
 constexpr int kMaxCalls = 64;          // calls per graph at most (the smallest weights)
@@ -40,36 +40,6 @@ struct OwnStream {
   }
 };
 
-struct OwnEvent {
-  cudaEvent_t e = nullptr;
-  OwnEvent() { TPD_CUDA(cudaEventCreate(&e)); }
-  ~OwnEvent() { cudaEventDestroy(e); }
-};
-
-struct OwnGraph {
-  cudaGraphExec_t exec = nullptr;
-  ~OwnGraph() {
-    if (exec) cudaGraphExecDestroy(exec);
-  }
-};
-
-// Captures `body`'s launches on `s` into an executable graph.
-void capture(cudaStream_t s, const std::function<void()>& body, OwnGraph& out) {
-  cudaGraph_t graph = nullptr;
-  TPD_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  try {
-    body();
-  } catch (...) {
-    cudaStreamEndCapture(s, &graph);
-    if (graph) cudaGraphDestroy(graph);
-    throw;
-  }
-  TPD_CUDA(cudaStreamEndCapture(s, &graph));
-  const cudaError_t e = cudaGraphInstantiate(&out.exec, graph, 0);
-  cudaGraphDestroy(graph);
-  TPD_CUDA(e);
-}
-
 // ||a - ref|| / ||ref|| over BF16 values (0 where ref is all zeros; NaN propagates).
 double distance(const std::vector<uint16_t>& a, const std::vector<uint16_t>& ref) {
   double num = 0, den = 0;
@@ -80,11 +50,6 @@ double distance(const std::vector<uint16_t>& a, const std::vector<uint16_t>& ref
     den += r * r;
   }
   return den > 0 ? std::sqrt(num / den) : 0.0;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
 }  // namespace
@@ -99,8 +64,7 @@ std::vector<double> measure_paths(const std::vector<GemmDecision>& candidates, c
   int device = 0, l2 = 0;
   TPD_CUDA(cudaGetDevice(&device));
   TPD_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
-  int copies = static_cast<int>(std::clamp(std::ceil(kRotateL2s * l2 / static_cast<double>(bytes)), 1.0,
-                                           static_cast<double>(kMaxCalls)));
+  int copies = weight_copies(bytes, static_cast<std::size_t>(l2));
   DeviceBuffer pool;  // [copies - 1, N, K] bf16: copies of the weight
   if (copies > 1) {
     try {
@@ -135,18 +99,14 @@ std::vector<double> measure_paths(const std::vector<GemmDecision>& candidates, c
   std::stable_partition(order.begin(), order.end(),
                         [&](std::size_t i) { return candidates[i].path == GemmPath::kCublas; });
   std::vector<uint16_t> reference, got(static_cast<std::size_t>(m * n));
-  std::vector<OwnGraph> graphs(candidates.size());
+  std::vector<std::optional<TimedGraph>> graphs(candidates.size());
   for (std::size_t i : order) {
     try {
       const GemmDecision launched = prepare_path(candidates[i], weight, m);
-      capture(
-          s.s,
-          [&] {
-            for (int c = 0; c < calls; ++c) launch_path(launched, copy(c), xv, ov, sms, ctx, pdl, s.s);
-          },
-          graphs[i]);
+      graphs[i].emplace(
+          s.s, [&](cudaStream_t st, int c) { launch_path(launched, copy(c), xv, ov, sms, ctx, pdl, st); }, calls);
       TPD_CUDA(cudaMemsetAsync(out.get(), 0xff, out.bytes(), s.s));  // NaN: an unwritten element shows
-      TPD_CUDA(cudaGraphLaunch(graphs[i].exec, s.s));                // warm-up
+      graphs[i]->launch(s.s);                                        // warm-up
       TPD_CUDA(cudaMemcpyAsync(got.data(), out.get(), out.bytes(), cudaMemcpyDeviceToHost, s.s));
       TPD_CUDA(cudaStreamSynchronize(s.s));
       if (reference.empty() && candidates[i].path == GemmPath::kCublas) {
@@ -159,26 +119,15 @@ std::vector<double> measure_paths(const std::vector<GemmDecision>& candidates, c
       }
     } catch (const Error&) {
       cudaGetLastError();
-      if (graphs[i].exec) cudaGraphExecDestroy(graphs[i].exec);
-      graphs[i].exec = nullptr;
+      graphs[i].reset();
     }
   }
-  std::vector<std::vector<double>> us(candidates.size());
-  const OwnEvent start, stop;
   for (int r = 0; r < rounds; ++r)
-    for (std::size_t i = 0; i < candidates.size(); ++i) {
-      if (!graphs[i].exec) continue;
-      TPD_CUDA(cudaEventRecord(start.e, s.s));
-      TPD_CUDA(cudaGraphLaunch(graphs[i].exec, s.s));
-      TPD_CUDA(cudaEventRecord(stop.e, s.s));
-      TPD_CUDA(cudaEventSynchronize(stop.e));
-      float ms = 0;
-      TPD_CUDA(cudaEventElapsedTime(&ms, start.e, stop.e));
-      us[i].push_back(1000.0 * ms / calls);
-    }
+    for (std::optional<TimedGraph>& g : graphs)
+      if (g) g->time_replay(s.s);
   std::vector<double> result(candidates.size(), std::numeric_limits<double>::infinity());
   for (std::size_t i = 0; i < candidates.size(); ++i)
-    if (!us[i].empty()) result[i] = median(us[i]);
+    if (graphs[i]) result[i] = graphs[i]->timing().median_us;
   return result;
 }
 

@@ -18,7 +18,6 @@ class SymmetricBuffer {
   void* local(int i) const { return local_.at(static_cast<std::size_t>(i)); }
   // Every rank's copy, as seen by driven rank i.
   const PeerPointers& peers(int i) const { return peers_.at(static_cast<std::size_t>(i)); }
-  uint32_t fill_word() const { return fill_word_; }
   explicit operator bool() const { return bytes_ != 0; }
 
  private:

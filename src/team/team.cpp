@@ -18,10 +18,6 @@ using Clock = std::chrono::steady_clock;
 
 lamport::ErrorRecord* records(void* p) { return static_cast<lamport::ErrorRecord*>(p); }
 
-}  // namespace
-
-namespace {
-
 // A positive integer from the environment variable `name`, else `fallback`.
 uint64_t ms_from_env(const char* name, uint64_t fallback) {
   if (const char* env = std::getenv(name)) {
@@ -32,10 +28,11 @@ uint64_t ms_from_env(const char* name, uint64_t fallback) {
   return fallback;
 }
 
-}  // namespace
-
+// The deadlines where TeamOptions leaves them 0.
 uint64_t default_timeout_ms() { return ms_from_env("TPDECODE_TIMEOUT_MS", 5000); }
 uint64_t default_barrier_timeout_ms() { return ms_from_env("TPDECODE_BARRIER_TIMEOUT_MS", 30000); }
+
+}  // namespace
 
 Team::Team(int size, const TeamOptions& options)
     : size_(size),

@@ -56,7 +56,8 @@ TEST(GemmRules, SeveralCtasFitOnAnSm) {
 }
 
 TEST(GemmRules, TacticOnReferenceShapes) {
-  // The splits measured fastest on an H200 (docs/performance.md), M <= 8.
+  // The splits measured fastest on an H200 (docs/history/performance-2026-11.md,
+  // "Every split 1–8"), M <= 8.
   EXPECT_EQ(choose_tactic(2112, 7168, 1, kH200Sms).split, 8);   // 33 blocks: K split fills the SMs
   EXPECT_EQ(choose_tactic(2304, 1536, 1, kH200Sms).split, 6);   // 36 blocks, 12 chunks
   EXPECT_EQ(choose_tactic(4608, 7168, 8, kH200Sms).split, 4);   // 72 blocks: one round of 92 clusters

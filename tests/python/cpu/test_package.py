@@ -5,7 +5,6 @@ GPU machine (with torch)."""
 import builtins
 import os
 
-import numpy as np
 import pytest
 
 import tpdecode
@@ -41,6 +40,7 @@ def test_error_classes():
 
 
 def test_gemm_weight_checks_before_any_gpu_work():
+    np = pytest.importorskip("numpy")  # a CPU DLPack tensor (the `test` extra brings numpy)
     with pytest.raises(ValueError, match="is on cpu; a CUDA tensor is required"):
         _lib.module.decode_gemm(np.zeros((64, 128), np.float32), True)
     with pytest.raises(ValueError, match="must be 2-D"):

@@ -1,4 +1,4 @@
-// The load patterns of `tpdecode bench loads` (load_patterns.hpp):
+// The load patterns of `tpdecode lab loads` (load_patterns.hpp):
 //  - pieces: cp.async of 16 bytes per thread (evict-first, L2::256B), 4 warps, a
 //    __syncthreads ring like the warp engine's; each warp instruction reads either
 //    8 rows x 64 B or 2 rows x 256 B (the warp engine's mapping: 3-10 % faster per
@@ -12,12 +12,12 @@
 
 #include <cstdint>
 
-#include "bench_timing.hpp"
 #include "core/device.cuh"
-#include "load_patterns.hpp"
+#include "core/graph_timing.hpp"
+#include "lab/load_patterns.hpp"
 #include "tpdecode/error.hpp"
 
-namespace tpdecode::bench {
+namespace tpdecode::lab {
 namespace {
 
 constexpr int kTileRows = 64;
@@ -173,7 +173,7 @@ std::vector<LoadTiming> time_load_patterns(const void* base, int64_t n, int64_t 
   // launch(stream, call, grid): one pass over copy call % copies.
   auto record = [&](const LoadPattern& p, const auto& launch) {
     const int grid = sms * p.ctas_per_sm;
-    const Timing t = time_graph(
+    const GraphTiming t = time_graph(
         stream,
         [&](cudaStream_t s, int c) {
           launch(s, c, grid);
@@ -208,4 +208,4 @@ std::vector<LoadTiming> time_load_patterns(const void* base, int64_t n, int64_t 
   return out;
 }
 
-}  // namespace tpdecode::bench
+}  // namespace tpdecode::lab

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace tpdecode::bench {
+namespace tpdecode::lab {
 
 struct LoadPattern {
   std::string name;     // e.g. "cp.async 2 rows x 256 B"
@@ -36,4 +36,4 @@ std::vector<LoadTiming> time_load_patterns(const void* base, int64_t n, int64_t 
                                            const std::vector<CUtensorMap>& maps, int calls, int replays, int sms,
                                            cudaStream_t stream);
 
-}  // namespace tpdecode::bench
+}  // namespace tpdecode::lab

@@ -1,0 +1,68 @@
+#include "core/graph_timing.hpp"
+
+#include <algorithm>
+
+#include "tpdecode/error.hpp"
+
+namespace tpdecode {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+TimedGraph::Exec::~Exec() {
+  if (h) cudaGraphExecDestroy(h);
+}
+TimedGraph::Event::Event() { TPD_CUDA(cudaEventCreate(&h)); }
+TimedGraph::Event::~Event() { cudaEventDestroy(h); }
+
+TimedGraph::TimedGraph(cudaStream_t stream, const GraphCall& enqueue, int calls) : calls_(calls) {
+  cudaGraph_t graph = nullptr;
+  TPD_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  try {
+    for (int c = 0; c < calls; ++c) enqueue(stream, c);
+  } catch (...) {
+    cudaStreamEndCapture(stream, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    throw;
+  }
+  TPD_CUDA(cudaStreamEndCapture(stream, &graph));
+  const cudaError_t e = cudaGraphInstantiate(&exec_.h, graph, 0);
+  cudaGraphDestroy(graph);
+  TPD_CUDA(e);
+}
+
+void TimedGraph::launch(cudaStream_t stream) const { TPD_CUDA(cudaGraphLaunch(exec_.h, stream)); }
+
+double TimedGraph::time_replay(cudaStream_t stream) {
+  TPD_CUDA(cudaEventRecord(start_.h, stream));
+  TPD_CUDA(cudaGraphLaunch(exec_.h, stream));
+  TPD_CUDA(cudaEventRecord(stop_.h, stream));
+  TPD_CUDA(cudaEventSynchronize(stop_.h));
+  float ms = 0;
+  TPD_CUDA(cudaEventElapsedTime(&ms, start_.h, stop_.h));
+  us_.push_back(1000.0 * ms / calls_);
+  return us_.back();
+}
+
+GraphTiming TimedGraph::timing() const {
+  GraphTiming t;
+  t.replays = static_cast<int>(us_.size());
+  if (us_.empty()) return t;
+  t.median_us = median(us_);
+  t.min_us = *std::min_element(us_.begin(), us_.end());
+  t.max_us = *std::max_element(us_.begin(), us_.end());
+  return t;
+}
+
+GraphTiming time_graph(cudaStream_t stream, const GraphCall& enqueue, int calls, int replays, int warmup) {
+  TimedGraph g(stream, enqueue, calls);
+  for (int i = 0; i < warmup; ++i) g.launch(stream);
+  for (int i = 0; i < replays; ++i) g.time_replay(stream);
+  return g.timing();
+}
+
+}  // namespace tpdecode
