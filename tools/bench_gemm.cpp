@@ -34,6 +34,7 @@ struct Options {
   std::vector<std::string> sets = {"tp8", "tp1", "mid"};
   std::vector<std::string> shapes;
   std::vector<int> ms = {1, 2, 4, 8, 16, 32, 48, 64};
+  bool batch_invariant = false;  // ours in batch-invariant mode
   int replays = 30;
   std::string json;
 };
@@ -111,6 +112,7 @@ void bench_shape(const GemmShape& s, const Options& o, const Gpu& gpu, cudaStrea
     const TensorView w = TensorView::bf16(pool.as<char>() + bytes * static_cast<std::size_t>(c), s.n, s.k);
     ours.push_back(std::make_unique<DecodeGemm>(w, cublas));
     forced.push_back(std::make_unique<DecodeGemm>(w, cublas));
+    if (o.batch_invariant && ours.back()->engine_eligible()) ours.back()->set_batch_invariant(true);
   }
   const int max_m = *std::max_element(o.ms.begin(), o.ms.end());
   DeviceBuffer x(static_cast<std::size_t>(max_m * s.k) * 2);  // [max_m, K] bf16
@@ -290,6 +292,8 @@ void register_bench_gemm(CLI::App& app) {
   auto o = std::make_shared<Options>();
   cmd->add_option("--set", o->sets, "shape sets: tp8 tp4 tp2 tp1 mid none (repeatable; default tp8 tp1 mid)");
   cmd->add_option("--shape", o->shapes, "extra shape NxK (repeatable)");
+  cmd->add_flag("--batch-invariant", o->batch_invariant,
+                "the dispatch in batch-invariant mode (one wgmma split for every M; DecodeGemm::set_batch_invariant)");
   cmd->add_option("--m", o->ms, "rows per call (repeatable; default 1 2 4 8 16 32 48 64)");
   cmd->add_option("--replays", o->replays, "timed graph replays per measurement")->capture_default_str();
   cmd->add_option("--json", o->json, "also write the rows as JSON to this file");

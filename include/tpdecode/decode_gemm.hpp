@@ -93,6 +93,17 @@ class DecodeGemm {
   // warp_split_for_shared_gpu keeps. Changing it drops the decisions made so far.
   void set_sharing(int ranks);
   int sharing() const { return sharing_; }
+  // Batch-invariant mode (default off): every row count 1 .. kGemmMaxRows runs the
+  // wgmma engine at one split fixed for the shape (invariant_split), so a row's bits
+  // do not depend on how many rows the call has (the engine's summation order
+  // depends on the split alone; its ring and tile sizes, which each bucket keeps
+  // its own, do not change the bits). No tuning. Prepares every bucket now (host
+  // only, never under capture; InvalidArgument where the wgmma engine does not take
+  // the weight). Turning it off drops the decisions. What engines' batch-invariant
+  // modes need; calls of more rows run cuBLAS, so callers split them (the Python
+  // linear op does).
+  void set_batch_invariant(bool on);
+  bool batch_invariant() const { return invariant_; }
   // A team's agreement (see gemm_tuner.hpp), called once per bucket at prepare.
   // With it set, an unprepared bucket under capture runs the static rule (the same
   // on every rank) rather than this rank's cache.
@@ -116,6 +127,7 @@ class DecodeGemm {
   GemmEngines engines_;
   bool pdl_ = true;
   bool chain_ = false;
+  bool invariant_ = false;
   int sharing_ = 1;
   int device_ = 0;
   int sms_ = 0;

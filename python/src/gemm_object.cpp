@@ -68,6 +68,13 @@ void DecodeGemmObj::set_chain(bool on) {
   translated([&] { gemm_->set_chain(on); });
 }
 
+void DecodeGemmObj::set_batch_invariant(bool on) {
+  translated([&] {
+    DeviceScope scope(static_cast<int>(device));
+    gemm_->set_batch_invariant(on);
+  });
+}
+
 TVM_FFI_STATIC_INIT_BLOCK() {
   namespace refl = tvm::ffi::reflection;
   refl::ObjectDef<DecodeGemmObj>(refl::init(false))
@@ -81,6 +88,8 @@ TVM_FFI_STATIC_INIT_BLOCK() {
       .def("decision", &DecodeGemmObj::decision)
       .def("set_chain", &DecodeGemmObj::set_chain)
       .def("chain", &DecodeGemmObj::chain)
+      .def("set_batch_invariant", &DecodeGemmObj::set_batch_invariant)
+      .def("batch_invariant", &DecodeGemmObj::batch_invariant)
       .def("decode_gemm", &DecodeGemmObj::run);
 }
 

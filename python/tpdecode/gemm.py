@@ -26,11 +26,13 @@ class DecodeGemm:
     dependent launch (e.g. consecutive DecodeGemms in one graph): a cuBLAS
     candidate is charged what a link that does not overlap its neighbours costs
     them (``chain`` can be changed later; that drops the decisions made so far).
-    Leave it off where the neighbours are ordinary kernels."""
+    Leave it off where the neighbours are ordinary kernels.
+    batch_invariant: see the property of that name."""
 
     max_rows = 64
 
-    def __init__(self, weight: torch.Tensor, *, shared_cublas: bool = True, chain: bool = False):
+    def __init__(self, weight: torch.Tensor, *, shared_cublas: bool = True, chain: bool = False,
+                 batch_invariant: bool = False):
         self.weight = weight
         # Why detach: DLPack does not export tensors that require grad (parameters).
         self._handle = _lib.module.decode_gemm(weight.detach(), shared_cublas)
@@ -38,6 +40,8 @@ class DecodeGemm:
         self.n, self.k = self._handle.n, self._handle.k
         if chain:
             self.chain = True
+        if batch_invariant:
+            self.batch_invariant = True
 
     @property
     def chain(self) -> bool:
@@ -49,6 +53,20 @@ class DecodeGemm:
         if torch.cuda.is_current_stream_capturing():
             raise RuntimeError("DecodeGemm.chain under CUDA-graph capture: set it before capturing")
         self._handle.set_chain(bool(on))
+
+    @property
+    def batch_invariant(self) -> bool:
+        """Batch-invariant mode: every row count 1 .. ``max_rows`` runs the wgmma engine
+        at one split fixed for the shape, so a row's bits do not depend on how many rows
+        a call has (no tuning; every bucket is prepared when it is turned on). Setting
+        it raises ValueError where the wgmma engine does not take the weight."""
+        return self._handle.batch_invariant()
+
+    @batch_invariant.setter
+    def batch_invariant(self, on: bool) -> None:
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("DecodeGemm.batch_invariant under CUDA-graph capture: set it before capturing")
+        self._handle.set_batch_invariant(bool(on))
 
     def __del__(self):
         _ops.unregister(getattr(self, "_id", 0))

@@ -18,24 +18,32 @@ from torch import nn
 from .gemm import DecodeGemm
 
 _ATTR = "_tpdecode_gemm"
-_gemms: dict = {}  # (data_ptr, shape, device index) -> DecodeGemm holding that weight
+_gemms: dict = {}  # (data_ptr, shape, device index, batch invariant) -> DecodeGemm holding that weight
 
 
-def _key(weight: torch.Tensor):
-    return weight.data_ptr(), tuple(weight.shape), weight.device.index
+def _key(weight: torch.Tensor, batch_invariant: bool = False):
+    return weight.data_ptr(), tuple(weight.shape), weight.device.index, batch_invariant
 
 
 def _eligible(weight: torch.Tensor) -> bool:
     return weight.dtype == torch.bfloat16 and weight.dim() == 2 and weight.is_cuda and weight.stride(-1) == 1
 
 
-def _gemm_for(weight: torch.Tensor) -> Optional[DecodeGemm]:
-    """The weight's DecodeGemm, made now where it may be (never during a capture)."""
+def _gemm_for(weight: torch.Tensor, batch_invariant: bool = False) -> Optional[DecodeGemm]:
+    """The weight's DecodeGemm (its batch-invariant one), made now where it may be
+    (never during a capture; None where the weight does not suit one)."""
     if not _eligible(weight):
         return None
-    gemm = _gemms.get(_key(weight))
+    key = _key(weight, batch_invariant)
+    gemm = _gemms.get(key)
     if gemm is None and not torch.cuda.is_current_stream_capturing():
-        gemm = _gemms[_key(weight)] = DecodeGemm(weight)
+        try:
+            gemm = DecodeGemm(weight, batch_invariant=batch_invariant)
+        except ValueError:
+            if not batch_invariant:
+                raise
+            return None  # the wgmma engine does not take this weight
+        _gemms[key] = gemm
     return gemm
 
 
@@ -52,11 +60,17 @@ def _rows_served(gemm: Optional[DecodeGemm], x: torch.Tensor, weight: torch.Tens
 
 def _run(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], batch_invariant: bool) -> torch.Tensor:
     if batch_invariant:
-        # Why one row at a time: each row then takes the same kernel and summation
-        # order whatever the batch (cuBLAS picks its kernel, and with it the order,
-        # by the row count; so does DecodeGemm today). Rows whose K is a multiple of
-        # 8 start 16-byte aligned, so their alignment does not vary either.
         rows = x.reshape(-1, x.shape[-1])
+        gemm = _gemm_for(weight, True)
+        if _rows_served(gemm, rows[:1], weight, bias) and rows.is_contiguous():
+            # The batch-invariant DecodeGemm: one summation order at every row count,
+            # so calls of more rows than it takes run as calls of at most max_rows.
+            y = torch.cat([gemm(rows[i : i + gemm.max_rows]) for i in range(0, rows.shape[0], gemm.max_rows)])
+            y = y.view(*x.shape[:-1], weight.shape[0])
+            return y if bias is None else y.add_(bias)
+        # Why one row at a time where it does not serve: each row then takes the same
+        # kernel and summation order whatever the batch (cuBLAS picks its kernel, and
+        # with it the order, by the row count).
         y = torch.cat([F.linear(rows[i : i + 1], weight, bias) for i in range(rows.shape[0])])
         return y.view(*x.shape[:-1], weight.shape[0])
     gemm = _gemm_for(weight)
@@ -101,9 +115,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
     gradient wanted; the bias added after, rounded again), ``F.linear`` otherwise.
 
     batch_invariant: a row's result does not depend on how many rows the call has
-    (what an engine's batch-invariant mode needs). DecodeGemm has no such option
-    yet (its kernel and split change with the row count), so these calls run every
-    row as its own one-row ``F.linear``: invariant, at one launch per row."""
+    (what an engine's batch-invariant mode needs): the weight's batch-invariant
+    DecodeGemm in calls of at most ``max_rows`` rows, or, where the wgmma engine
+    does not take the weight, every row as its own one-row ``F.linear``."""
     if torch.compiler.is_compiling():
         return torch.ops.tpdecode.linear(x, weight, bias, batch_invariant)
     return _run(x, weight, bias, batch_invariant)
@@ -111,7 +125,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
 
 def forget(weight: torch.Tensor) -> None:
     """Drops the weight's DecodeGemm (and the reference to the weight it holds)."""
-    _gemms.pop(_key(weight), None)
+    for batch_invariant in (False, True):
+        _gemms.pop(_key(weight, batch_invariant), None)
 
 
 class _RoutedForward:

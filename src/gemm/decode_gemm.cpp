@@ -71,14 +71,28 @@ GemmKey DecodeGemm::key(int m) const {
 void DecodeGemm::set_chain(bool on) {
   if (on == chain_) return;
   chain_ = on;
+  if (!invariant_) decisions_ = {};  // a batch-invariant GEMM's decisions depend on nothing else
+}
+
+void DecodeGemm::set_batch_invariant(bool on) {
+  if (on == invariant_) return;
   decisions_ = {};
+  invariant_ = false;
+  if (!on) return;
+  check(engines_.wgmma, "decode_gemm: batch-invariant mode needs the wgmma engine, which does not take a {}x{} weight",
+        n(), k());
+  for (int b = 0; b < kGemmBuckets; ++b) {
+    const int m = gemm_bucket_max(b);
+    adopt(m, invariant_decision(n(), k(), m, sms_));
+  }
+  invariant_ = true;
 }
 
 void DecodeGemm::set_sharing(int ranks) {
   check(ranks >= 1 && ranks <= 64, "decode_gemm: {} ranks sharing the GPU (1..64)", ranks);
   if (ranks == sharing_) return;
   sharing_ = ranks;
-  decisions_ = {};
+  if (!invariant_) decisions_ = {};
 }
 
 std::vector<GemmDecision> DecodeGemm::candidates(int m) {
@@ -135,6 +149,7 @@ void DecodeGemm::adopt(int m, GemmDecision d) {
 
 void DecodeGemm::force(int m, const GemmDecision& d) {
   check(engine_eligible() && m >= 1 && m <= kGemmMaxRows, "decode_gemm: force() for {} rows of {}x{}", m, n(), k());
+  check(!invariant_, "decode_gemm: force() on a batch-invariant GEMM (its decisions are fixed)");
   const int rows = gemm_bucket_max(gemm_m_bucket(m));
   check(engine_decision_legal(d, n(), k(), rows, sms_, engines_), "decode_gemm: {} cannot run {}x{} at {} rows",
         describe(d), n(), k(), m);

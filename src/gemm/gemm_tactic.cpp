@@ -239,6 +239,22 @@ std::vector<GemmDecision> wgmma_candidates(int64_t n, int64_t k, int m) {
   return out;
 }
 
+int invariant_split(int64_t n, int64_t k, int sms) {
+  const int64_t blocks = (n + wgmma::kTileRows - 1) / wgmma::kTileRows;
+  int split = 1;
+  while (split < kWarpMaxSplit && blocks * split < sms && wgmma_split_ok(k, split + 1)) ++split;
+  return split;
+}
+
+GemmDecision invariant_decision(int64_t n, int64_t k, int m, int sms) {
+  check(wgmma_eligible(n, k) && m >= 1 && m <= kGemmMaxRows, "batch-invariant decode gemm: {}x{} at {} rows", n, k,
+        m);
+  GemmDecision d = wgmma_decision(invariant_split(n, k, sms), 1,
+                                  wgmma::stages_within(1, wgmma::token_tile(m), kWgmmaHalfBudget));
+  d.source = GemmSource::kRule;
+  return d;
+}
+
 std::vector<GemmDecision> engine_candidates(int64_t n, int64_t k, int m, GemmEngines engines) {
   std::vector<GemmDecision> out;
   if (engines.warp && warp_eligible(n, k) && m <= kWarpMaxRows)

@@ -102,6 +102,13 @@ inline constexpr int kWgmmaHalfBudget = kSmemPerSm / 2 - kSmemReservedPerCta;
 // budget that holds kMinStages stages.
 std::vector<GemmDecision> wgmma_candidates(int64_t n, int64_t k, int m);
 
+// The split a batch-invariant DecodeGemm keeps at every row count: the fewest CTAs
+// per cluster whose 64-row blocks times the split fill the SMs, at most 8 and legal
+// for K (the same on every rank of a team: a function of the shape and SM count).
+int invariant_split(int64_t n, int64_t k, int sms);
+// Its decision for m rows: that split, 64-row tiles, the half-SM ring (clusters 0).
+GemmDecision invariant_decision(int64_t n, int64_t k, int m, int sms);
+
 // ---- Candidates and the static rule -------------------------------------------
 // Every engine tactic that can run (N, K, m), then stock cuBLAS: what the tuner
 // times (DecodeGemm adds cuBLASLt's heuristic algorithms on the GPU).

@@ -352,6 +352,29 @@ TEST(GemmRules, WgmmaCandidatesAreLegal) {
   EXPECT_FALSE(engine_decision_legal(wgmma_decision(1, 1, 8), 2112, 7168, 65, kH200Sms, {true, true}));
 }
 
+// A batch-invariant GEMM keeps one split at every row count; its decisions are
+// legal, on the half-SM ring.
+TEST(GemmRules, InvariantDecisionsKeepOneSplit) {
+  EXPECT_EQ(invariant_split(2112, 7168, kH200Sms), 4);  // 33 blocks x 4 fill 132 SMs
+  EXPECT_EQ(invariant_split(7168, 1536, kH200Sms), 2);  // 112 blocks
+  EXPECT_EQ(invariant_split(20480, 7168, kH200Sms), 1);
+  EXPECT_EQ(invariant_split(1000, 640, kH200Sms), 5);   // 10 chunks: two per CTA at most 5
+  EXPECT_EQ(invariant_split(896, 35840, kH200Sms), 8);  // 14 blocks: the largest split
+  for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{{2112, 7168}, {1000, 640}, {896, 35840}}) {
+    const int split = invariant_split(n, k, kH200Sms);
+    for (int m = 1; m <= kGemmMaxRows; ++m) {
+      const GemmDecision d = invariant_decision(n, k, m, kH200Sms);
+      EXPECT_EQ(d.path, GemmPath::kWgmma);
+      EXPECT_EQ(d.split, split);
+      EXPECT_EQ(d.sub_tiles, 1);
+      EXPECT_EQ(d.stages, wgmma::stages_within(1, wgmma::token_tile(m), kWgmmaHalfBudget));
+      EXPECT_TRUE(engine_decision_legal(d, n, k, m, kH200Sms, {false, true})) << m;
+    }
+  }
+  EXPECT_THROW(invariant_decision(256, 1000, 1, kH200Sms), InvalidArgument);
+  EXPECT_THROW(invariant_decision(2112, 7168, 65, kH200Sms), InvalidArgument);
+}
+
 alignas(16) uint16_t host[64 * 1024];
 
 TEST(GemmRules, OperandsTheEngineTakes) {

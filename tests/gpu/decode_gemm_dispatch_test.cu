@@ -258,5 +258,70 @@ TEST(DecodeGemm, StaticRuleWithoutTuning) {
   }
 }
 
+// Batch-invariant mode: a row's bits are the same whether it runs alone or at any
+// position of a call of up to 64 rows, eagerly and in a graph; every row count runs
+// the wgmma engine at one split.
+TEST(DecodeGemm, BatchInvariantRowsKeepTheirBits) {
+  TPD_REQUIRE_GPU();
+  std::mt19937_64 rng(test::fresh_seed());
+  for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{{2112, 7168}, {7168, 1536}, {1000, 640}}) {
+    SCOPED_TRACE(testing::Message() << n << "x" << k);
+    Problem p(n, k, rng);
+    DecodeGemm gemm(p.weight(), nullptr, private_tuner(true));
+    gemm.set_batch_invariant(true);
+    ASSERT_TRUE(gemm.batch_invariant());
+    EXPECT_THROW(gemm.force(4, warp_decision(1)), InvalidArgument);
+    // Each row alone: the reference bits.
+    std::vector<std::vector<uint16_t>> alone(kProblemRows);
+    DeviceBuffer one(static_cast<std::size_t>(n) * 2);
+    for (int r = 0; r < kProblemRows; ++r) {
+      const TensorView row = TensorView::bf16(p.x.as<uint16_t>() + r * k, 1, k);
+      ASSERT_EQ(gemm.run(row, TensorView::bf16(one.get(), 1, n), nullptr), GemmPath::kWgmma);
+      alone[static_cast<std::size_t>(r)] = to_host<uint16_t>(one, static_cast<std::size_t>(n));
+    }
+    const int split = gemm.decision(1).split;
+    for (int m : {2, 5, 8, 9, 16, 17, 31, 32, 33, 48, 49, 64}) {
+      EXPECT_EQ(gemm.decision(m).split, split) << m;
+      DeviceBuffer out(static_cast<std::size_t>(m * n) * 2);
+      poison(out);
+      ASSERT_EQ(gemm.run(p.rows(m), TensorView::bf16(out.get(), m, n), nullptr), GemmPath::kWgmma) << m;
+      TPD_CUDA(cudaDeviceSynchronize());
+      const std::vector<uint16_t> got = to_host<uint16_t>(out, static_cast<std::size_t>(m * n));
+      for (int r = 0; r < m; ++r)
+        ASSERT_TRUE(std::equal(alone[static_cast<std::size_t>(r)].begin(), alone[static_cast<std::size_t>(r)].end(),
+                               got.begin() + r * n))
+            << "row " << r << " of " << m << " differs from the row alone";
+      EXPECT_LT(p.error(out, m), 1e-2);
+    }
+    // Under capture (every bucket was prepared by set_batch_invariant).
+    cudaStream_t stream;
+    TPD_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    DeviceBuffer captured(static_cast<std::size_t>(40 * n) * 2);
+    cudaGraph_t graph;
+    TPD_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    EXPECT_EQ(gemm.run(p.rows(40), TensorView::bf16(captured.get(), 40, n), stream), GemmPath::kWgmma);
+    TPD_CUDA(cudaStreamEndCapture(stream, &graph));
+    cudaGraphExec_t exec;
+    TPD_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    poison(captured, stream);
+    TPD_CUDA(cudaGraphLaunch(exec, stream));
+    TPD_CUDA(cudaStreamSynchronize(stream));
+    const std::vector<uint16_t> replayed = to_host<uint16_t>(captured, static_cast<std::size_t>(40 * n));
+    for (int r = 0; r < 40; ++r)
+      ASSERT_TRUE(std::equal(alone[static_cast<std::size_t>(r)].begin(), alone[static_cast<std::size_t>(r)].end(),
+                             replayed.begin() + r * n))
+          << "replayed row " << r;
+    TPD_CUDA(cudaGraphExecDestroy(exec));
+    TPD_CUDA(cudaGraphDestroy(graph));
+    TPD_CUDA(cudaStreamDestroy(stream));
+    gemm.set_batch_invariant(false);
+    EXPECT_FALSE(gemm.prepared(4));
+  }
+  // A weight the wgmma engine does not take is refused.
+  DeviceBuffer w(256 * 1000 * 2);
+  DecodeGemm odd(TensorView::bf16(w.get(), 256, 1000), nullptr, private_tuner(false));
+  EXPECT_THROW(odd.set_batch_invariant(true), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace tpdecode
