@@ -16,7 +16,7 @@ namespace {
 template <int kRanks>
 __global__ void __launch_bounds__(kArNormMaxThreads) ar_norm_kernel(const ArNormParams p) {
   __shared__ rownorm::RowSumAsync shared;
-  rownorm::ArNormRow epi{p.norm, p.hidden, &shared};
+  rownorm::ArNormRow<> epi{p.norm, p.hidden, &shared};
   const RowCall call{p.team,       p.box, lamport::Op::kArNorm, p.x, p.hidden, p.trigger_early, false,
                      p.system_fence, p.clean_sum};
   row_collective<kRanks>(call, epi, static_cast<int>(blockIdx.y));

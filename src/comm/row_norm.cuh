@@ -253,13 +253,15 @@ __device__ __forceinline__ Fragment normed(const Fragment& v, const Fragment& we
 // than in registers. The row sum: cluster_row_sum_async (no cluster barrier); the
 // kernel starts with cluster_start(epi), and a cluster looping over rows calls
 // cluster_arrive_next_row() between two rows' finish().
+// kQuantized: the output may be quantised (RowStore).
+template <bool kQuantized = true>
 struct ArNormRow {
   const ArNormTail& t;
   int hidden;
   RowSumAsync* shared;
   Fragment w{}, old{};
   uint32_t phase = 0;  // of shared->bar: flips with every row sum
-  rowquant::RowStore store{t.quant};
+  rowquant::RowStore<kQuantized> store{t.quant};
 
   __device__ __forceinline__ void init_cluster() { cluster_sum_async_init(*shared); }
 

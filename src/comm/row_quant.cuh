@@ -68,18 +68,28 @@ __device__ __forceinline__ float group_scale(float amax, bool ue8m0) {
 }
 
 // The store of one row's normalised fragments, per thread.
+// kQuantized false: a store that never quantises (q.kind must be kNone), for
+// kernels whose callers never ask for FP8. Why: the quantising branches cost the
+// kernel registers even where they never run (the o-projection's consumer: 90 ->
+// 109 per thread, one resident CTA per SM fewer).
+template <bool kQuantized = true>
 struct RowStore {
   const RowQuant& q;
   float inverse = 0.0f;  // kStatic: 1 / scale
 
   // After griddepcontrol.wait (a scale is an input like any other).
   __device__ __forceinline__ void load() {
-    if (q.kind == ArNormQuant::kStatic) inverse = __fdiv_rn(1.0f, *q.scale);
+    if constexpr (kQuantized)
+      if (q.kind == ArNormQuant::kStatic) inverse = __fdiv_rn(1.0f, *q.scale);
   }
 
   // Every thread of the CTA (the group amax is a shuffle); `at`: the fragment's index
   // in [rows, H / 8]; only `active` threads store.
   __device__ __forceinline__ void store(void* out, long at, const Fragment& v, bool active) const {
+    if constexpr (!kQuantized) {
+      if (active) static_cast<Fragment*>(out)[at] = v;
+      return;
+    }
     switch (q.kind) {
       case ArNormQuant::kNone:
         if (active) static_cast<Fragment*>(out)[at] = v;

@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(kArNormMaxThreads) two_shot_ar_norm_kernel(con
   const TwoShotParams& p = np.base;
   __shared__ rownorm::RowSumAsync shared;
   __shared__ uint32_t entry;
-  rownorm::ArNormRow epi{np.norm, p.width, &shared};
+  rownorm::ArNormRow<> epi{np.norm, p.width, &shared};
   rownorm::cluster_start(epi);
   const int row_frags = p.width / 8;
   const int owner_frags = row_frags / kRanks;

@@ -100,7 +100,8 @@ template <OprojEpilogue kEpilogue, class F>
 __device__ __forceinline__ void with_row_epilogue(const OprojParams& p, F&& f) {
   if constexpr (kEpilogue == OprojEpilogue::kArNorm) {
     __shared__ rownorm::RowSumAsync shared;
-    rownorm::ArNormRow epi{p.ar_norm, p.hidden, &shared};
+    // Why unquantised: the o-projection's epilogue writes BF16 (oproj.hpp).
+    rownorm::ArNormRow<false> epi{p.ar_norm, p.hidden, &shared};
     f(epi);
   } else {
     __shared__ attnres::Shared shared;
