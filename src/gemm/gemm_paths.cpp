@@ -1,9 +1,9 @@
 #include "gemm/gemm_paths.hpp"
 
 #include <algorithm>
-#include <atomic>
 
 #include "core/check.hpp"
+#include "core/device_set.hpp"
 #include "gemm/warp_splitk_launch.hpp"
 #include "gemm/wgmma_launch.hpp"
 #include "gemm/wgmma_plan.hpp"
@@ -12,22 +12,15 @@
 namespace tpdecode {
 namespace {
 
-// Kernel attributes are per device: bit d is set once the engine's attributes are
-// set on device d (two threads may both set them: harmless).
-std::atomic<uint64_t> warp_devices{0};
-
-uint64_t device_bit() {
-  int device = 0;
-  TPD_CUDA(cudaGetDevice(&device));
-  return uint64_t{1} << (device % 64);
-}
+// The devices the warp engine's kernel attributes are set on.
+DeviceSet warp_devices;
 
 }  // namespace
 
 GemmDecision prepare_path(const GemmDecision& d, const TensorView& weight, int m) {
-  if (d.path == GemmPath::kWarpSplitK && !(warp_devices.load() & device_bit())) {
+  if (d.path == GemmPath::kWarpSplitK && !warp_devices.has_current()) {
     for (int tiles : {1, 2, 4}) prepare_warp_splitk(tiles);
-    warp_devices.fetch_or(device_bit());
+    warp_devices.add_current();
   }
   if (d.path != GemmPath::kWgmma) return d;
   prepare_wgmma();
@@ -43,7 +36,7 @@ GemmDecision prepare_path(const GemmDecision& d, const TensorView& weight, int m
 
 bool path_prepared(const GemmDecision& d) {
   switch (d.path) {
-    case GemmPath::kWarpSplitK: return (warp_devices.load() & device_bit()) != 0;
+    case GemmPath::kWarpSplitK: return warp_devices.has_current();
     case GemmPath::kWgmma: return d.clusters > 0 && wgmma_prepared();
     case GemmPath::kCublas:
     case GemmPath::kCublasLt: return true;

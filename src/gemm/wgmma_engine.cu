@@ -3,9 +3,9 @@
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
-#include <atomic>
 #include <string>
 
+#include "core/device_set.hpp"
 #include "gemm/wgmma_launch.hpp"
 #include "gemm/wgmma_tiles.cuh"
 #include "tpdecode/error.hpp"
@@ -148,13 +148,7 @@ cudaLaunchConfig_t config_of(const WgmmaShape& s, cudaLaunchAttribute (&attrs)[2
   return c;
 }
 
-std::atomic<uint64_t> prepared_devices{0};
-
-uint64_t device_bit() {
-  int device = 0;
-  TPD_CUDA(cudaGetDevice(&device));
-  return uint64_t{1} << (device % 64);
-}
+DeviceSet prepared_devices;  // where the kernels' shared-memory limit is raised
 
 }  // namespace
 }  // namespace wgmma
@@ -190,16 +184,16 @@ bool wgmma_shape_built(int sub_tiles, int tokens) {
 }
 
 void prepare_wgmma() {
-  if (wgmma::prepared_devices.load() & wgmma::device_bit()) return;
+  if (wgmma::prepared_devices.has_current()) return;
   for (int sub : {1, 2, 4})
     for (int tokens : {8, 16, 32, 64})
       wgmma::with_kernel(sub, tokens, [](auto kernel) {
         TPD_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
       });
-  wgmma::prepared_devices.fetch_or(wgmma::device_bit());
+  wgmma::prepared_devices.add_current();
 }
 
-bool wgmma_prepared() { return (wgmma::prepared_devices.load() & wgmma::device_bit()) != 0; }
+bool wgmma_prepared() { return wgmma::prepared_devices.has_current(); }
 
 int wgmma_resident_clusters(int sub_tiles, int tokens, int split, int stages) {
   prepare_wgmma();
