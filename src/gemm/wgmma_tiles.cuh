@@ -111,45 +111,42 @@ __device__ __forceinline__ void init_barriers(const Ring<kSub, kTokens>& ring, c
   if (i < ring.stages + 2) dev::mbar_init_fence();
 }
 
-// One producer thread: for every unit's chunks in order, waits for the stage to be
-// free and loads one box of `map` into it (at column chunk * 64 and the row
-// row_of(unit)), `bytes` counted against the stage's full barrier.
-template <int kSub, int kTokens, class Schedule, class Slot, class Row>
-__device__ __forceinline__ void produce_boxes(const Ring<kSub, kTokens>& ring, const CUtensorMap* map,
-                                              const Schedule& schedule, Cursor& cur, uint32_t bytes, uint64_t policy,
-                                              Slot&& slot, Row&& row_of) {
+// The weight producer (one thread): every unit's chunks, in order.
+template <int kSub, int kTokens, class Schedule>
+__device__ __forceinline__ void produce_weights(const Ring<kSub, kTokens>& ring, const CUtensorMap* map,
+                                                const Schedule& schedule, Cursor& cur) {
+  const uint64_t policy = dev::evict_first_policy();
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
   for (int i = 0; i < schedule.count(); ++i) {
     const Unit u = schedule.unit(i);
     for (int c = u.chunk_begin; c < u.chunk_end; ++c) {
       dev::mbar_wait(ring.empty + cur.stage, cur.parity ^ 1);
-      dev::mbar_arrive_expect_tx(ring.full + cur.stage, bytes);
-      dev::tma_load_2d(slot(cur.stage), map, c * kChunkK, row_of(u), ring.full + cur.stage, policy);
+      dev::mbar_arrive_expect_tx(ring.full + cur.stage, Ring<kSub, kTokens>::kWBytes);
+      dev::tma_load_2d(ring.w(cur.stage), map, c * kChunkK, static_cast<int>(u.row0), ring.full + cur.stage, policy);
       cur.next(ring.stages);
     }
   }
 }
 
-// The weight producer (one thread): the [sub_tiles * 64, 64] weight box of every
-// unit's chunks, read once (evict first).
-template <int kSub, int kTokens, class Schedule>
-__device__ __forceinline__ void produce_weights(const Ring<kSub, kTokens>& ring, const CUtensorMap* map,
-                                                const Schedule& schedule, Cursor& cur) {
-  produce_boxes(
-      ring, map, schedule, cur, Ring<kSub, kTokens>::kWBytes, dev::evict_first_policy(),
-      [&](int stage) { return ring.w(stage); }, [](const Unit& u) { return static_cast<int>(u.row0); });
-}
-
 // The activation producer (one thread): the [kTokens, 64] box of x at every unit's
-// chunks (x's tensor map: [m, k], rows past m arrive as zeros). Why evict-last:
-// every row block of the weight reads these activations again. The caller has
+// chunks (x's tensor map: [m, k], rows past m arrive as zeros). The caller has
 // waited for x's producer (griddepcontrol.wait).
 template <int kSub, int kTokens, class Schedule>
 __device__ __forceinline__ void produce_activations(const Ring<kSub, kTokens>& ring, const CUtensorMap* map,
                                                     const Schedule& schedule, Cursor& cur) {
-  produce_boxes(
-      ring, map, schedule, cur, kTokens * kChunkK * 2, dev::evict_last_policy(),
-      [&](int stage) { return ring.x(stage); }, [](const Unit&) { return 0; });
+  constexpr uint32_t kBytes = kTokens * kChunkK * 2;
+  // Why evict-last: every row block of the weight reads these activations again.
+  const uint64_t policy = dev::evict_last_policy();
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+  for (int i = 0; i < schedule.count(); ++i) {
+    const Unit u = schedule.unit(i);
+    for (int c = u.chunk_begin; c < u.chunk_end; ++c) {
+      dev::mbar_wait(ring.empty + cur.stage, cur.parity ^ 1);
+      dev::mbar_arrive_expect_tx(ring.full + cur.stage, kBytes);
+      dev::tma_load_2d(ring.x(cur.stage), map, c * kChunkK, 0, ring.full + cur.stage, policy);
+      cur.next(ring.stages);
+    }
+  }
 }
 
 // The consumer warpgroup: the products of one unit's chunks, accumulated into
