@@ -42,7 +42,14 @@ bool lt_operands(const TensorView& x, const TensorView& out) {
 // first needs them (host only).
 struct DecodeGemm::TileMaps {
   std::array<std::optional<CUtensorMap>, 3> by_sub;
-  static int index(int sub_tiles) { return sub_tiles == 1 ? 0 : sub_tiles == 2 ? 1 : 2; }
+  std::optional<CUtensorMap>& of(const GemmDecision& d) {
+    return by_sub[d.sub_tiles == 1 ? 0 : d.sub_tiles == 2 ? 1 : 2];
+  }
+  // The map a wgmma decision launches with; null where it is not made yet.
+  const CUtensorMap* find(const GemmDecision& d) {
+    const std::optional<CUtensorMap>& m = of(d);
+    return m ? &*m : nullptr;
+  }
 };
 
 DecodeGemm::~DecodeGemm() = default;
@@ -141,7 +148,7 @@ void DecodeGemm::adopt(int m, GemmDecision d) {
   const RelaxedCaptureMode relaxed;
   d = prepare_path(d, weight_, gemm_bucket_max(gemm_m_bucket(m)));
   if (d.path == GemmPath::kWgmma) {
-    std::optional<CUtensorMap>& map = maps_->by_sub[static_cast<std::size_t>(TileMaps::index(d.sub_tiles))];
+    std::optional<CUtensorMap>& map = maps_->of(d);
     if (!map) map = wgmma_tile_map(weight_.data, n(), k(), wgmma::kTileRows * d.sub_tiles);
   }
   decisions_[gemm_m_bucket(m)] = d;
@@ -183,7 +190,7 @@ GemmPath DecodeGemm::runnable(const GemmDecision& d, const TensorView& x, const 
   if (d.path == GemmPath::kCublasLt)
     return lt_operands(x, out) && cublas_->lt_algorithm_ok(x, weight_, out, d.lt_algo) ? GemmPath::kCublasLt
                                                                                         : GemmPath::kCublas;
-  const bool mapped = d.path != GemmPath::kWgmma || maps_->by_sub[static_cast<std::size_t>(TileMaps::index(d.sub_tiles))];
+  const bool mapped = d.path != GemmPath::kWgmma || maps_->find(d);
   return path_prepared(d) && mapped && m <= (d.path == GemmPath::kWarpSplitK ? kWarpMaxRows : kGemmMaxRows)
              ? d.path
              : GemmPath::kCublas;
@@ -221,7 +228,7 @@ GemmPath DecodeGemm::run(const TensorView& x, const TensorView& out, cudaStream_
   const GemmDecision d = prepared(m) ? *decisions_[gemm_m_bucket(m)] : unprepared_decision(m);
   const GemmPath p = runnable(d, x, out);
   const CUtensorMap* map =
-      p == GemmPath::kWgmma ? &*maps_->by_sub[static_cast<std::size_t>(TileMaps::index(d.sub_tiles))] : nullptr;
+      p == GemmPath::kWgmma ? maps_->find(d) : nullptr;
   launch_path(p == d.path ? d : cublas_decision(), weight_, x, out, sms_, *cublas_, pdl_, stream, map);
   return p;
 }
