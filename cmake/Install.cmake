@@ -20,6 +20,7 @@ set(TPDECODE_PUBLIC_HEADERS
   draft_logits.hpp
   error.hpp
   gemm_decision.hpp
+  gemm_program.hpp
   gemm_tuner.hpp
   local_team.hpp
   nccl_team.hpp

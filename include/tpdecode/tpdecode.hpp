@@ -11,6 +11,7 @@
 #include "tpdecode/draft_logits.hpp"
 #include "tpdecode/error.hpp"
 #include "tpdecode/gemm_decision.hpp"
+#include "tpdecode/gemm_program.hpp"
 #include "tpdecode/gemm_tuner.hpp"
 #include "tpdecode/local_team.hpp"
 #include "tpdecode/nccl_team.hpp"

@@ -14,7 +14,9 @@ namespace tpdecode {
 namespace wgmma {
 namespace {
 
-// Cluster g's row blocks g, g + clusters, ...; this CTA's K range of each.
+// Cluster g's row blocks g, g + clusters, ...; this CTA's K range of each (in
+// chunks: the ring's depth is 1). One weight and one x for every unit, ready once
+// the previous kernel is.
 struct ClusterSchedule {
   int64_t first;
   int64_t step;
@@ -22,8 +24,15 @@ struct ClusterSchedule {
   int rows_per_block;
   int chunk_begin;
   int chunk_end;
+  const CUtensorMap* w;
+  const CUtensorMap* x;
   __device__ int count() const { return first < blocks ? static_cast<int>((blocks - first + step - 1) / step) : 0; }
   __device__ Unit unit(int i) const { return {(first + i * step) * rows_per_block, chunk_begin, chunk_end}; }
+  __device__ void load_weights(int i, int chunk, uint8_t* smem, uint64_t* bar, uint64_t policy) const {
+    dev::tma_load_2d(smem, w, chunk * kChunkK, static_cast<int>(unit(i).row0), bar, policy);
+  }
+  __device__ const CUtensorMap* activation_map(int) const { return x; }
+  __device__ void await_inputs(int) const {}
 };
 
 template <int kSub, int kTokens>
@@ -53,7 +62,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                                  p.blocks,
                                  kSub * kTileRows,
                                  static_cast<int>(static_cast<int64_t>(p.chunks) * rank / split),
-                                 static_cast<int>(static_cast<int64_t>(p.chunks) * (rank + 1) / split)};
+                                 static_cast<int>(static_cast<int64_t>(p.chunks) * (rank + 1) / split),
+                                 &w_map,
+                                 &x_map};
   // Why no zeroing of the activation rows past m: the box brings them as zeros, and
   // an output column depends on its own token's row alone.
   init_barriers(ring, partials);
@@ -69,13 +80,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warp = static_cast<int>(threadIdx.x) / 32;
   Cursor cur;
   if (warp == kWeightWarp) {
-    if (threadIdx.x % 32 == 0) produce_weights(ring, &w_map, schedule, cur);
+    if (threadIdx.x % 32 == 0) {
+      asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&w_map)) : "memory");
+      produce_weights(ring, schedule, cur);
+    }
     return;
   }
   if (warp == kActivationWarp) {
     if (threadIdx.x % 32 == 0) {
       dev::pdl_wait();
-      produce_activations(ring, &x_map, schedule, cur);
+      produce_activations(ring, schedule, cur);
     }
     return;
   }
@@ -153,7 +167,7 @@ DeviceSet prepared_devices;  // where the kernels' shared-memory limit is raised
 }  // namespace
 }  // namespace wgmma
 
-CUtensorMap wgmma_tile_map(const void* w, int64_t n, int64_t k, int box_rows) {
+CUtensorMap wgmma_tile_map(const void* w, int64_t n, int64_t k, int box_rows, int depth) {
   using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                                    const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
@@ -165,12 +179,19 @@ CUtensorMap wgmma_tile_map(const void* w, int64_t n, int64_t k, int box_rows) {
       throw Unavailable("wgmma engine: the driver has no cuTensorMapEncodeTiled");
     return reinterpret_cast<EncodeTiled>(fn);
   }();
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(wgmma::kChunkK), static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
+  // Depth 1: [n, k] in boxes [box_rows, 64]. Above: [k / 64 chunks][n][64] (the
+  // chunk dimension strides 128 bytes), in boxes [depth][box_rows][64]: each chunk
+  // of a box lands as the [box_rows, 64] tile a depth-1 box would.
+  const bool deep = depth > 1;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(deep ? wgmma::kChunkK : k), static_cast<cuuint64_t>(n),
+                              static_cast<cuuint64_t>(k / wgmma::kChunkK)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(k) * 2, static_cast<cuuint64_t>(wgmma::kChunkK) * 2};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(wgmma::kChunkK), static_cast<cuuint32_t>(box_rows),
+                             static_cast<cuuint32_t>(depth)};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
   CUtensorMap map{};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(w), dims, strides, box,
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, deep ? 3 : 2, const_cast<void*>(w), dims, strides,
+                            box,
                             element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)

@@ -33,9 +33,10 @@ struct WgmmaParams {
 
 // The tensor map of a [rows, k] bf16 operand (contiguous, 16-byte aligned) in
 // boxes of [box_rows, 64] with the 128-byte swizzle (rows past the operand's arrive
-// as zeros); InvalidArgument where the driver refuses it. Host only: the weight's
-// is made once, the activations' at every launch (a host encoding, no GPU work).
-CUtensorMap wgmma_tile_map(const void* operand, int64_t rows, int64_t k, int box_rows);
+// as zeros); at depth > 1, boxes of `depth` such chunks side by side in K (chunks
+// past k arrive as zeros); InvalidArgument where the driver refuses it. Host only:
+// the weight's is made once, the activations' at every launch (a host encoding).
+CUtensorMap wgmma_tile_map(const void* operand, int64_t rows, int64_t k, int box_rows, int depth = 1);
 
 // Whether the engine is built for (sub_tiles, tokens).
 bool wgmma_shape_built(int sub_tiles, int tokens);

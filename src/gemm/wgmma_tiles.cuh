@@ -49,11 +49,12 @@ inline constexpr int kEpilogueBarrier = 1;                  // named barrier of 
 // same bits.
 inline constexpr int kChains = kChunkK / 16;
 
-// A K range of one weight row block: what the ring streams, chunk by chunk.
+// A K range of one weight row block: what the ring streams, one K step per stage
+// (a step: kDepth chunks of kChunkK columns).
 struct Unit {
-  int64_t row0;     // first weight row
-  int chunk_begin;  // chunks [chunk_begin, chunk_end) of kChunkK columns
-  int chunk_end;
+  int64_t row0;    // first weight row
+  int step_begin;  // K steps [step_begin, step_end)
+  int step_end;
 };
 
 // Where a role is in the ring: stage and phase parity of its next chunk.
@@ -68,12 +69,15 @@ struct Cursor {
   }
 };
 
-// The ring of one CTA (layout(): stages of weight and activation tiles, then the
-// barriers).
-template <int kSub, int kTokens>
+// The ring of one CTA: stages of weight and activation tiles, then the barriers. A
+// stage holds kDepth chunks: [kDepth][kSub * 64 rows][64] of the weight and
+// [kDepth][kTokens][64] of x (one tensor-map box each: wgmma_tile_map at kDepth).
+template <int kSub, int kTokens, int kDepth = 1>
 struct Ring {
-  static constexpr int kWBytes = kSub * kTileBytes;
-  static constexpr int kStageBytes = kWBytes + kTokens * kChunkK * 2;
+  static constexpr int kWBytes = kDepth * kSub * kTileBytes;
+  static constexpr int kXChunkBytes = kTokens * kChunkK * 2;
+  static constexpr int kXBytes = kDepth * kXChunkBytes;
+  static constexpr int kStageBytes = kWBytes + kXBytes;
   uint8_t* base;  // 1024-byte aligned
   int stages;
   uint64_t* full;
@@ -98,8 +102,8 @@ struct Partials {
 
 // Every thread of the CTA: initialises the ring's and the partials' barriers, one
 // barrier pair per thread.
-template <int kSub, int kTokens>
-__device__ __forceinline__ void init_barriers(const Ring<kSub, kTokens>& ring, const Partials& p) {
+template <int kSub, int kTokens, int kDepth>
+__device__ __forceinline__ void init_barriers(const Ring<kSub, kTokens, kDepth>& ring, const Partials& p) {
   const int i = static_cast<int>(threadIdx.x);
   if (i < ring.stages) {
     dev::mbar_init(ring.full + i, 2);
@@ -111,49 +115,68 @@ __device__ __forceinline__ void init_barriers(const Ring<kSub, kTokens>& ring, c
   if (i < ring.stages + 2) dev::mbar_init_fence();
 }
 
-// The weight producer (one thread): every unit's chunks, in order.
-template <int kSub, int kTokens, class Schedule>
-__device__ __forceinline__ void produce_weights(const Ring<kSub, kTokens>& ring, const CUtensorMap* map,
-                                                const Schedule& schedule, Cursor& cur) {
+// One K step of a [rows, k] operand's tensor map (wgmma_tile_map at kDepth) into a
+// stage: one box. Why one box of kDepth chunks rather than kDepth boxes: an SM's
+// tensor-map copies measured about the same time per box whatever its size.
+template <int kDepth>
+__device__ __forceinline__ void load_step(uint8_t* smem, const CUtensorMap* map, int step, int row0, uint64_t* bar,
+                                          uint64_t policy) {
+  if constexpr (kDepth == 1)
+    dev::tma_load_2d(smem, map, step * kChunkK, row0, bar, policy);
+  else
+    dev::tma_load_3d(smem, map, 0, row0, step * kDepth, bar, policy);
+}
+
+// The weight producer (one thread): every unit's steps, in order, each as soon as
+// its stage is free: schedule.load_weights(i, step, stage memory, barrier, policy)
+// issues unit i's copies of that step, counted on the barrier (kWBytes in all).
+template <int kSub, int kTokens, int kDepth, class Schedule>
+__device__ __forceinline__ void produce_weights(const Ring<kSub, kTokens, kDepth>& ring, const Schedule& schedule,
+                                                Cursor& cur) {
   const uint64_t policy = dev::evict_first_policy();
-  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
   for (int i = 0; i < schedule.count(); ++i) {
     const Unit u = schedule.unit(i);
-    for (int c = u.chunk_begin; c < u.chunk_end; ++c) {
+    for (int c = u.step_begin; c < u.step_end; ++c) {
       dev::mbar_wait(ring.empty + cur.stage, cur.parity ^ 1);
-      dev::mbar_arrive_expect_tx(ring.full + cur.stage, Ring<kSub, kTokens>::kWBytes);
-      dev::tma_load_2d(ring.w(cur.stage), map, c * kChunkK, static_cast<int>(u.row0), ring.full + cur.stage, policy);
+      dev::mbar_arrive_expect_tx(ring.full + cur.stage, Ring<kSub, kTokens, kDepth>::kWBytes);
+      schedule.load_weights(i, c, ring.w(cur.stage), ring.full + cur.stage, policy);
       cur.next(ring.stages);
     }
   }
 }
 
-// The activation producer (one thread): the [kTokens, 64] box of x at every unit's
-// chunks (x's tensor map: [m, k], rows past m arrive as zeros). The caller has
-// waited for x's producer (griddepcontrol.wait).
-template <int kSub, int kTokens, class Schedule>
-__device__ __forceinline__ void produce_activations(const Ring<kSub, kTokens>& ring, const CUtensorMap* map,
+// The activation producer (one thread): the [kTokens, 64] boxes of x at every
+// unit's steps (x's tensor map: [m, k], rows past m arrive as zeros).
+// schedule.activation_map(i): unit i's x; schedule.await_inputs(i) returns once x
+// may be read (the caller has waited for the previous kernel: griddepcontrol.wait).
+template <int kSub, int kTokens, int kDepth, class Schedule>
+__device__ __forceinline__ void produce_activations(const Ring<kSub, kTokens, kDepth>& ring,
                                                     const Schedule& schedule, Cursor& cur) {
-  constexpr uint32_t kBytes = kTokens * kChunkK * 2;
   // Why evict-last: every row block of the weight reads these activations again.
   const uint64_t policy = dev::evict_last_policy();
-  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+  const CUtensorMap* prefetched = nullptr;
   for (int i = 0; i < schedule.count(); ++i) {
     const Unit u = schedule.unit(i);
-    for (int c = u.chunk_begin; c < u.chunk_end; ++c) {
+    const CUtensorMap* map = schedule.activation_map(i);
+    if (map != prefetched) {
+      asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+      prefetched = map;
+    }
+    schedule.await_inputs(i);
+    for (int c = u.step_begin; c < u.step_end; ++c) {
       dev::mbar_wait(ring.empty + cur.stage, cur.parity ^ 1);
-      dev::mbar_arrive_expect_tx(ring.full + cur.stage, kBytes);
-      dev::tma_load_2d(ring.x(cur.stage), map, c * kChunkK, 0, ring.full + cur.stage, policy);
+      dev::mbar_arrive_expect_tx(ring.full + cur.stage, Ring<kSub, kTokens, kDepth>::kXBytes);
+      load_step<kDepth>(ring.x(cur.stage), map, c, 0, ring.full + cur.stage, policy);
       cur.next(ring.stages);
     }
   }
 }
 
-// The consumer warpgroup: the products of one unit's chunks, accumulated into
+// The consumer warpgroup: the products of one unit's steps, accumulated into
 // acc[0][sub][...] (wgmma's fragment of d[64, kTokens] per 64-row sub-tile; the
 // other chains are scratch), each stage released as soon as its MMAs completed.
-template <int kSub, int kTokens>
-__device__ __forceinline__ void multiply_unit(const Ring<kSub, kTokens>& ring, const Unit& u, Cursor& cur,
+template <int kSub, int kTokens, int kDepth>
+__device__ __forceinline__ void multiply_unit(const Ring<kSub, kTokens, kDepth>& ring, const Unit& u, Cursor& cur,
                                               float (&acc)[kChains][kSub][kTokens / 2]) {
   const bool releases = threadIdx.x % 32 == 0;  // one arrival per consumer warp
 #pragma unroll
@@ -165,17 +188,20 @@ __device__ __forceinline__ void multiply_unit(const Ring<kSub, kTokens>& ring, c
       dev::fence_operands(acc[chain][s]);
     }
   int held = -1;  // the stage whose MMAs may still be in flight
-  for (int c = u.chunk_begin; c < u.chunk_end; ++c) {
+  for (int c = u.step_begin; c < u.step_end; ++c) {
     const int st = cur.stage;
     dev::mbar_wait(ring.full + st, cur.parity);
     dev::wgmma_fence();
 #pragma unroll
-    for (int k16 = 0; k16 < kChunkK / 16; ++k16) {
-      const uint64_t b = dev::sw128_descriptor(ring.x(st), k16);
+    for (int d = 0; d < kDepth; ++d)
 #pragma unroll
-      for (int s = 0; s < kSub; ++s)
-        dev::wgmma_bf16<kTokens>(acc[k16][s], dev::sw128_descriptor(ring.w(st) + s * kTileBytes, k16), b, 1);
-    }
+      for (int k16 = 0; k16 < kChunkK / 16; ++k16) {
+        const uint64_t b = dev::sw128_descriptor(ring.x(st) + d * Ring<kSub, kTokens, kDepth>::kXChunkBytes, k16);
+#pragma unroll
+        for (int s = 0; s < kSub; ++s)
+          dev::wgmma_bf16<kTokens>(acc[k16][s],
+                                   dev::sw128_descriptor(ring.w(st) + (d * kSub + s) * kTileBytes, k16), b, 1);
+      }
     dev::wgmma_commit();
     if (held >= 0) {
       dev::wgmma_wait<1>();  // the previous stage's group has completed

@@ -1,0 +1,61 @@
+// GemmProgram: a chain of decode GEMMs run as one persistent kernel. Each op is
+// out[m, n] = x[m, k] W[n, k]^T (BF16 operands, FP32 accumulation, one BF16
+// rounding) on buffers fixed when the program is built; an op may wait for an
+// earlier op (`after`: typically the op whose outputs it reads) before reading x. One CTA per SM runs every op in order; the weights of
+// the next ops stream while an op finishes, and only the reading of an op's inputs
+// waits for the op that produces them. Results are bitwise identical from run to
+// run (a fixed plan; split blocks summed in K order; no atomics in sums).
+//
+// The kernel needs every SM of the device at once (its CTAs wait on each other):
+// run it on a GPU that no concurrent kernel holds for good. Buffers: an op's `out`
+// may be any op's `x` that runs after it in the chain of `after` links; nothing
+// else may read or write an out buffer while the program runs.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tpdecode/tensor.hpp"
+
+namespace tpdecode {
+
+class GemmProgram {
+ public:
+  struct Gemm {
+    TensorView weight;  // [n, k] bf16, contiguous, 16-byte aligned, k a multiple of 64
+    TensorView x;       // [m, k] bf16, contiguous, 16-byte aligned
+    TensorView out;     // [m, n] bf16 (any row stride >= n)
+    int after = -1;     // the earlier op whose completion x waits for; -1: none
+  };
+  static constexpr int kMaxRows = 64;
+
+  // Checks every op (InvalidArgument naming the op), plans the work for the
+  // current device, packs a copy of every weight in the kernel's tile order (the
+  // program's own memory: the weights themselves are not read again) and uploads
+  // the plan. Host only, before any capture; synchronises the device. The x and
+  // out buffers must outlive the program.
+  GemmProgram(std::vector<Gemm> gemms, int m);
+  ~GemmProgram();
+  GemmProgram(const GemmProgram&) = delete;
+  GemmProgram& operator=(const GemmProgram&) = delete;
+
+  // Runs every op on `stream` (graph-capturable). With `pdl`, the kernel may start
+  // during the previous kernel's tail (its weights stream at once; its inputs are
+  // read after the previous kernel completes) and lets the next kernel do the same.
+  void run(cudaStream_t stream, bool pdl = true) const;
+
+  int rows() const;
+  int ops() const;
+  int ctas() const;        // one per SM
+  int ring_stages() const;
+  int64_t bytes() const;   // of the weights (their packed copies are as large, plus padding to 64 rows)
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tpdecode

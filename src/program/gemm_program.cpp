@@ -1,0 +1,127 @@
+// GemmProgram's host side: checks, the plan for the device's SMs, the op
+// descriptors (tensor maps) and counters in device memory, the launch.
+#include "tpdecode/gemm_program.hpp"
+
+#include <cuda.h>
+
+#include "core/check.hpp"
+#include "gemm/wgmma_launch.hpp"
+#include "program/program_launch.hpp"
+#include "tpdecode/device_buffer.hpp"
+
+namespace tpdecode {
+
+struct GemmProgram::Impl {
+  int m = 0;
+  int op_count = 0;
+  int grid = 0;
+  int64_t bytes = 0;
+  program::KernelShape shape;
+  DeviceBuffer ops, units, cta_begin, counters, scratch;
+  std::vector<DeviceBuffer> packed;  // per op
+  program::Args args{};
+};
+
+namespace {
+
+void require_bf16(const TensorView& t, int64_t rows, int64_t cols, bool contiguous, std::size_t op,
+                  const char* what) {
+  check(t.dtype == DType::kBF16, "gemm program: op {}'s {} is {} where bf16 is required", op, what,
+        dtype_name(t.dtype));
+  check(t.data != nullptr, "gemm program: op {}'s {} is null", op, what);
+  check(t.rows == rows && t.cols == cols, "gemm program: op {}'s {} is {} where [{}, {}] is required", op, what,
+        t.describe(), rows, cols);
+  check(t.row_stride >= t.cols, "gemm program: op {}'s {} has row stride {} below its {} columns", op, what,
+        t.row_stride, t.cols);
+  if (contiguous)
+    check(t.contiguous() && t.aligned(16), "gemm program: op {}'s {} must be contiguous and 16-byte aligned ({})",
+          op, what, t.describe());
+}
+
+template <class T>
+DeviceBuffer upload(const std::vector<T>& v) {
+  DeviceBuffer d(std::max<std::size_t>(v.size() * sizeof(T), 16));
+  if (!v.empty()) TPD_CUDA(cudaMemcpy(d.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+}  // namespace
+
+GemmProgram::GemmProgram(std::vector<Gemm> gemms, int m) : impl_(std::make_unique<Impl>()) {
+  check(m >= 1 && m <= kMaxRows, "gemm program: {} rows where 1 to {} are served", m, kMaxRows);
+  check(!gemms.empty(), "gemm program: no ops");
+  Impl& p = *impl_;
+  p.m = m;
+  p.op_count = static_cast<int>(gemms.size());
+  std::vector<program::OpShape> shapes;
+  for (std::size_t i = 0; i < gemms.size(); ++i) {
+    const Gemm& g = gemms[i];
+    const int64_t n = g.weight.rows, k = g.weight.cols;
+    check(n > 0 && k > 0 && k % 64 == 0, "gemm program: op {}'s weight is {} (K must be a multiple of 64)", i,
+          g.weight.describe());
+    require_bf16(g.weight, n, k, true, i, "weight");
+    require_bf16(g.x, m, k, true, i, "x");
+    require_bf16(g.out, m, n, false, i, "out");
+    check(g.after >= -1 && g.after < static_cast<int>(i), "gemm program: op {} reads op {} (an earlier op or -1)", i,
+          g.after);
+    shapes.push_back({n, k});
+    p.bytes += n * k * 2;
+  }
+  int device = 0;
+  TPD_CUDA(cudaGetDevice(&device));
+  TPD_CUDA(cudaDeviceGetAttribute(&p.grid, cudaDevAttrMultiProcessorCount, device));
+  program::prepare_program_kernels();
+  p.shape = program::kernel_shape(m);
+  check<Unavailable>(program::resident_ctas_per_sm(p.shape) >= 1, "gemm program: its kernel does not fit an SM");
+  const program::Plan plan = program::plan_program(shapes, p.grid, m, p.shape.depth);
+
+  std::vector<program::OpDesc> descs(gemms.size());
+  for (std::size_t i = 0; i < gemms.size(); ++i) {
+    const Gemm& g = gemms[i];
+    program::OpDesc& d = descs[i];
+    p.packed.emplace_back(static_cast<std::size_t>(program::packed_bytes(g.weight.rows, g.weight.cols, p.shape.depth)));
+    program::pack_weight(g.weight.data, g.weight.rows, g.weight.cols, p.shape.depth, p.packed.back().get(), nullptr);
+    d.packed = p.packed.back().get();
+    d.steps = program::steps_of(shapes[i], p.shape.depth);
+    d.x = wgmma_tile_map(g.x.data, m, g.x.cols, p.shape.tokens, p.shape.depth);
+    d.out = g.out.data;
+    d.out_stride = g.out.row_stride;
+    d.n = g.weight.rows;
+    d.after = g.after;
+    d.blocks = plan.blocks[i];
+  }
+  TPD_CUDA(cudaDeviceSynchronize());  // the packing (on the legacy stream) before any run
+  p.ops = upload(descs);
+  p.units = upload(plan.units);
+  p.cta_begin = upload(plan.cta_begin);
+  const std::size_t counter_words = gemms.size() + 1;
+  p.counters = DeviceBuffer(counter_words * 4);
+  TPD_CUDA(cudaMemset(p.counters.get(), 0, counter_words * 4));
+  const std::size_t scratch_bytes = static_cast<std::size_t>(std::max<int64_t>(plan.scratch_floats, 4)) * 4;
+  p.scratch = DeviceBuffer(scratch_bytes);
+  TPD_CUDA(cudaMemset(p.scratch.get(), 0xff, scratch_bytes));  // every slot empty
+
+  auto* words = static_cast<uint32_t*>(p.counters.get());
+  p.args.ops = static_cast<const program::OpDesc*>(p.ops.get());
+  p.args.units = static_cast<const program::Unit*>(p.units.get());
+  p.args.cta_begin = static_cast<const int32_t*>(p.cta_begin.get());
+  p.args.counters = {words, words + gemms.size()};
+  p.args.scratch = static_cast<float*>(p.scratch.get());
+  p.args.op_count = p.op_count;
+  p.args.m = m;
+  p.args.stages = p.shape.stages;
+}
+
+GemmProgram::~GemmProgram() = default;
+
+void GemmProgram::run(cudaStream_t stream, bool pdl) const {
+  program::launch_program(impl_->args, impl_->shape, impl_->grid, pdl, stream);
+}
+
+int GemmProgram::rows() const { return impl_->m; }
+int GemmProgram::ops() const { return impl_->op_count; }
+int GemmProgram::ctas() const { return impl_->grid; }
+int GemmProgram::ring_stages() const { return impl_->shape.stages; }
+int64_t GemmProgram::bytes() const { return impl_->bytes; }
+
+}  // namespace tpdecode

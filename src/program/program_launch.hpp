@@ -1,0 +1,67 @@
+// Launcher of the GEMM program's kernel (program_kernel.cu): the device-side
+// descriptors the host prepares once (gemm_program.cpp) and the kernel reads.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "program/program_plan.hpp"
+
+namespace tpdecode::program {
+
+// One GEMM op in device memory.
+struct OpDesc {    // aligned as CUtensorMap (64 bytes or more)
+  CUtensorMap x;    // [m, k] activations: boxes [depth][tokens][64]
+  const void* packed;  // the weight as pack_weight lays it out
+  int64_t steps;    // K steps of the op
+  void* out;      // [m, out_stride] bf16
+  int64_t out_stride;
+  int64_t n;
+  int32_t after;   // the op whose outputs this op reads (-1: none in the program)
+  int32_t blocks;  // 64-row blocks: op_done[this op] counts to this
+};
+
+// The counters the kernel keeps in device memory; zero between runs (the last CTA
+// to finish resets them).
+struct Counters {
+  uint32_t* op_done;    // [ops] blocks stored
+  uint32_t* ctas_done;  // [1]
+};
+
+struct Args {
+  const OpDesc* ops;
+  const Unit* units;
+  const int32_t* cta_begin;  // [grid + 1]
+  Counters counters;
+  float* scratch;  // split blocks' partials: every float 0xffffffff (empty) between runs
+  int op_count;
+  int m;
+  int stages;
+};
+
+// The kernel's shape for a program of m rows: the token tile (wgmma's N), the
+// chunks per K step, the ring depth that fits the shared memory, and its bytes.
+struct KernelShape {
+  int tokens = 8;
+  int depth = 4;
+  int stages = 0;
+  int smem_bytes = 0;
+};
+KernelShape kernel_shape(int m);
+
+// The weight [n, k] packed for the kernel at `depth` chunks per step: per 64-row
+// block and K step, depth tiles of [64, 64] bf16 in the 128-byte swizzle, one
+// contiguous run (zeros past n and k); bytes of that, and the packing on `stream`.
+int64_t packed_bytes(int64_t n, int64_t k, int depth);
+void pack_weight(const void* w, int64_t n, int64_t k, int depth, void* packed, cudaStream_t stream);
+
+// Raises the kernels' shared-memory limit on the current device (host only; idempotent).
+void prepare_program_kernels();
+// CTAs per SM the kernel of this shape holds (0: it does not fit).
+int resident_ctas_per_sm(const KernelShape& s);
+
+void launch_program(const Args& a, const KernelShape& s, int grid, bool pdl, cudaStream_t stream);
+
+}  // namespace tpdecode::program

@@ -1,0 +1,66 @@
+#include "program/program_plan.hpp"
+
+#include <algorithm>
+
+#include "core/check.hpp"
+
+namespace tpdecode::program {
+
+int64_t steps_of(const OpShape& op, int depth) {
+  const int64_t chunks = op.k / 64;
+  return (chunks + depth - 1) / depth;
+}
+
+Plan plan_program(const std::vector<OpShape>& ops, int ctas, int m, int depth) {
+  check(ctas > 0 && m > 0 && depth > 0, "gemm program: {} CTAs, {} rows, depth {}", ctas, m, depth);
+  Plan plan;
+  // Per CTA, its units in op order (then concatenated).
+  std::vector<std::vector<Unit>> per_cta(static_cast<std::size_t>(ctas));
+  for (std::size_t o = 0; o < ops.size(); ++o) {
+    const OpShape& op = ops[o];
+    check(op.n > 0 && op.k > 0 && op.k % 64 == 0, "gemm program: op {} is [{}, {}] (K must be a multiple of 64)", o,
+          op.n, op.k);
+    const int64_t blocks = (op.n + kBlockRows - 1) / kBlockRows;
+    const int64_t steps = steps_of(op, depth);
+    const int64_t work = blocks * steps;  // block-major: index b * steps + s
+    check(blocks < (int64_t{1} << 30) && steps < (int64_t{1} << 30), "gemm program: op {} is too large", o);
+    plan.blocks.push_back(static_cast<int32_t>(blocks));
+    // Block b's shares, in K order: CTA c takes work [work * c / ctas, work * (c + 1) / ctas).
+    std::vector<std::vector<std::pair<int, Unit>>> by_block(static_cast<std::size_t>(blocks));
+    for (int c = 0; c < ctas; ++c) {
+      const int64_t begin = work * c / ctas, end = work * (c + 1) / ctas;
+      for (int64_t at = begin; at < end;) {
+        const int64_t b = at / steps;
+        const int64_t stop = std::min(end, (b + 1) * steps);
+        Unit u;
+        u.op = static_cast<int32_t>(o);
+        u.block = static_cast<int32_t>(b);
+        u.step_begin = static_cast<int32_t>(at - b * steps);
+        u.step_end = static_cast<int32_t>(stop - b * steps);
+        by_block[static_cast<std::size_t>(b)].push_back({c, u});
+        at = stop;
+      }
+    }
+    for (auto& shares : by_block) {
+      const int parts = static_cast<int>(shares.size());
+      plan.max_parts = std::max(plan.max_parts, parts);
+      for (int p = 0; p < parts; ++p) {
+        Unit& u = shares[static_cast<std::size_t>(p)].second;
+        u.part = p;
+        u.parts = parts;
+        u.scratch = parts > 1 ? plan.scratch_floats : 0;
+        per_cta[static_cast<std::size_t>(shares[static_cast<std::size_t>(p)].first)].push_back(u);
+      }
+      if (parts > 1) plan.scratch_floats += static_cast<int64_t>(parts) * m * kBlockRows;
+    }
+  }
+  // A CTA's units of one op were appended block by block, so already in op order.
+  plan.cta_begin.push_back(0);
+  for (const std::vector<Unit>& units : per_cta) {
+    plan.units.insert(plan.units.end(), units.begin(), units.end());
+    plan.cta_begin.push_back(static_cast<int32_t>(plan.units.size()));
+  }
+  return plan;
+}
+
+}  // namespace tpdecode::program

@@ -1,0 +1,48 @@
+// The work plan of a GEMM program (gemm_program.hpp), shared by the host (which
+// builds it once) and the kernel (program_kernel.cu, which follows it): every op's
+// [64-row block, K step] grid of work cut into equal contiguous shares, one per
+// CTA, in op order. A block whose K steps fall to several CTAs is summed by the
+// one holding its first steps (part 0), in K order: bitwise the same every run.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace tpdecode::program {
+
+inline constexpr int kBlockRows = 64;  // weight rows of one work block (one wgmma tile)
+
+// What the plan needs of one GEMM op: out[m, n] = x[m, k] W[n, k]^T.
+struct OpShape {
+  int64_t n = 0;
+  int64_t k = 0;  // a multiple of 64
+};
+
+// One CTA's K steps [step_begin, step_end) of one block of one op. parts > 1: the
+// block's partial sums meet in scratch (parts slots of [m, 64] f32 from `scratch`,
+// slot `part` this unit's; part 0's slot is never written: it sums the others).
+struct Unit {
+  int32_t op = 0;
+  int32_t block = 0;
+  int32_t step_begin = 0;
+  int32_t step_end = 0;
+  int32_t part = 0;
+  int32_t parts = 1;
+  int64_t scratch = 0;  // floats
+};
+
+struct Plan {
+  std::vector<Unit> units;            // CTA c's units: [cta_begin[c], cta_begin[c + 1]), in op order
+  std::vector<int32_t> cta_begin;     // [ctas + 1]
+  std::vector<int32_t> blocks;        // per op: blocks (what its completion counter reaches)
+  int64_t scratch_floats = 0;
+  int32_t max_parts = 0;
+};
+
+// K steps of an op at `depth` chunks of 64 columns per step.
+int64_t steps_of(const OpShape& op, int depth);
+
+// The plan for `ctas` CTAs, m rows, `depth` chunks per K step.
+Plan plan_program(const std::vector<OpShape>& ops, int ctas, int m, int depth);
+
+}  // namespace tpdecode::program

@@ -1,0 +1,189 @@
+// GemmProgram on the GPU: chains whose ops read the previous op's outputs (the
+// dependency respected: intermediate buffers start poisoned), against an FP64
+// reference computed from each op's actual input; every element written; bitwise
+// repeatable; the same bits in a CUDA graph and back to back with PDL; refusals.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/bf16.hpp"
+#include "gpu/gpu_test_util.hpp"
+#include "tpdecode/gemm_program.hpp"
+
+namespace tpdecode {
+namespace {
+
+using namespace test;
+
+// A chain of GEMMs: op i maps width dims[i] to dims[i + 1] (op i's N is the next
+// op's K), or, with `independent`, every op reads its own input.
+struct Chain {
+  int m;
+  std::vector<int64_t> dims;
+  std::vector<DeviceBuffer> weights, acts;  // acts[i]: op i's x; acts[i + 1]: op i's out (chained)
+  std::vector<std::vector<uint16_t>> w_host;
+  std::vector<GemmProgram::Gemm> gemms;
+  std::vector<DeviceBuffer> outs;  // independent ops' outputs
+
+  Chain(int m_, std::vector<int64_t> dims_, bool independent, std::mt19937_64& rng) : m(m_), dims(std::move(dims_)) {
+    const std::size_t ops = dims.size() - 1;
+    for (std::size_t i = 0; i < ops; ++i) {
+      w_host.push_back(random_bf16(static_cast<std::size_t>(dims[i + 1] * dims[i]), rng, 0.05f));
+      weights.push_back(to_device(w_host.back()));
+    }
+    for (std::size_t i = 0; i <= ops; ++i) acts.emplace_back(static_cast<std::size_t>(m * dims[i]) * 2);
+    for (std::size_t i = 0; i < ops; ++i) {
+      GemmProgram::Gemm g;
+      g.weight = TensorView::bf16(weights[i].get(), dims[i + 1], dims[i]);
+      if (independent) {
+        outs.emplace_back(static_cast<std::size_t>(m * dims[i + 1]) * 2);
+        g.x = TensorView::bf16(acts[i].get(), m, dims[i]);
+        g.out = TensorView::bf16(outs.back().get(), m, dims[i + 1]);
+      } else {
+        g.x = TensorView::bf16(acts[i].get(), m, dims[i]);
+        g.out = TensorView::bf16(acts[i + 1].get(), m, dims[i + 1]);
+        g.after = i == 0 ? -1 : static_cast<int>(i - 1);
+      }
+      gemms.push_back(g);
+    }
+  }
+  DeviceBuffer& out(std::size_t i) { return outs.empty() ? acts[i + 1] : outs[i]; }
+  // Fresh inputs: the chain's first x (every op's x when independent); every
+  // output poisoned.
+  void fresh(std::mt19937_64& rng) {
+    for (std::size_t i = 0; i < gemms.size(); ++i) {
+      if (i == 0 || !outs.empty()) upload(acts[i], random_bf16(static_cast<std::size_t>(m * dims[i]), rng).data(),
+                                          static_cast<std::size_t>(m * dims[i]) * 2);
+      if (!outs.empty()) poison(outs[i]);
+    }
+    if (outs.empty())
+      for (std::size_t i = 1; i < acts.size(); ++i) poison(acts[i]);
+  }
+  // All outputs' bits.
+  std::vector<std::vector<uint16_t>> bits() {
+    std::vector<std::vector<uint16_t>> b;
+    for (std::size_t i = 0; i < gemms.size(); ++i)
+      b.push_back(to_host<uint16_t>(out(i), static_cast<std::size_t>(m * dims[i + 1])));
+    return b;
+  }
+  // Op i against FP64 on its actual input: every element written, relative error
+  // of the BF16 rounding's order.
+  void check_values() {
+    for (std::size_t i = 0; i < gemms.size(); ++i) {
+      SCOPED_TRACE(testing::Message() << "op " << i << " [" << dims[i + 1] << ", " << dims[i] << "]");
+      const std::vector<uint16_t> x = to_host<uint16_t>(acts[i], static_cast<std::size_t>(m * dims[i]));
+      const std::vector<uint16_t> got = to_host<uint16_t>(out(i), static_cast<std::size_t>(m * dims[i + 1]));
+      double err = 0, norm = 0;
+      for (int t = 0; t < m; ++t)
+        for (int64_t j = 0; j < dims[i + 1]; ++j) {
+          const uint16_t g = got[static_cast<std::size_t>(t * dims[i + 1] + j)];
+          ASSERT_NE(g, kPoison16) << "unwritten: token " << t << ", column " << j;
+          double ref = 0;
+          for (int64_t k = 0; k < dims[i]; ++k)
+            ref += static_cast<double>(bf16::to_float(x[static_cast<std::size_t>(t * dims[i] + k)])) *
+                   bf16::to_float(w_host[i][static_cast<std::size_t>(j * dims[i] + k)]);
+          const double d = bf16::to_float(g) - ref;
+          ASSERT_TRUE(std::isfinite(d)) << "token " << t << ", column " << j;
+          err += d * d;
+          norm += ref * ref;
+        }
+      EXPECT_LT(std::sqrt(err / norm), 4e-3);
+    }
+  }
+};
+
+void check_chain(int m, const std::vector<int64_t>& dims, bool independent, std::mt19937_64& rng) {
+  SCOPED_TRACE(testing::Message() << "m " << m << (independent ? ", independent ops" : ", chained"));
+  Chain c(m, dims, independent, rng);
+  GemmProgram program(c.gemms, m);
+  c.fresh(rng);
+  program.run(nullptr);
+  TPD_CUDA(cudaDeviceSynchronize());
+  c.check_values();
+  const auto first = c.bits();
+  // Again, back to back with PDL (the second run's start overlaps the first's tail).
+  for (std::size_t i = 0; i < c.gemms.size(); ++i) poison(c.out(i));
+  program.run(nullptr, true);
+  program.run(nullptr, true);
+  TPD_CUDA(cudaDeviceSynchronize());
+  EXPECT_TRUE(c.bits() == first) << "a second run differs";
+}
+
+TEST(GemmProgram, ChainsAgreeWithTheReference) {
+  TPD_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  const std::vector<int64_t> dims = {1024, 1536, 704, 2048, 64, 4096, 1000};
+  for (int m : {1, 3, 8, 9, 16, 17, 28, 32, 33, 64}) {
+    if (quick() && m % 8 != 1) continue;
+    check_chain(m, dims, false, rng);
+  }
+  check_chain(5, {7168, 2112, 1536}, false, rng);
+}
+
+TEST(GemmProgram, IndependentOps) {
+  TPD_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  for (int m : {2, 24, 64}) check_chain(m, {512, 3072, 128, 64, 2304}, true, rng);
+}
+
+TEST(GemmProgram, GraphReplaysGiveTheEagerBits) {
+  TPD_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  Chain c(7, {2048, 4096, 1024, 2048}, false, rng);
+  GemmProgram program(c.gemms, 7);
+  cudaStream_t stream;
+  TPD_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  TPD_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  program.run(stream);
+  program.run(stream);
+  TPD_CUDA(cudaStreamEndCapture(stream, &graph));
+  TPD_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 3; ++replay) {
+    c.fresh(rng);
+    program.run(stream);
+    TPD_CUDA(cudaStreamSynchronize(stream));
+    c.check_values();
+    const auto eager = c.bits();
+    for (std::size_t i = 1; i < c.acts.size(); ++i) poison(c.acts[i]);
+    TPD_CUDA(cudaGraphLaunch(exec, stream));
+    TPD_CUDA(cudaStreamSynchronize(stream));
+    EXPECT_TRUE(c.bits() == eager) << "replay " << replay;
+  }
+  TPD_CUDA(cudaGraphExecDestroy(exec));
+  TPD_CUDA(cudaGraphDestroy(graph));
+  TPD_CUDA(cudaStreamDestroy(stream));
+}
+
+TEST(GemmProgram, Refusals) {
+  TPD_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  Chain c(4, {256, 512, 256}, false, rng);
+  EXPECT_THROW(GemmProgram(c.gemms, 0), InvalidArgument);
+  EXPECT_THROW(GemmProgram(c.gemms, 65), InvalidArgument);
+  EXPECT_THROW(GemmProgram({}, 4), InvalidArgument);
+  auto bad = c.gemms;
+  bad[1].after = 1;  // itself
+  EXPECT_THROW(GemmProgram(bad, 4), InvalidArgument);
+  bad = c.gemms;
+  bad[0].after = 1;  // a later op
+  EXPECT_THROW(GemmProgram(bad, 4), InvalidArgument);
+  bad = c.gemms;
+  bad[1].x = TensorView::bf16(c.acts[1].get(), 4, 256);  // K of op 1 is 512
+  EXPECT_THROW(GemmProgram(bad, 4), InvalidArgument);
+  bad = c.gemms;
+  bad[0].x.dtype = DType::kF32;
+  EXPECT_THROW(GemmProgram(bad, 4), InvalidArgument);
+  bad = c.gemms;
+  bad[0].weight = TensorView::bf16(c.weights[0].get(), 512, 200);  // K not a multiple of 64
+  EXPECT_THROW(GemmProgram(bad, 4), InvalidArgument);
+  bad = c.gemms;
+  bad[0].x.data = static_cast<char*>(bad[0].x.data) + 2;  // misaligned
+  EXPECT_THROW(GemmProgram(bad, 4), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace tpdecode
