@@ -55,43 +55,81 @@ def decode_eager(model, prompt, steps, forced=None):
     return torch.stack(tokens, 1), logits, times
 
 
-def static_cache(model, batch: int, length: int) -> StaticCache:
+def static_cache(model, batch: int, length: int, device="cuda") -> StaticCache:
     # Why by signature: the constructor's arguments changed across transformers versions
     # (older ones take the batch size, device and dtype; newer ones size lazily).
     params = inspect.signature(StaticCache.__init__).parameters
     kwargs = {"config": model.config, "max_cache_len": length}
-    for name, value in (("max_batch_size", batch), ("batch_size", batch), ("device", "cuda"), ("dtype", torch.bfloat16)):
+    for name, value in (("max_batch_size", batch), ("batch_size", batch), ("device", device),
+                        ("dtype", model.dtype)):
         if name in params:
             kwargs[name] = value
     return StaticCache(**kwargs)
+
+
+def set_position(cache, position: torch.Tensor, value: int) -> None:
+    """Makes the next forward on `cache` write and attend at `value`: the position
+    tensor the forward is given (older transformers place the new keys and values
+    at cache_position) and the cache's own count where it keeps one (transformers 5's
+    static layers place them at `cumulative_length`, a device tensor that every
+    forward advances in place, a graph replay included: without this each warm-up
+    and replay writes one slot further, past the cache's end)."""
+    position.fill_(value)
+    for layer in getattr(cache, "layers", ()):
+        count = getattr(layer, "cumulative_length", None)
+        if isinstance(count, torch.Tensor):
+            count.fill_(value)
+
+
+class StaticStep:
+    """One decode step of `model` on a static cache holding `prompt` [b, PROMPT] and
+    room for `steps` more tokens: ``at(i, token)`` feeds `token` [b, 1] at position
+    PROMPT + i, ``step()`` runs the forward and returns the last logits [b, vocab]
+    (its inputs are fixed tensors, so a CUDA graph can capture it)."""
+
+    def __init__(self, model, prompt: torch.Tensor, steps: int):
+        b, prompt_len = prompt.shape
+        self.model, self.prompt_len = model, prompt_len
+        self.cache = static_cache(model, b, prompt_len + steps, prompt.device)
+        # Why by signature: transformers 5 takes no cache_position (the cache counts).
+        self.cache_position = "cache_position" in inspect.signature(model.forward).parameters
+        positions = torch.arange(prompt_len, device=prompt.device)
+        extra = {"cache_position": positions} if self.cache_position else {}
+        model(input_ids=prompt, past_key_values=self.cache, position_ids=positions[None], use_cache=True, **extra)
+        self.token = torch.zeros(b, 1, dtype=prompt.dtype, device=prompt.device)
+        self.position = torch.tensor([prompt_len], device=prompt.device)
+
+    def at(self, i: int, token: torch.Tensor) -> None:
+        self.token.copy_(token)
+        set_position(self.cache, self.position, self.prompt_len + i)
+
+    def step(self) -> torch.Tensor:
+        extra = {"cache_position": self.position} if self.cache_position else {}
+        out = self.model(input_ids=self.token, past_key_values=self.cache, position_ids=self.position[None],
+                         use_cache=True, **extra)
+        return out.logits[:, -1]
 
 
 @torch.inference_mode()
 def decode_graph(model, prompt, forced):
     """The decode step captured once with a static cache and replayed for each token of
     `forced` [b, steps]. Returns (logits per step, s per token)."""
-    b, steps = forced.shape
-    cache = static_cache(model, b, PROMPT + steps + 1)
-    model(input_ids=prompt, past_key_values=cache, cache_position=torch.arange(PROMPT, device="cuda"), use_cache=True)
-    token = forced[:, :1].clone()
-    position = torch.tensor([PROMPT], device="cuda")
-
-    def step():
-        return model(input_ids=token, past_key_values=cache, cache_position=position, use_cache=True).logits[:, -1]
-
+    steps = forced.shape[1]
+    s = StaticStep(model, prompt, steps)
     side = torch.cuda.Stream()  # warm-up off the capture stream (torch.cuda.graph's pattern)
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(2):
-            step()
+            s.at(0, forced[:, :1])
+            s.step()
     torch.cuda.current_stream().wait_stream(side)
+    s.at(0, forced[:, :1])
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        logits = step()
+        logits = s.step()
     out, times = [], []
     for i in range(steps):
-        token.copy_(forced[:, i : i + 1])
-        position.fill_(PROMPT + i)
+        s.at(i, forced[:, i : i + 1])  # the position set anew before every replay
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         graph.replay()

@@ -5,7 +5,7 @@
 #   bash scripts/device.sh [steps...]
 #   steps: build test nccl-nop2p sanitize sanitize-gemm tune bench-gemm bench-chain bench-comm
 #          bench-comm-nccl drafter peers info all; two-shot, oproj, oproj-sanitize, oproj-bench,
-#          adopt, crossover, adopt-python and python, stress-delays, lab-loads, before and
+#          adopt, crossover, adopt-python, install-decode and python, stress-delays, lab-loads, before and
 #          before-drafter (only when named)
 #   TESTS='regex'   which tests `test` runs (ctest -R); default: all
 #   GEMM_ARGS, CHAIN_ARGS, TUNE_ARGS, COMM_ARGS, NCCL_COMM_ARGS, OPROJ_ARGS, DRAFTER_ARGS: extra arguments of those steps
@@ -43,7 +43,7 @@ export LD_LIBRARY_PATH="$NCCL_ROOT/lib:${LD_LIBRARY_PATH:-}"
 BUILD=${BUILD:-build-device}
 GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
 
-if has build || [[ ! -x $BUILD/tools/tpdecode && $steps != python && $steps != adopt-python ]]; then
+if has build || [[ ! -x $BUILD/tools/tpdecode && $steps != python && $steps != adopt-python && $steps != install-decode ]]; then
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$LOG/gpu.txt" 2>&1
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCL_ROOT="$NCCL_ROOT" \
     -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc > "$LOG/configure.log" 2>&1 || { tail -30 "$LOG/configure.log"; exit 1; }
@@ -161,7 +161,8 @@ fi
 #                2048-16384): --fit prints the entries to paste into src/comm/crossover.hpp,
 #                its JSON goes to tests/data/bench_comm/
 #  adopt-python  the package (as `python`), its tests, the communicator's host cost and
-#                examples/install_decode.py (eager and graph mode)
+#                where an eager linear's host time goes (examples/bench_linear.py)
+#  install-decode  the package and examples/install_decode.py (eager and graph mode)
 if [[ " $steps " == *" adopt "* ]]; then
   step adopt-tests 120 "$BUILD/tests/gpu_tests" --gtest_filter='Fp8Epilogue.*:BatchInvariant.*'
   TPDECODE_QUICK=1 step adopt-regressions 90 "$BUILD/tests/gpu_tests" \
@@ -182,7 +183,13 @@ if [[ " $steps " == *" adopt-python "* ]]; then
   install_package 300
   step pytest-adopt 150 python3 -m pytest -q -rs tests/python
   step bench-communicator 60 python3 examples/bench_communicator.py
-  TAIL=20 step install-decode-graph 150 python3 examples/install_decode.py --rounds 2
+  TAIL=14 step bench-linear 90 python3 examples/bench_linear.py
+fi
+# install_decode.py alone (a call of its own: with the package's build kept from an
+# earlier call, `pip install .` only relinks), eager and graph mode at batch 1-8.
+if [[ " $steps " == *" install-decode "* ]]; then
+  install_package 300
+  TAIL=20 step install-decode-graph 200 python3 examples/install_decode.py --rounds 2
 fi
 
 if [[ " $steps " == *" two-shot "* ]]; then

@@ -115,9 +115,13 @@ class DecodeGemm {
   // The decision a call of m rows takes without preparing (under capture).
   GemmDecision unprepared_decision(int m) const;
   // The decision made runnable: cuBLAS where its path is not prepared here or the
-  // operands do not suit it.
-  GemmPath runnable(const GemmDecision& d, const TensorView& x, const TensorView& out) const;
+  // operands do not suit it. `stored`: d is the bucket's decision (not an unprepared one).
+  GemmPath runnable(const GemmDecision& d, const TensorView& x, const TensorView& out, bool stored) const;
+  // Whether cuBLASLt runs d's algorithm on these operands (kept per row count for a
+  // stored decision and contiguous operands).
+  bool lt_runs(const GemmDecision& d, const TensorView& x, const TensorView& out, bool stored) const;
   void adopt(int m, GemmDecision d);  // validates, prepares and stores for m's bucket
+  void forget_decisions();            // every bucket's, and what was verified of them
   struct TileMaps;  // the weight's tensor maps for the wgmma engine (gemm_paths.hpp)
 
   TensorView weight_;
@@ -133,6 +137,9 @@ class DecodeGemm {
   int sms_ = 0;
   std::string device_name_;
   std::array<std::optional<GemmDecision>, kGemmBuckets> decisions_{};
+  // Per bucket, bit m - 1: cuBLASLt was found to run its decision for m contiguous rows.
+  mutable std::array<uint64_t, kGemmBuckets> lt_verified_{};
+  static_assert(kGemmMaxRows <= 64, "lt_verified_ has a bit per row count");
   std::unique_ptr<TileMaps> maps_;
 };
 

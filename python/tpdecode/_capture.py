@@ -28,12 +28,17 @@ def capture_device_refusal(call_device: int, current_device: int, capturing_here
     )
 
 
+_torch = None  # torch, imported at the first check (this module is imported without it too)
+
+
 def check_capture_device(call_device: int, what: str) -> None:
     """Raises RuntimeError where capture_device_refusal refuses. Costs one
     current-device query per call; the capture queries run only when the current
     device is not the call's."""
-    import torch
-
+    global _torch
+    if _torch is None:
+        import torch as _torch
+    torch = _torch
     current = torch.cuda.current_device()
     if current == call_device or not torch.cuda.is_current_stream_capturing():
         return

@@ -106,7 +106,9 @@ class Communicator:
         cfg: CommConfig = team.config
         self._team = team
         self._device = team.device
+        self._device_index = self._device.index
         self._lead = team.size if team.kind == "local" else 0
+        self._verdicts = {}  # (op, dtype, shape, quant kind) -> refusal, for contiguous x on the device
         capability = _capability(self._device)
         capacity = None if cfg.batch_invariant else cfg.rows * cfg.hidden * 2
         self.max_bytes = _comm_rules.max_bytes(capability, team.size, capacity, max_bytes)
@@ -122,17 +124,34 @@ class Communicator:
 
     def refusal(self, op: str, x: torch.Tensor, quant=None) -> str:
         """Why `op` ("all_reduce" or "fused_add_rms_norm") does not take x, "" where it does."""
+        return self._refusal(op, x, _quant.kind_of(quant), torch.compiler.is_compiling())
+
+    def _refusal(self, op: str, x: torch.Tensor, kind: str, compiling: bool) -> str:
         if self.disabled:
             return f"disabled: {self.disabled_reason}"
-        cfg = self._team.config
-        dtype = "bfloat16" if x.dtype == torch.bfloat16 else str(x.dtype).removeprefix("torch.")
-        why = _comm_rules.call_refusal(
-            op, dtype, x.shape, x.is_contiguous(), x.device == self._device,
-            x.numel() * x.element_size(), self.max_bytes, cfg.hidden, cfg.rows, self.batch_invariant, self._lead,
-            _quant.kind_of(quant))
+        contiguous = x.is_contiguous()
+        same_device = x.device == self._device if compiling else x.get_device() == self._device_index
+        # Why kept (eager calls): what decides besides contiguity and device is the
+        # dtype, the shape and the kind, the same call after call in a decode loop (the
+        # team's sizes are fixed; max_bytes and batch_invariant are in the key should a
+        # caller change them). Not under torch.compile: its shapes may be symbolic.
+        key = None
+        if contiguous and same_device and not compiling:
+            key = (op, x.dtype, x.shape, kind, self.max_bytes, self.batch_invariant)
+        why = self._verdicts.get(key) if key is not None else None
+        if why is None:
+            cfg = self._team.config
+            dtype = "bfloat16" if x.dtype == torch.bfloat16 else str(x.dtype).removeprefix("torch.")
+            why = _comm_rules.call_refusal(
+                op, dtype, x.shape, contiguous, same_device, x.numel() * x.element_size(), self.max_bytes,
+                cfg.hidden, cfg.rows, self.batch_invariant, self._lead, kind)
+            if key is not None:
+                if len(self._verdicts) >= 1024:
+                    self._verdicts.clear()
+                self._verdicts[key] = why
         # Why not under torch.compile: a fake tensor has no address; a misaligned
         # tensor then raises in the op instead of falling through.
-        if not why and not torch.compiler.is_compiling() and x.data_ptr() % 16:
+        if not why and not compiling and x.data_ptr() % 16:
             why = f"{op}: x is not 16-byte aligned"
         return why
 
@@ -145,9 +164,10 @@ class Communicator:
     def all_reduce(self, x: torch.Tensor) -> Optional[torch.Tensor]:
         """The sum of every rank's x (rank order, FP32, one rounding), or None where the
         communicator does not take x (the caller's next backend runs it)."""
-        if not self.should_all_reduce(x):
+        compiling = torch.compiler.is_compiling()
+        if self._refusal("all_reduce", x, "none", compiling):
             return None
-        if torch.compiler.is_compiling():  # the refusal above is the op's own: it serves
+        if compiling:  # the refusal above is the op's own: it serves
             return self._team.all_reduce(x)
         try:
             return self._team.all_reduce(x)
@@ -160,9 +180,10 @@ class Communicator:
         (out, new residual), or (out, new residual, scales) for a group quant, or None
         where the communicator does not take x. quant: None (BF16 out), a float32 scale
         tensor of one element (static FP8), "group" or "group-ue8m0" (Team.ar_norm)."""
-        if not self.should_fused_add_rms_norm(x, quant):
+        compiling = torch.compiler.is_compiling()
+        if self._refusal("fused_add_rms_norm", x, _quant.kind_of(quant), compiling):
             return None
-        if torch.compiler.is_compiling():
+        if compiling:
             return self._team.ar_norm(x, residual, weight, eps, quant=quant)
         try:
             return self._team.ar_norm(x, residual, weight, eps, quant=quant)

@@ -36,8 +36,11 @@ class DecodeGemm:
         self.weight = weight
         # Why detach: DLPack does not export tensors that require grad (parameters).
         self._handle = _lib.module.decode_gemm(weight.detach(), shared_cublas)
-        self._id = _ops.register(self._handle.decode_gemm)
+        self._run = self._handle.decode_gemm
+        self._id = _ops.register(self._run)
         self.n, self.k = self._handle.n, self._handle.k
+        self._device = self._handle.device  # read once: a field of the C++ object costs a call
+        self.device_index = self._device  # the CUDA device's index (torch's Tensor.get_device())
         if chain:
             self.chain = True
         if batch_invariant:
@@ -99,6 +102,6 @@ class DecodeGemm:
         if torch.compiler.is_compiling():
             torch.ops.tpdecode.decode_gemm(x, out, self._id)
         else:
-            _capture.check_capture_device(self._handle.device, "DecodeGemm")
-            self._handle.decode_gemm(x, out)
+            _capture.check_capture_device(self._device, "DecodeGemm")
+            self._run(x, out)
         return out

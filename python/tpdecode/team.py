@@ -44,13 +44,16 @@ class _Runner:
         self.fallback = fallback
         self.device = handle.device
         self.path = "none"  # of the last call
+        # The extension's calls, looked up once.
+        self._calls = {op: getattr(handle, op) for op in ("all_reduce", "ar_norm", "gather")}
+        self._what = {op: f"Team.{op}" for op in self._calls}
 
     def __call__(self, op, *args):
         # Why: a capture on another device would not take this call (_capture.py).
-        _capture.check_capture_device(self.device, f"Team.{op}")
+        _capture.check_capture_device(self.device, self._what[op])
         try:
             ffi_args = _ar_norm_ffi_args(*args) if op == "ar_norm" else args
-            self.path = _lib.COMM_PATHS[getattr(self.handle, op)(*ffi_args)]
+            self.path = _lib.COMM_PATHS[self._calls[op](*ffi_args)]
         except NotServed:
             if self.fallback is None:
                 raise
@@ -179,7 +182,10 @@ class Team:
         """Sum of every rank's ``x`` (BF16 partials summed in FP32 in rank order, rounded
         once: the same bits on every rank). Returns ``out`` (new unless given; may be x)."""
         out = torch.empty_like(x) if out is None else out
-        self._call("all_reduce", x, out)
+        if torch.compiler.is_compiling():
+            torch.ops.tpdecode.all_reduce(x, out, self._id)
+        else:
+            self._run("all_reduce", x, out)
         return out
 
     def ar_norm(
@@ -208,14 +214,19 @@ class Team:
         third value). The values are exactly the BF16 output quantised
         (tpdecode._quant; reference/fp8_quant.hpp says where that differs from vLLM)."""
         kind = _quant.kind_of(quant)
-        dtype = x.dtype if kind == "none" else torch.float8_e4m3fn
-        out = torch.empty_like(x, dtype=dtype) if out is None else out
+        if out is None:
+            out = torch.empty_like(x) if kind == "none" else torch.empty_like(x, dtype=torch.float8_e4m3fn)
         residual_out = torch.empty_like(x) if residual_out is None else residual_out
         scale = quant if kind == "static" else None
         if kind in ("group", "group-ue8m0") and scales_out is None:
             scales_out = x.new_empty((*x.shape[:-1], x.shape[-1] // _quant.GROUP), dtype=torch.float32)
-        scales = scales_out if scales_out is not None else x.new_empty(0, dtype=torch.float32)
-        self._call("ar_norm", x, residual, weight, float(eps), out, residual_out, kind, scale, scales)
+        if torch.compiler.is_compiling():
+            # The op's schema takes a tensor of scales whatever the kind.
+            scales = scales_out if scales_out is not None else x.new_empty(0, dtype=torch.float32)
+            torch.ops.tpdecode.ar_norm(x, residual, weight, float(eps), out, residual_out, kind, scale, scales,
+                                       self._id)
+        else:
+            self._run("ar_norm", x, residual, weight, float(eps), out, residual_out, kind, scale, scales_out)
         return (out, residual_out) if scale is not None or kind == "none" else (out, residual_out, scales_out)
 
     def gather(self, shard: torch.Tensor, *, out: Optional[torch.Tensor] = None) -> torch.Tensor:

@@ -22,7 +22,7 @@ _gemms: dict = {}  # (data_ptr, shape, device index, batch invariant) -> DecodeG
 
 
 def _key(weight: torch.Tensor, batch_invariant: bool = False):
-    return weight.data_ptr(), tuple(weight.shape), weight.device.index, batch_invariant
+    return weight.data_ptr(), tuple(weight.shape), weight.get_device(), batch_invariant
 
 
 def _eligible(weight: torch.Tensor) -> bool:
@@ -53,7 +53,7 @@ def _needs_grad(*tensors) -> bool:
 
 def _rows_served(gemm: Optional[DecodeGemm], x: torch.Tensor, weight: torch.Tensor, bias) -> bool:
     # Why not where a gradient is wanted: DecodeGemm has no backward (F.linear has).
-    if gemm is None or x.dtype != torch.bfloat16 or x.device != weight.device or _needs_grad(x, weight, bias):
+    if gemm is None or x.dtype != torch.bfloat16 or x.get_device() != gemm.device_index or _needs_grad(x, weight, bias):
         return False
     return x.shape[-1] == gemm.k and 1 <= x.numel() // gemm.k <= gemm.max_rows
 
@@ -130,13 +130,32 @@ def forget(weight: torch.Tensor) -> None:
 
 
 class _RoutedForward:
-    """An installed linear's forward: tpdecode.torch.linear on its weight and bias."""
+    """An installed linear's forward: tpdecode.torch.linear on its weight and bias,
+    with the checks of an eager call on the DecodeGemm made at install done here
+    (the same conditions as ``linear``'s, without its lookups)."""
 
-    def __init__(self, module: nn.Linear):
+    def __init__(self, module: nn.Linear, gemm: DecodeGemm):
         self.module = module
+        self.gemm = gemm
+        # Why the dict: nn.Module.__getattr__ costs more per call than the checks below
+        # (assigning module.weight replaces the entry, which the identity check sees).
+        self._parameters = module._parameters
+        self._weight_ptr = gemm.weight.data_ptr()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(x, self.module.weight, self.module.bias)
+        if torch.compiler.is_compiling():
+            return linear(x, self.module.weight, self.module.bias)
+        weight = self._parameters["weight"]
+        bias = self._parameters.get("bias")
+        gemm = self.gemm
+        if (weight is gemm.weight and weight.data_ptr() == self._weight_ptr and x.dtype == torch.bfloat16
+                and x.shape[-1] == gemm.k and x.get_device() == gemm.device_index
+                and not _needs_grad(x, weight, bias)):
+            rows = x.numel() // gemm.k
+            if 1 <= rows <= gemm.max_rows:
+                y = gemm(x.reshape(rows, gemm.k)).view(*x.shape[:-1], gemm.n)
+                return y if bias is None else y.add_(bias)
+        return _run(x, weight, bias, False)
 
 
 def install(module: nn.Module, *, exclude: Iterable[str] = (), rows: Iterable[int] = range(1, 9)) -> int:
@@ -160,7 +179,7 @@ def install(module: nn.Module, *, exclude: Iterable[str] = (), rows: Iterable[in
             gemm = _gemm_for(sub.weight)
             gemm.prepare(rows)
             setattr(sub, _ATTR, gemm)
-            sub.forward = _RoutedForward(sub)
+            sub.forward = _RoutedForward(sub, gemm)
         count += 1
     return count
 

@@ -24,7 +24,9 @@ void require_matrix(const TensorView& t, int64_t cols, const char* what) {
   check(t.dtype == DType::kBF16, "decode_gemm: {} is {} where bf16 is required", what, dtype_name(t.dtype));
   check(t.rows >= 1, "decode_gemm: {} has {} rows", what, t.rows);
   check(t.cols == cols, "decode_gemm: {} has {} columns where {} are required", what, t.cols, cols);
-  check(t.row_stride >= t.cols, "decode_gemm: {} row stride below its columns ({})", what, t.describe());
+  // Why not check(): its arguments are evaluated on every call, describe() formats.
+  if (t.row_stride < t.cols) [[unlikely]]
+    throw InvalidArgument(fmt::format("decode_gemm: {} row stride below its columns ({})", what, t.describe()));
   check(reinterpret_cast<std::uintptr_t>(t.data) % 2 == 0, "decode_gemm: {} is not 2-byte aligned", what);
 }
 
@@ -78,12 +80,12 @@ GemmKey DecodeGemm::key(int m) const {
 void DecodeGemm::set_chain(bool on) {
   if (on == chain_) return;
   chain_ = on;
-  if (!invariant_) decisions_ = {};  // a batch-invariant GEMM's decisions depend on nothing else
+  if (!invariant_) forget_decisions();  // a batch-invariant GEMM's decisions depend on nothing else
 }
 
 void DecodeGemm::set_batch_invariant(bool on) {
   if (on == invariant_) return;
-  decisions_ = {};
+  forget_decisions();
   invariant_ = false;
   if (!on) return;
   check(engines_.wgmma, "decode_gemm: batch-invariant mode needs the wgmma engine, which does not take a {}x{} weight",
@@ -99,7 +101,7 @@ void DecodeGemm::set_sharing(int ranks) {
   check(ranks >= 1 && ranks <= 64, "decode_gemm: {} ranks sharing the GPU (1..64)", ranks);
   if (ranks == sharing_) return;
   sharing_ = ranks;
-  if (!invariant_) decisions_ = {};
+  if (!invariant_) forget_decisions();
 }
 
 std::vector<GemmDecision> DecodeGemm::candidates(int m) {
@@ -152,6 +154,12 @@ void DecodeGemm::adopt(int m, GemmDecision d) {
     if (!map) map = wgmma_tile_map(weight_.data, n(), k(), wgmma::kTileRows * d.sub_tiles);
   }
   decisions_[gemm_m_bucket(m)] = d;
+  lt_verified_[static_cast<std::size_t>(gemm_m_bucket(m))] = 0;
+}
+
+void DecodeGemm::forget_decisions() {
+  decisions_ = {};
+  lt_verified_ = {};
 }
 
 void DecodeGemm::force(int m, const GemmDecision& d) {
@@ -185,11 +193,23 @@ GemmDecision DecodeGemm::unprepared_decision(int m) const {
   return cached && engine_decision_legal(*cached, n(), k(), rows, sms_, engines_) ? *cached : rule;
 }
 
-GemmPath DecodeGemm::runnable(const GemmDecision& d, const TensorView& x, const TensorView& out) const {
+bool DecodeGemm::lt_runs(const GemmDecision& d, const TensorView& x, const TensorView& out, bool stored) const {
+  if (!lt_operands(x, out)) return false;
   const int m = static_cast<int>(x.rows);
-  if (d.path == GemmPath::kCublasLt)
-    return lt_operands(x, out) && cublas_->lt_algorithm_ok(x, weight_, out, d.lt_algo) ? GemmPath::kCublasLt
-                                                                                        : GemmPath::kCublas;
+  if (!stored || m < 1 || m > kGemmMaxRows) return cublas_->lt_algorithm_ok(x, weight_, out, d.lt_algo);
+  // Why a kept verdict: the check (descriptors and cublasLtMatmulAlgoCheck) reads the
+  // operands' shapes only, which for contiguous operands are m's; it was per call.
+  const uint64_t bit = uint64_t{1} << (m - 1);
+  uint64_t& verified = lt_verified_[static_cast<std::size_t>(gemm_m_bucket(m))];
+  if (verified & bit) return true;
+  if (!cublas_->lt_algorithm_ok(x, weight_, out, d.lt_algo)) return false;
+  verified |= bit;
+  return true;
+}
+
+GemmPath DecodeGemm::runnable(const GemmDecision& d, const TensorView& x, const TensorView& out, bool stored) const {
+  const int m = static_cast<int>(x.rows);
+  if (d.path == GemmPath::kCublasLt) return lt_runs(d, x, out, stored) ? GemmPath::kCublasLt : GemmPath::kCublas;
   const bool mapped = d.path != GemmPath::kWgmma || maps_->find(d);
   return path_prepared(d) && mapped && m <= (d.path == GemmPath::kWarpSplitK ? kWarpMaxRows : kGemmMaxRows)
              ? d.path
@@ -198,15 +218,17 @@ GemmPath DecodeGemm::runnable(const GemmDecision& d, const TensorView& x, const 
 
 GemmPath DecodeGemm::path(int m) const {
   if (!engine_eligible() || m < 1 || m > kGemmMaxRows) return GemmPath::kCublas;
-  const GemmDecision d = prepared(m) ? *decisions_[gemm_m_bucket(m)] : unprepared_decision(m);
-  return runnable(d, shape_of(m, k()), shape_of(m, n()));
+  const bool stored = prepared(m);
+  const GemmDecision d = stored ? *decisions_[gemm_m_bucket(m)] : unprepared_decision(m);
+  return runnable(d, shape_of(m, k()), shape_of(m, n()), stored);
 }
 
 GemmPath DecodeGemm::path(const TensorView& x, const TensorView& out) const {
   check_operands(x, out);
   if (!engine_takes(x)) return GemmPath::kCublas;
   const int m = static_cast<int>(x.rows);
-  return runnable(prepared(m) ? *decisions_[gemm_m_bucket(m)] : unprepared_decision(m), x, out);
+  const bool stored = prepared(m);
+  return runnable(stored ? *decisions_[gemm_m_bucket(m)] : unprepared_decision(m), x, out, stored);
 }
 
 void DecodeGemm::check_operands(const TensorView& x, const TensorView& out) const {
@@ -225,8 +247,9 @@ GemmPath DecodeGemm::run(const TensorView& x, const TensorView& out, cudaStream_
   }
   const int m = static_cast<int>(x.rows);
   if (!prepared(m) && !capturing(stream)) prepare(m, stream);
-  const GemmDecision d = prepared(m) ? *decisions_[gemm_m_bucket(m)] : unprepared_decision(m);
-  const GemmPath p = runnable(d, x, out);
+  const bool stored = prepared(m);
+  const GemmDecision d = stored ? *decisions_[gemm_m_bucket(m)] : unprepared_decision(m);
+  const GemmPath p = runnable(d, x, out, stored);
   const CUtensorMap* map =
       p == GemmPath::kWgmma ? maps_->find(d) : nullptr;
   launch_path(p == d.path ? d : cublas_decision(), weight_, x, out, sms_, *cublas_, pdl_, stream, map);

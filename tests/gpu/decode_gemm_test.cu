@@ -126,6 +126,34 @@ TEST(DecodeGemm, EveryWarpSplitAgrees) {
     }
 }
 
+// A cuBLASLt decision runs cuBLASLt, correctly, at every row count of its bucket,
+// call after call (the verdict of its algorithm's check is kept per row count), and
+// again after the decisions are dropped and made anew.
+TEST(DecodeGemm, CublasLtDecisionAtEveryRowCountOfItsBucket) {
+  TPD_REQUIRE_GPU();
+  std::mt19937_64 rng(test::fresh_seed());
+  Problem p(4096, 4096, rng);
+  CublasContext cublas;
+  DecodeGemm gemm(p.weight(), nullptr, private_tuner(false));
+  for (int bucket : {0, gemm_m_bucket(8), gemm_m_bucket(40)}) {
+    const int first = gemm_bucket_min(bucket), last = gemm_bucket_max(bucket);
+    std::vector<GemmDecision> lt;
+    for (const GemmDecision& d : gemm.candidates(last))
+      if (d.path == GemmPath::kCublasLt) lt.push_back(d);
+    if (lt.empty()) GTEST_SKIP() << "cuBLASLt offers no algorithm for 4096x4096 at " << last << " rows";
+    for (int round = 0; round < 2; ++round) {
+      gemm.force(last, lt[static_cast<std::size_t>(round) % lt.size()]);
+      for (int m = first; m <= last; ++m) {
+        ASSERT_EQ(gemm.path(m), GemmPath::kCublasLt) << m << " rows";
+        check_rows(p, gemm, cublas, m, 0);
+        check_rows(p, gemm, cublas, m, 0);
+      }
+      gemm.set_chain(!gemm.chain());  // drops every decision
+      ASSERT_FALSE(gemm.prepared(last));
+    }
+  }
+}
+
 // One engine decision captured into a graph and replayed, with a bucket first seen
 // under capture beside it.
 void capture_and_replay(const GemmDecision& forced, int m, std::mt19937_64& rng) {

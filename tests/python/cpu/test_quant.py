@@ -6,8 +6,11 @@ subnormals, NaN, the group scales and UE8M0. Needs torch (skipped without it).""
 import pytest
 
 torch = pytest.importorskip("torch")
+np = pytest.importorskip("numpy")
 
 from tpdecode import _quant  # noqa: E402
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 def bits(t):
@@ -51,3 +54,37 @@ def test_quant_arguments():
         _quant.kind_of(torch.tensor([0.5, 1.0]))
     with pytest.raises(ValueError, match="quant="):
         _quant.kind_of("fp8")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_group_scale_is_the_correctly_rounded_quotient(device):
+    # Every positive finite BF16 amax: the scale is fl(amax / 448), as the kernels'
+    # __fdiv_rn and the C++ reference; on CUDA, torch's `t / 448.0` multiplies by
+    # fl(1 / 448) instead, one ulp off for about half of these.
+    amax = torch.arange(0x0080, 0x7F80, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    v = torch.zeros(amax.numel(), _quant.GROUP, dtype=torch.bfloat16)
+    v[:, 5] = amax
+    v[::2, 5] = -amax[::2]  # the magnitude counts
+    got = _quant.group_scales(v.to(device), False)[:, 0].cpu().numpy()
+    a = amax.float().numpy()
+    want = np.maximum(a, np.float32(_quant.AMAX_FLOOR)) / np.float32(_quant.E4M3_MAX)
+    bad = np.flatnonzero(got.view(np.uint32) != want.view(np.uint32))
+    assert bad.size == 0, (f"{bad.size} scales differ; first: amax {a[bad[0]]!r}: {got[bad[0]]!r} "
+                           f"where fl(amax / 448) = {want[bad[0]]!r}")
+    q, _ = _quant.group(v.to(device), False)
+    expected = _quant.e4m3(v.float() / torch.from_numpy(want)[:, None])
+    assert torch.equal(q.cpu().view(torch.uint8), expected.view(torch.uint8))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_ue8m0_and_static_on_the_device_match_the_cpu(device):
+    g = torch.Generator().manual_seed(7)
+    v = (torch.randn(6, 1024, generator=g) * torch.logspace(-8, 4, 6)[:, None]).to(torch.bfloat16)
+    for ue8m0 in (False, True):
+        q, s = _quant.group(v.to(device), ue8m0)
+        q_cpu, s_cpu = _quant.group(v, ue8m0)
+        assert torch.equal(s.cpu().view(torch.int32), s_cpu.view(torch.int32))
+        assert torch.equal(q.cpu().view(torch.uint8), q_cpu.view(torch.uint8))
+    scale = torch.tensor([0.0123])
+    assert torch.equal(_quant.static(v.to(device), scale.to(device)).cpu().view(torch.uint8),
+                       _quant.static(v, scale).view(torch.uint8))

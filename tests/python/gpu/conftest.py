@@ -87,3 +87,23 @@ def rank_order_sum(parts):
     for p in parts[1:]:
         acc = acc + p.float()
     return acc.to(torch.bfloat16)
+
+
+def assert_same_bits(got, want, what, source=None):
+    """got and want bit for bit (any dtype, compared as bytes of their elements); else
+    fails with how many elements differ and the first one: its index, both values and,
+    where `source` (the tensor quantised, same leading shape) is given, its value there."""
+    assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+    as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[got.element_size()]
+    g, w = got.contiguous().view(as_int), want.contiguous().view(as_int)
+    differ = (g != w).nonzero()
+    if differ.numel() == 0:
+        return
+    first = tuple(differ[0].tolist())
+    message = (f"{what}: {differ.shape[0]} of {got.numel()} elements differ; first at {first}: got "
+               f"{got[first].float().item()!r} (bits {g[first].item() & ((1 << 8 * got.element_size()) - 1):#x}), "
+               f"expected {want[first].float().item()!r} (bits "
+               f"{w[first].item() & ((1 << 8 * got.element_size()) - 1):#x})")
+    if source is not None and source.shape == got.shape:
+        message += f"; the value quantised there {source[first].float().item()!r}"
+    raise AssertionError(message)

@@ -91,13 +91,14 @@ def test_install_routes_bf16_linears_and_uninstall_restores():
     model = make_model()
     model[3].float()  # an FP32 linear: never routed
     head = model[:3]
-    xs = {m: torch.randn(m, 4096, device="cuda").to(torch.bfloat16) for m in (1, 4, 8, 33, 65)}
+    above = tpdecode.DecodeGemm.max_rows + 1
+    xs = {m: torch.randn(m, 4096, device="cuda").to(torch.bfloat16) for m in (1, 4, 8, 33, above)}
     before = {m: head(x) for m, x in xs.items()}
     assert install(model, exclude=["2"]) == 1  # model[2] excluded, model[3] FP32
     assert install(model, exclude=["2"]) == 1  # idempotent
     for m, x in xs.items():
         torch.testing.assert_close(head(x).float(), before[m].float(), rtol=2**-6, atol=2**-6)
-    assert torch.equal(head(xs[65]), before[65])  # above DecodeGemm.max_rows: the original forward
+    assert torch.equal(head(xs[above]), before[above])  # above DecodeGemm.max_rows: the original forward
     assert uninstall(model) == 1
     assert "forward" not in vars(model[0])
     assert torch.equal(head(xs[4]), before[4])

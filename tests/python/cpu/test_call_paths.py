@@ -1,0 +1,109 @@
+"""The per-call paths of an eager call without a GPU, the GPU parts replaced: an
+installed linear's forward runs its DecodeGemm exactly where tpdecode.torch.linear
+would (and falls back to F.linear elsewhere), and the Communicator's kept verdicts
+give every call the refusal _comm_rules.call_refusal gives it. Needs torch (skipped
+without it)."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import tpdecode  # noqa: E402
+from tpdecode import _comm_rules, communicator  # noqa: E402
+from tpdecode.team import CommConfig  # noqa: E402
+from tpdecode.torch import _RoutedForward  # noqa: E402
+
+
+class FakeGemm:
+    """DecodeGemm's attributes the forward reads, on the CPU (device index -1)."""
+
+    max_rows = tpdecode.DecodeGemm.max_rows
+
+    def __init__(self, weight):
+        self.weight = weight
+        self.n, self.k = weight.shape
+        self.device_index = weight.get_device()
+        self.rows = []
+
+    def __call__(self, x):
+        self.rows.append(x.shape[0])
+        return torch.nn.functional.linear(x, self.weight)
+
+
+def routed(bias=True):
+    torch.manual_seed(0)
+    module = torch.nn.Linear(64, 32, bias=bias).to(torch.bfloat16)
+    gemm = FakeGemm(module.weight)
+    return module, gemm, _RoutedForward(module, gemm)
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("bias", [True, False])
+def test_installed_forward_runs_the_gemm_where_linear_would(bias):
+    module, gemm, forward = routed(bias)
+    x = torch.randn(2, 3, 64).to(torch.bfloat16)
+    y = forward(x)
+    assert gemm.rows == [6] and y.shape == (2, 3, 32)
+    want = torch.nn.functional.linear(x.reshape(6, 64), module.weight).view(2, 3, 32)
+    assert torch.equal(y, want if module.bias is None else want.add_(module.bias))
+    above = torch.randn(gemm.max_rows + 1, 64).to(torch.bfloat16)
+    assert torch.equal(forward(above), torch.nn.functional.linear(above, module.weight, module.bias))
+    assert torch.equal(forward(x.clone()), y)
+    assert gemm.rows == [6, 6]  # rows above max_rows ran F.linear
+
+
+def test_installed_forward_falls_back_where_linear_would_not_take_the_gemm():
+    module, gemm, forward = routed()
+    with torch.inference_mode():
+        x32 = torch.randn(4, 64)
+        module.float()  # the same Parameter objects, new data: the gemm's weight is stale
+        assert torch.equal(forward(x32), torch.nn.functional.linear(x32, module.weight, module.bias))
+    assert gemm.rows == []
+    module, gemm, forward = routed()
+    module.weight = torch.nn.Parameter(module.weight.detach().clone())  # a weight replaced after install
+    x = torch.randn(3, 64).to(torch.bfloat16)
+    with torch.inference_mode():
+        assert torch.equal(forward(x), torch.nn.functional.linear(x, module.weight, module.bias))
+    assert gemm.rows == []
+    module, gemm, forward = routed()
+    y = forward(x.requires_grad_())  # a gradient wanted: F.linear, which has a backward
+    assert gemm.rows == [] and y.requires_grad
+
+
+def local_communicator(monkeypatch, **config):
+    class FakeTeam:
+        pass
+
+    team = FakeTeam()
+    team.config = CommConfig(**config)
+    team.device, team.size, team.kind = torch.device("cpu"), 2, "nccl"
+    monkeypatch.setattr(communicator, "_capability", lambda device: (9, 0))
+    c = tpdecode.Communicator(_team=team)
+    c._device_index = -1  # the CPU's, as Tensor.get_device() gives it
+    return c
+
+
+def test_kept_verdicts_are_call_refusal_for_every_call(monkeypatch):
+    c = local_communicator(monkeypatch, hidden=1024, rows=8)
+    assert not c.disabled
+
+    def direct(op, x, kind):
+        return _comm_rules.call_refusal(op, "bfloat16" if x.dtype == torch.bfloat16 else str(x.dtype)[6:], x.shape,
+                                        x.is_contiguous(), True, x.numel() * x.element_size(), c.max_bytes, 1024, 8,
+                                        c.batch_invariant, 0, kind)
+
+    base = torch.zeros(64 * 1024 + 8, dtype=torch.bfloat16)
+    cases = [base[: 4 * 1024].view(4, 1024), base[: 9 * 1024].view(9, 1024), base[: 4 * 1000].view(4, 1000),
+             base[: 4 * 256].view(4, 256), base[: 8 * 1024].view(2, 4, 1024),
+             base[: 4 * 1024].view(1024, 4).t(), torch.zeros(4, 1024, dtype=torch.float16)]
+    for _ in range(3):  # the second and third rounds read the kept verdicts
+        for x in cases:
+            for op, kind in (("all_reduce", "none"), ("fused_add_rms_norm", "none"),
+                             ("fused_add_rms_norm", "group")):
+                assert c._refusal(op, x, kind, False) == direct(op, x, kind), (op, kind, tuple(x.shape))
+    assert c.should_all_reduce(cases[0]) and not c.should_all_reduce(cases[1])
+    misaligned = base[1 : 1 + 4 * 1024].view(4, 1024)  # a served shape at an odd address
+    assert c.refusal("all_reduce", misaligned) == "all_reduce: x is not 16-byte aligned"
+    c.max_bytes = 1024  # a changed cap is seen at once
+    assert "above the cap" in c.refusal("all_reduce", cases[0])
+    assert c.all_reduce(cases[1]) is None  # refused: None before anything runs
