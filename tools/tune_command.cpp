@@ -4,6 +4,7 @@
 // decisions to the tuning cache file that TPDECODE_TUNE_CACHE names at run time.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -82,16 +83,26 @@ void run(const Options& o) {
   }
   TPD_CUDA(cudaStreamDestroy(stream));
 
-  fmt::print("\n{:<5} {:<12} {:>6} {:>5} {:>5} {:<7} {:>9} {:>6} {:>8}  {}\n", "set", "linear", "N", "K", "M", "source",
-             "us", "TB/s", "tune ms", "decision");
-  for (const Row& r : rows)
-    fmt::print("{:<5} {:<12} {:>6} {:>5} {:>2}-{:<2} {:<7} {:>9.2f} {:>6.2f} {:>8.1f}  {}\n", r.shape.set, r.shape.name,
-               r.shape.n, r.shape.k, gemm_bucket_min(r.key.bucket), gemm_bucket_max(r.key.bucket),
-               gemm_source_name(r.decision.source), r.decision.measured_us,
-               r.decision.measured_us > 0 ? r.shape.bytes() / (r.decision.measured_us * 1e6) : 0.0,
-               r.decision.tune_ms, r.tactic);
-  fmt::print("\n{} decisions in {} ({:.0f} ms of tuning; 'cache': already there, not re-timed — --fresh re-times).\n",
-             rows.size(), cache, total_ms);
+  fmt::print("\n{:<5} {:<12} {:>6} {:>5} {:>5} {:<7} {:>9} {:>6} {:>8} {:>8}  {}\n", "set", "linear", "N", "K", "M",
+             "source", "us", "TB/s", "tune ms", "retimed", "decision");
+  int retimed = 0, unstable = 0;
+  double most_ms = 0;
+  for (const Row& r : rows) {
+    const GemmDecision& d = r.decision;
+    retimed += d.tune_finalists > 1;
+    unstable += d.tune_finalists > 1 && !d.tune_stable;
+    most_ms = std::max(most_ms, static_cast<double>(d.tune_ms));
+    fmt::print("{:<5} {:<12} {:>6} {:>5} {:>2}-{:<2} {:<7} {:>9.2f} {:>6.2f} {:>8.1f} {:>4}x{:<2}{}  {}\n", r.shape.set,
+               r.shape.name, r.shape.n, r.shape.k, gemm_bucket_min(r.key.bucket), gemm_bucket_max(r.key.bucket),
+               gemm_source_name(d.source), d.measured_us,
+               d.measured_us > 0 ? r.shape.bytes() / (d.measured_us * 1e6) : 0.0, d.tune_ms, d.tune_finalists,
+               d.tune_rounds, d.tune_finalists > 1 && !d.tune_stable ? "!" : " ", r.tactic);
+  }
+  fmt::print("\n{} decisions in {} ({:.0f} ms of tuning, at most {:.1f} ms for one; 'cache': already there, not "
+             "re-timed — --fresh re-times). retimed = finalists x rounds of phase 2 (1x0: no rival within 5 % in "
+             "phase 1); {} decisions re-timed, {} of them ('!') ended at the round cap or the time budget without "
+             "two agreeing rounds.\n",
+             rows.size(), cache, total_ms, most_ms, retimed, unstable);
   if (!o.json.empty()) {
     nlohmann::json j = nlohmann::json::array();
     for (const Row& r : rows)
@@ -106,7 +117,10 @@ void run(const Options& o) {
                    {"path", gemm_path_name(r.decision.path)},
                    {"tactic", r.tactic},
                    {"us", r.decision.measured_us},
-                   {"tune_ms", r.decision.tune_ms}});
+                   {"tune_ms", r.decision.tune_ms},
+                   {"finalists", r.decision.tune_finalists},
+                   {"rounds", r.decision.tune_rounds},
+                   {"stable", r.decision.tune_stable}});
     std::ofstream(o.json) << j.dump(2) << "\n";
   }
 }

@@ -36,7 +36,10 @@ struct GemmDecision {
   uint8_t stages = 0;       // kWgmma: ring stages
   uint16_t clusters = 0;    // kWgmma: clusters launched (0: as many as fit, at most one per row block)
   float measured_us = 0;    // the tuner's median time per call (0: not measured)
-  float tune_ms = 0;        // what deciding cost (timing every candidate)
+  float tune_ms = 0;        // what deciding cost (both phases of timing)
+  uint8_t tune_finalists = 0;  // candidates re-timed in phase 2 (1: phase 1 decided alone; 0: not tuned)
+  uint8_t tune_rounds = 0;     // phase-2 rounds run
+  bool tune_stable = false;    // the decision held for the last two rounds (or had no rival within 5 %)
   CublasLtAlgo lt_algo{};   // kCublasLt
   // The same kernel and launch shape (source and times aside): bitwise the same result.
   bool same_path(const GemmDecision& o) const {

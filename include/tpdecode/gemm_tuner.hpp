@@ -18,6 +18,7 @@
 // process share GemmTuner::shared() and agree without it.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -60,9 +61,27 @@ std::vector<double> charge_chain_boundaries(const std::vector<GemmDecision>& can
 // another version are not used.
 std::string gemm_library_version();
 
-// Times the candidates: microseconds per call for each, in order (a value that is
-// not finite and positive marks a candidate that failed).
-using GemmMeasure = std::function<std::vector<double>(const std::vector<GemmDecision>& candidates)>;
+// Times the candidates of one decision; made by a GemmMeasure (which prepares and
+// checks every candidate once), used and destroyed by the tuner on the thread that
+// made it.
+class GemmTiming {
+ public:
+  virtual ~GemmTiming() = default;
+  // `replays` timed replays of each candidate in `which` (indices into the
+  // candidates), interleaved: one replay of each in turn, `replays` times over, so
+  // drift over the call falls on all alike. Per entry of `which`, the per-call
+  // microseconds of its replays (empty, or values not finite and positive: it failed).
+  virtual std::vector<std::vector<double>> time(const std::vector<std::size_t>& which, int replays) = 0;
+  // Replays a candidate gets in phase 1 and in each round of phase 2 (fewer where
+  // one replay is long).
+  virtual int replays() const = 0;
+};
+// Prepares the candidates for timing (throws where none can be timed at all).
+using GemmMeasure = std::function<std::unique_ptr<GemmTiming>(const std::vector<GemmDecision>& candidates)>;
+// `timing` with kChainBoundaryUs added to every sample of the stock candidates
+// (what a chain link's decision compares).
+std::unique_ptr<GemmTiming> charge_chain_boundaries(const std::vector<GemmDecision>& candidates,
+                                                    std::unique_ptr<GemmTiming> timing);
 // A team's agreement: this rank's decision in, the one every rank runs out.
 using GemmAgreement = std::function<GemmDecision(const GemmKey& key, const GemmDecision& local)>;
 using GemmWarning = std::function<void(const std::string& message)>;
@@ -88,11 +107,16 @@ class GemmTuner {
   // The decision made or loaded for `key`, if any.
   std::optional<GemmDecision> cached(const GemmKey& key) const;
   // The decision for `key`: the cached one; else, with tuning enabled, the fastest
-  // of `candidates` as timed by `measure` (source kTuned, with its time and the
-  // tuning cost; kept, and written to the cache file); else `rule`. A key is decided
-  // once: a concurrent caller of the same key waits for the first; measurements on
-  // one device never overlap. A measurement that throws, or where no candidate ran,
-  // is reported and gives `rule` (kept in memory for the key).
+  // of `candidates` as timed by `measure` in two phases (src/gemm/tune_rule.hpp:
+  // every candidate a few replays, then the finalists within 5 % re-timed in
+  // interleaved rounds until the winner holds for two rounds, at most 6 rounds, and
+  // no round begun after the first two once phase 2 would outlast phase 1); source
+  // kTuned, with its time, the tuning cost and the re-timing's record; kept, and
+  // written to the cache file; else `rule`. A key is decided once: a concurrent
+  // caller of the same key waits for the first; measurements on one device never
+  // overlap. A measurement that throws in phase 1, or where no candidate ran, is
+  // reported and gives `rule` (kept in memory for the key); one that throws in
+  // phase 2 is reported and phase 1's fastest is kept.
   GemmDecision decide(const GemmKey& key, int device, const std::vector<GemmDecision>& candidates,
                       const GemmMeasure& measure, const GemmDecision& rule);
   // Records a decision for `key` as if tuned (tools, tests); written to the file.

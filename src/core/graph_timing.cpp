@@ -58,6 +58,14 @@ GraphTiming TimedGraph::timing() const {
   return t;
 }
 
+std::vector<std::vector<double>> interleave(std::size_t n, int replays,
+                                            const std::function<double(std::size_t index)>& replay) {
+  std::vector<std::vector<double>> out(n);
+  for (int r = 0; r < replays; ++r)
+    for (std::size_t i = 0; i < n; ++i) out[i].push_back(replay(i));
+  return out;
+}
+
 GraphTiming time_graph(cudaStream_t stream, const GraphCall& enqueue, int calls, int replays, int warmup) {
   TimedGraph g(stream, enqueue, calls);
   for (int i = 0; i < warmup; ++i) g.launch(stream);

@@ -6,6 +6,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <functional>
 #include <vector>
 
@@ -53,6 +54,12 @@ class TimedGraph {
   int calls_;
   std::vector<double> us_;  // per timed replay, per call
 };
+
+// `replays` rounds of replay(0), replay(1), ..., replay(n - 1) (A B C A B C ...),
+// so clock or thermal drift over the call falls on every index alike; per index,
+// what its calls returned, in order. How the tuner times candidates.
+std::vector<std::vector<double>> interleave(std::size_t n, int replays,
+                                            const std::function<double(std::size_t index)>& replay);
 
 // Captures, replays `warmup` times untimed, then `replays` times timed.
 GraphTiming time_graph(cudaStream_t stream, const GraphCall& enqueue, int calls, int replays, int warmup = 3);

@@ -126,9 +126,9 @@ void DecodeGemm::prepare(int m, cudaStream_t stream) {
   const int rows = gemm_bucket_max(gemm_m_bucket(m));  // what the bucket is timed and prepared at
   const GemmDecision rule = rule_decision(n(), k(), rows, sms_, engines_, sharing_ > 1);
   const GemmMeasure measure = [&](const std::vector<GemmDecision>& c) {
-    std::vector<double> us = measure_paths(c, weight_, rows, sms_, *cublas_, pdl_, stream,
-                                           [this](const std::string& message) { tuner_->warn(message); });
-    return chain_ ? charge_chain_boundaries(c, std::move(us)) : us;
+    std::unique_ptr<GemmTiming> t = time_paths(c, weight_, rows, sms_, *cublas_, pdl_, stream,
+                                               [this](const std::string& message) { tuner_->warn(message); });
+    return chain_ ? charge_chain_boundaries(c, std::move(t)) : std::move(t);
   };
   GemmDecision d = resolve_decision(*tuner_, key(m), device_, candidates(rows), measure, rule, agree_);
   const bool runs = engine_decision_legal(d, n(), k(), rows, sms_, engines_) &&

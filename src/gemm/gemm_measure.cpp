@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "core/bf16.hpp"
+#include "core/check.hpp"
 #include "core/graph_timing.hpp"
 #include "core/random_fill.hpp"
 #include "core/weight_rotation.hpp"
@@ -23,7 +24,7 @@ constexpr double kGraphBytes = 384e6;  // weight bytes per timed graph (~85 us a
 constexpr int kMaxCalls = 64;          // calls per graph at most (the smallest weights)
 constexpr int kMinCalls = 4;           // calls per graph at least: with one or two, a graph's launch and
                                        // its first kernel's ramp weigh in the time (the largest weights)
-constexpr int kRounds = 5;             // timed replays per candidate, interleaved; the median is kept
+constexpr int kRounds = 5;             // timed replays per candidate in each pass of the tuner (tune_rule.hpp)
 constexpr int kRoundsLarge = 3;        // where one graph streams more than kLargeGraphBytes
 constexpr double kLargeGraphBytes = 1e9;  // (keeps the largest weights near 50 ms of tuning)
 // A candidate whose output is farther than this from cuBLAS's (relative, Frobenius)
@@ -52,11 +53,26 @@ double distance(const std::vector<uint16_t>& a, const std::vector<uint16_t>& ref
   return den > 0 ? std::sqrt(num / den) : 0.0;
 }
 
-}  // namespace
+// The candidates' graphs over rotating copies of the weight, made and checked once;
+// timed as the tuner asks. Members in this order: the capture mode is restored
+// last, after the graphs, buffers and stream are gone.
+class PathTiming final : public GemmTiming {
+ public:
+  PathTiming(const std::vector<GemmDecision>& candidates, const TensorView& weight, int m, int sms, CublasContext& ctx,
+             bool pdl, cudaStream_t stream, const GemmWarning& warn);
+  std::vector<std::vector<double>> time(const std::vector<std::size_t>& which, int replays) override;
+  int replays() const override { return replays_; }
 
-std::vector<double> measure_paths(const std::vector<GemmDecision>& candidates, const TensorView& weight, int m,
-                                  int sms, CublasContext& ctx, bool pdl, cudaStream_t stream, const GemmWarning& warn) {
-  const RelaxedCaptureMode relaxed;
+ private:
+  RelaxedCaptureMode relaxed_;
+  OwnStream s_;
+  DeviceBuffer pool_, x_, out_;
+  std::vector<std::optional<TimedGraph>> graphs_;
+  int replays_ = kRounds;
+};
+
+PathTiming::PathTiming(const std::vector<GemmDecision>& candidates, const TensorView& weight, int m, int sms,
+                       CublasContext& ctx, bool pdl, cudaStream_t stream, const GemmWarning& warn) {
   TPD_CUDA(cudaStreamSynchronize(stream));
   const int64_t n = weight.rows;
   const int64_t k = weight.cols;
@@ -65,50 +81,49 @@ std::vector<double> measure_paths(const std::vector<GemmDecision>& candidates, c
   TPD_CUDA(cudaGetDevice(&device));
   TPD_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
   int copies = weight_copies(bytes, static_cast<std::size_t>(l2));
-  DeviceBuffer pool;  // [copies - 1, N, K] bf16: copies of the weight
-  if (copies > 1) {
+  if (copies > 1) {  // pool_: [copies - 1, N, K] bf16, copies of the weight
     try {
-      pool = DeviceBuffer(bytes * static_cast<std::size_t>(copies - 1));
+      pool_ = DeviceBuffer(bytes * static_cast<std::size_t>(copies - 1));
     } catch (const CudaError&) {  // short of memory: the weight alone (L2 may flatter small ones)
       cudaGetLastError();
       copies = 1;
     }
   }
-  const OwnStream s;
   for (int c = 1; c < copies; ++c)
-    TPD_CUDA(cudaMemcpyAsync(pool.as<char>() + bytes * static_cast<std::size_t>(c - 1), weight.data, bytes,
-                             cudaMemcpyDeviceToDevice, s.s));
-  DeviceBuffer x(static_cast<std::size_t>(m * k) * 2), out(static_cast<std::size_t>(m * n) * 2);
-  fill_uniform_bf16(x.get(), m * k, 0x7e57, 1.0f, s.s);
-  const TensorView xv = TensorView::bf16(x.get(), m, k);
-  const TensorView ov = TensorView::bf16(out.get(), m, n);
-  auto copy = [&](int c) {
-    return c % copies == 0 ? weight
-                           : TensorView::bf16(pool.as<char>() + bytes * static_cast<std::size_t>(c % copies - 1), n, k);
+    TPD_CUDA(cudaMemcpyAsync(pool_.as<char>() + bytes * static_cast<std::size_t>(c - 1), weight.data, bytes,
+                             cudaMemcpyDeviceToDevice, s_.s));
+  x_ = DeviceBuffer(static_cast<std::size_t>(m * k) * 2);
+  out_ = DeviceBuffer(static_cast<std::size_t>(m * n) * 2);
+  fill_uniform_bf16(x_.get(), m * k, 0x7e57, 1.0f, s_.s);
+  const TensorView xv = TensorView::bf16(x_.get(), m, k);
+  const TensorView ov = TensorView::bf16(out_.get(), m, n);
+  char* const pool = pool_.as<char>();
+  auto copy = [=](int c) {
+    return c % copies == 0 ? weight : TensorView::bf16(pool + bytes * static_cast<std::size_t>(c % copies - 1), n, k);
   };
   const int calls = std::max(copies, std::clamp(static_cast<int>(std::ceil(kGraphBytes / static_cast<double>(bytes))),
                                                 kMinCalls, kMaxCalls));
-  const int rounds = static_cast<double>(bytes) * calls > kLargeGraphBytes ? kRoundsLarge : kRounds;
+  replays_ = static_cast<double>(bytes) * calls > kLargeGraphBytes ? kRoundsLarge : kRounds;
 
   // A candidate that cannot be prepared, captured or run, or whose output is not
-  // cuBLAS's, is marked failed (infinite time). cuBLAS runs first: its output is
-  // the reference (every call of a graph computes the same product: the copies are
-  // the same bytes).
+  // cuBLAS's, is marked failed (no graph: never timed). cuBLAS runs first: its
+  // output is the reference (every call of a graph computes the same product: the
+  // copies are the same bytes).
   std::vector<std::size_t> order(candidates.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
   std::stable_partition(order.begin(), order.end(),
                         [&](std::size_t i) { return candidates[i].path == GemmPath::kCublas; });
   std::vector<uint16_t> reference, got(static_cast<std::size_t>(m * n));
-  std::vector<std::optional<TimedGraph>> graphs(candidates.size());
+  graphs_ = std::vector<std::optional<TimedGraph>>(candidates.size());  // made in place: a TimedGraph never moves
   for (std::size_t i : order) {
     try {
       const GemmDecision launched = prepare_path(candidates[i], weight, m);
-      graphs[i].emplace(
-          s.s, [&](cudaStream_t st, int c) { launch_path(launched, copy(c), xv, ov, sms, ctx, pdl, st); }, calls);
-      TPD_CUDA(cudaMemsetAsync(out.get(), 0xff, out.bytes(), s.s));  // NaN: an unwritten element shows
-      graphs[i]->launch(s.s);                                        // warm-up
-      TPD_CUDA(cudaMemcpyAsync(got.data(), out.get(), out.bytes(), cudaMemcpyDeviceToHost, s.s));
-      TPD_CUDA(cudaStreamSynchronize(s.s));
+      graphs_[i].emplace(
+          s_.s, [&](cudaStream_t st, int c) { launch_path(launched, copy(c), xv, ov, sms, ctx, pdl, st); }, calls);
+      TPD_CUDA(cudaMemsetAsync(out_.get(), 0xff, out_.bytes(), s_.s));  // NaN: an unwritten element shows
+      graphs_[i]->launch(s_.s);                                         // warm-up
+      TPD_CUDA(cudaMemcpyAsync(got.data(), out_.get(), out_.bytes(), cudaMemcpyDeviceToHost, s_.s));
+      TPD_CUDA(cudaStreamSynchronize(s_.s));
       if (reference.empty() && candidates[i].path == GemmPath::kCublas) {
         reference = got;
       } else if (const double d = reference.empty() ? 0.0 : distance(got, reference); !(d <= kMismatch)) {
@@ -119,16 +134,29 @@ std::vector<double> measure_paths(const std::vector<GemmDecision>& candidates, c
       }
     } catch (const Error&) {
       cudaGetLastError();
-      graphs[i].reset();
+      graphs_[i].reset();
     }
   }
-  for (int r = 0; r < rounds; ++r)
-    for (std::optional<TimedGraph>& g : graphs)
-      if (g) g->time_replay(s.s);
-  std::vector<double> result(candidates.size(), std::numeric_limits<double>::infinity());
-  for (std::size_t i = 0; i < candidates.size(); ++i)
-    if (graphs[i]) result[i] = graphs[i]->timing().median_us;
+}
+
+std::vector<std::vector<double>> PathTiming::time(const std::vector<std::size_t>& which, int replays) {
+  for (std::size_t i : which) check(i < graphs_.size(), "decode gemm tuning: candidate {} of {}", i, graphs_.size());
+  std::vector<std::size_t> timed;  // the entries of `which` with a graph
+  for (std::size_t w = 0; w < which.size(); ++w)
+    if (graphs_[which[w]]) timed.push_back(w);
+  const std::vector<std::vector<double>> us =
+      interleave(timed.size(), replays, [&](std::size_t t) { return graphs_[which[timed[t]]]->time_replay(s_.s); });
+  std::vector<std::vector<double>> result(which.size());
+  for (std::size_t t = 0; t < timed.size(); ++t) result[timed[t]] = us[t];
   return result;
+}
+
+}  // namespace
+
+std::unique_ptr<GemmTiming> time_paths(const std::vector<GemmDecision>& candidates, const TensorView& weight, int m,
+                                       int sms, CublasContext& ctx, bool pdl, cudaStream_t stream,
+                                       const GemmWarning& warn) {
+  return std::make_unique<PathTiming>(candidates, weight, m, sms, ctx, pdl, stream, warn);
 }
 
 }  // namespace tpdecode

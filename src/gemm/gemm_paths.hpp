@@ -6,6 +6,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <memory>
 #include <vector>
 
 #include "gemm/gemm_tactic.hpp"
@@ -43,14 +44,18 @@ bool path_prepared(const GemmDecision& d);
 void launch_path(const GemmDecision& d, const TensorView& weight, const TensorView& x, const TensorView& out, int sms,
                  CublasContext& ctx, bool pdl, cudaStream_t stream, const CUtensorMap* w_map = nullptr);
 
-// Microseconds per call of each candidate on m rows of `weight` (not finite: it
-// failed): CUDA graphs of back-to-back calls over rotating copies of the weight (at
-// least 3 x L2 in all, so no call finds its weight in L2; one copy where the weight
-// alone is that large), candidates interleaved, the median of a few replays. A
-// candidate whose output differs from cuBLAS's is reported through `warn` and
-// marked failed. Waits for `stream` first (the weight is ready, nothing of the
-// caller's overlaps); times on a stream of its own. Host only; never under capture.
-std::vector<double> measure_paths(const std::vector<GemmDecision>& candidates, const TensorView& weight, int m,
-                                  int sms, CublasContext& ctx, bool pdl, cudaStream_t stream, const GemmWarning& warn);
+// The tuner's timing of the candidates on m rows of `weight`: CUDA graphs of
+// back-to-back calls over rotating copies of the weight (at least 3 x L2 in all, so
+// no call finds its weight in L2; one copy where the weight alone is that large),
+// made once here, each replayed once untimed and its output checked: a candidate
+// whose output differs from cuBLAS's is reported through `warn` and marked failed
+// (never timed). GemmTiming::time replays them interleaved; replays() is 5, or 3
+// where one graph streams more than 1 GB. Waits for `stream` first (the weight is
+// ready, nothing of the caller's overlaps); times on a stream of its own. Host
+// only; never under capture; made, used and destroyed on one thread (it holds that
+// thread in relaxed capture mode), within the lifetime of `weight` and `ctx`.
+std::unique_ptr<GemmTiming> time_paths(const std::vector<GemmDecision>& candidates, const TensorView& weight, int m,
+                                       int sms, CublasContext& ctx, bool pdl, cudaStream_t stream,
+                                       const GemmWarning& warn);
 
 }  // namespace tpdecode

@@ -2,15 +2,18 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <numeric>
 
 #include "core/check.hpp"
 #include "gemm/tune_file.hpp"
+#include "gemm/tune_rule.hpp"
 #include "tpdecode/version.hpp"
 #include "tpdecode/cublas_context.hpp"
 #include "tpdecode/error.hpp"
@@ -19,10 +22,33 @@ namespace tpdecode {
 namespace {
 
 // Bump when the candidates change (an engine or a tactic added or removed, a
-// tactic's meaning changed) or an engine's speed does: decisions measured under
-// another revision are not used, so every bucket is decided again among today's
-// candidates.
-constexpr int kEngineRevision = 6;
+// tactic's meaning changed), an engine's speed does, or the way a decision is made
+// from timings does (tune_rule.hpp): decisions measured under another revision are
+// not used, so every bucket is decided again among today's candidates.
+constexpr int kEngineRevision = 7;
+
+// Adds a fixed cost per candidate to every sample of an inner timing.
+class ChargedTiming final : public GemmTiming {
+ public:
+  ChargedTiming(std::unique_ptr<GemmTiming> inner, std::vector<double> charge)
+      : inner_(std::move(inner)), charge_(std::move(charge)) {}
+  std::vector<std::vector<double>> time(const std::vector<std::size_t>& which, int replays) override {
+    std::vector<std::vector<double>> samples = inner_->time(which, replays);
+    check(samples.size() == which.size(), "chain charge: {} samples for {} candidates", samples.size(), which.size());
+    for (std::size_t w = 0; w < which.size(); ++w)
+      for (double& us : samples[w]) us += charge_.at(which[w]);
+    return samples;
+  }
+  int replays() const override { return inner_->replays(); }
+
+ private:
+  std::unique_ptr<GemmTiming> inner_;
+  std::vector<double> charge_;
+};
+
+double ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
 
 // The map key: every field of GemmKey.
 std::string id_of(const GemmKey& k) {
@@ -43,6 +69,13 @@ std::vector<double> charge_chain_boundaries(const std::vector<GemmDecision>& can
   for (std::size_t i = 0; i < us.size(); ++i)
     if (candidates[i].path == GemmPath::kCublas || candidates[i].path == GemmPath::kCublasLt) us[i] += kChainBoundaryUs;
   return us;
+}
+
+std::unique_ptr<GemmTiming> charge_chain_boundaries(const std::vector<GemmDecision>& candidates,
+                                                    std::unique_ptr<GemmTiming> timing) {
+  check(timing != nullptr, "chain charge: no timing");
+  return std::make_unique<ChargedTiming>(std::move(timing),
+                                         charge_chain_boundaries(candidates, std::vector<double>(candidates.size())));
 }
 
 std::string gemm_library_version() {
@@ -158,17 +191,45 @@ GemmDecision GemmTuner::decide(const GemmKey& key, int device, const std::vector
   try {
     std::lock_guard measuring(device_lock);
     const auto start = std::chrono::steady_clock::now();
-    const std::vector<double> us = measure(candidates);
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    check<Error>(us.size() == candidates.size(), "{} times for {} candidates", us.size(), candidates.size());
-    std::size_t best = us.size();
-    for (std::size_t i = 0; i < us.size(); ++i)
-      if (std::isfinite(us[i]) && us[i] > 0 && (best == us.size() || us[i] < us[best])) best = i;
-    check<Error>(best < us.size(), "no candidate ran");
-    chosen = candidates[best];
+    std::unique_ptr<GemmTiming> timing = measure(candidates);
+    check<Error>(timing != nullptr, "no timing");
+    const int replays = std::max(1, timing->replays());
+    std::vector<std::size_t> all(candidates.size());
+    std::iota(all.begin(), all.end(), std::size_t{0});
+    const GemmSamples phase1 = timing->time(all, replays);
+    check<Error>(phase1.size() == candidates.size(), "{} samples for {} candidates", phase1.size(), candidates.size());
+    GemmChoice choice = choose_fastest(phase1);
+    check<Error>(choice.winner != kNoCandidate, "no candidate ran");
+    // Phase 2: the finalists in rounds, while the rounds after the first two fit in
+    // what phase 1 took (a round is predicted to take as long as the last one).
+    const double phase1_ms = ms_since(start);
+    const auto phase2 = std::chrono::steady_clock::now();
+    double last_round_ms = 0;
+    const GemmRetime retime = [&](const std::vector<std::size_t>& finalists) {
+      const auto round = std::chrono::steady_clock::now();
+      GemmSamples s = timing->time(finalists, replays);
+      check<Error>(s.size() == finalists.size(), "{} samples for {} finalists", s.size(), finalists.size());
+      last_round_ms = ms_since(round);
+      return s;
+    };
+    const auto more = [&] { return ms_since(phase2) + last_round_ms <= phase1_ms; };
+    const GemmTuneRule rule;
+    try {
+      choice = choose_gemm(phase1, retime, rule, more);
+    } catch (const std::exception& e) {
+      choice.finalists = static_cast<int>(gemm_finalists(phase1, rule).size());
+      choice.stable = choice.finalists < 2;
+      impl_->warn(fmt::format("re-timing the finalists of {} failed ({}); phase 1's fastest runs it", key.describe(),
+                              e.what()));
+    }
+    timing.reset();  // its graphs and weight copies go before the time is read
+    chosen = candidates[choice.winner];
     chosen.source = GemmSource::kTuned;
-    chosen.measured_us = static_cast<float>(us[best]);
-    chosen.tune_ms = static_cast<float>(ms);
+    chosen.measured_us = static_cast<float>(choice.us);
+    chosen.tune_ms = static_cast<float>(ms_since(start));
+    chosen.tune_finalists = static_cast<uint8_t>(std::clamp(choice.finalists, 0, 255));
+    chosen.tune_rounds = static_cast<uint8_t>(std::clamp(choice.rounds, 0, 255));
+    chosen.tune_stable = choice.stable;
     tuned = true;
   } catch (const std::exception& e) {
     impl_->warn(fmt::format("tuning {} failed ({}); the static rule runs it", key.describe(), e.what()));

@@ -89,6 +89,10 @@ std::optional<TuneEntry> entry_of(const Json& e) {
   t.decision.lt_algo = algo_of_hex(e.at("lt_algo").get<std::string>());
   t.decision.measured_us = e.at("us").get<float>();
   t.decision.tune_ms = e.at("tune_ms").get<float>();
+  // Absent in files written before the two-phase decision.
+  t.decision.tune_finalists = e.contains("finalists") ? small_unsigned<uint8_t>(e, "finalists", 255) : uint8_t{0};
+  t.decision.tune_rounds = e.contains("rounds") ? small_unsigned<uint8_t>(e, "rounds", 255) : uint8_t{0};
+  t.decision.tune_stable = e.value("stable", false);
   return t;
 }
 
@@ -110,7 +114,10 @@ Json json_of(const TuneEntry& t) {
           {"clusters", t.decision.clusters},
           {"lt_algo", hex_of(t.decision.lt_algo)},
           {"us", t.decision.measured_us},
-          {"tune_ms", t.decision.tune_ms}};
+          {"tune_ms", t.decision.tune_ms},
+          {"finalists", t.decision.tune_finalists},
+          {"rounds", t.decision.tune_rounds},
+          {"stable", t.decision.tune_stable}};
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 //   {"format": "tpdecode-gemm-tune/1",
 //    "entries": [{"device": "NVIDIA H200", "sms": 132, "version": "...", "n": 2112, "k": 7168,
 //                 "m_min": 5, "m_max": 8, "dtype": "bf16", "path": "warp", "split": 6,
-//                 "lt_algo": "<128 hex digits>", "us": 9.7, "tune_ms": 21.5}, ...]}
+//                 "lt_algo": "<128 hex digits>", "us": 9.7, "tune_ms": 21.5,
+//                 "finalists": 3, "rounds": 2, "stable": true}, ...]}
 // An entry whose path this library does not have (written by another version) is
 // skipped, not an error.
 #pragma once

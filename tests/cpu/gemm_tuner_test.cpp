@@ -11,8 +11,10 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -39,16 +41,38 @@ GemmDecision lt(uint64_t word) {
 
 const std::vector<GemmDecision> kCandidates = {warp_decision(1), warp_decision(8), warp_decision(3), warp_decision(5), cublas_decision(), lt(0x1234)};
 
+// A timing where every replay of candidate i takes us[i].
+class ConstantTiming final : public GemmTiming {
+ public:
+  explicit ConstantTiming(std::vector<double> us) : us_(std::move(us)) {}
+  std::vector<std::vector<double>> time(const std::vector<std::size_t>& which, int replays) override {
+    std::vector<std::vector<double>> out;
+    for (std::size_t i : which) out.emplace_back(static_cast<std::size_t>(replays), us_.at(i));
+    return out;
+  }
+  int replays() const override { return 5; }
+
+ private:
+  std::vector<double> us_;
+};
+
+// A measure whose timing gives the times `times` returns for the candidates.
+GemmMeasure constant(std::function<std::vector<double>(const std::vector<GemmDecision>&)> times) {
+  return [times = std::move(times)](const std::vector<GemmDecision>& c) -> std::unique_ptr<GemmTiming> {
+    return std::make_unique<ConstantTiming>(times(c));
+  };
+}
+
 // A fake timer: fixed times per candidate, counting its calls.
 struct FakeTimer {
   std::vector<double> us;
   std::atomic<int> calls{0};
   GemmMeasure measure() {
-    return [this](const std::vector<GemmDecision>& c) {
+    return constant([this](const std::vector<GemmDecision>& c) {
       ++calls;
       EXPECT_EQ(c.size(), us.size());
       return us;
-    };
+    });
   }
 };
 
@@ -123,7 +147,7 @@ TEST(GemmTuner, SkipsFailedCandidatesAndFallsBackToTheRule) {
   EXPECT_EQ(d.source, GemmSource::kRule);
   EXPECT_EQ(warnings.count(), 1u);
 
-  auto throwing = [](const std::vector<GemmDecision>&) -> std::vector<double> { throw Error("device lost"); };
+  auto throwing = [](const std::vector<GemmDecision>&) -> std::unique_ptr<GemmTiming> { throw Error("device lost"); };
   EXPECT_TRUE(tuner.decide(key_of(3), 0, kCandidates, throwing, rule).same_path(rule));
   EXPECT_EQ(warnings.count(), 2u);
   // The failure is remembered: no second attempt for the key.
@@ -162,13 +186,13 @@ TEST(GemmTuner, OptionsFromTheEnvironment) {
 TEST(GemmTuner, ConcurrentCallersOfOneKeyDecideOnce) {
   GemmTuner tuner;
   std::atomic<int> calls{0};
-  auto slow = [&](const std::vector<GemmDecision>& c) {
+  auto slow = constant([&](const std::vector<GemmDecision>& c) {
     ++calls;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     std::vector<double> us(c.size(), 20.0);
     us[3] = 10.0;
     return us;
-  };
+  });
   std::vector<GemmDecision> got(8);
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t)
@@ -181,12 +205,27 @@ TEST(GemmTuner, ConcurrentCallersOfOneKeyDecideOnce) {
 TEST(GemmTuner, MeasurementsOnOneDeviceNeverOverlap) {
   GemmTuner tuner;
   std::atomic<int> active{0}, most{0};
-  auto measure = [&](const std::vector<GemmDecision>& c) {
-    const int now = ++active;
-    most = std::max(most.load(), now);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    --active;
-    return std::vector<double>(c.size(), 1.0);
+  // The measurement lasts from preparing the candidates to the last re-timing.
+  class Watched final : public GemmTiming {
+   public:
+    Watched(std::atomic<int>& active, std::atomic<int>& most) : active_(active) {
+      const int now = ++active_;
+      most = std::max(most.load(), now);
+    }
+    ~Watched() override { --active_; }
+    std::vector<std::vector<double>> time(const std::vector<std::size_t>& which, int replays) override {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      std::vector<std::vector<double>> out;
+      for (std::size_t i : which) out.emplace_back(static_cast<std::size_t>(replays), 1.0 + 0.001 * static_cast<double>(i));
+      return out;
+    }
+    int replays() const override { return 3; }
+
+   private:
+    std::atomic<int>& active_;
+  };
+  auto measure = [&](const std::vector<GemmDecision>&) -> std::unique_ptr<GemmTiming> {
+    return std::make_unique<Watched>(active, most);
   };
   std::vector<std::thread> threads;
   for (int t = 0; t < 6; ++t)
@@ -261,11 +300,15 @@ TEST(GemmTuner, ChainLinksChargeStockCandidates) {
     GemmTuner tuner(o);
     FakeTimer t{us};
     EXPECT_TRUE(tuner.decide(alone, 0, kCandidates, t.measure(), warp_decision(1)).same_path(cublas_decision()));
-    const GemmMeasure as_link = [&](const std::vector<GemmDecision>& c) { return charge_chain_boundaries(c, us); };
+    const GemmMeasure as_link = [&](const std::vector<GemmDecision>& c) {
+      return charge_chain_boundaries(c, std::make_unique<ConstantTiming>(us));
+    };
     EXPECT_TRUE(tuner.decide(link, 0, kCandidates, as_link, cublas_decision()).same_path(warp_decision(8)));
     std::vector<double> far = us;
     far[1] = 10.0 + kChainBoundaryUs + 0.5;  // beyond the charge: cuBLAS stays
-    const GemmMeasure far_link = [&](const std::vector<GemmDecision>& c) { return charge_chain_boundaries(c, far); };
+    const GemmMeasure far_link = [&](const std::vector<GemmDecision>& c) {
+      return charge_chain_boundaries(c, std::make_unique<ConstantTiming>(far));
+    };
     GemmKey other = link;
     other.n = 2304;
     EXPECT_TRUE(tuner.decide(other, 0, kCandidates, far_link, warp_decision(1)).same_path(cublas_decision()));
@@ -416,7 +459,7 @@ TEST(GemmTuner, EveryRankOfATeamRunsTheSameDecision) {
       GemmTuner tuner;  // this rank's process
       std::vector<double> us(kCandidates.size(), 50.0);
       us[static_cast<std::size_t>(r)] = 10.0;  // each rank measures another winner
-      const GemmMeasure measure = [us](const std::vector<GemmDecision>&) { return us; };
+      const GemmMeasure measure = constant([us](const std::vector<GemmDecision>&) { return us; });
       local[static_cast<std::size_t>(r)] = tuner.decide(key_of(4608), 0, kCandidates, measure, cublas_decision());
       const GemmAgreement agree = [&, r](const GemmKey&, const GemmDecision& mine) {
         return broadcast.exchange(r, mine);

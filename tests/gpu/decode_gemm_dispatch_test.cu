@@ -46,8 +46,15 @@ TEST(DecodeGemm, TuningPicksACandidateAndReusesIt) {
   EXPECT_LT(p.error(out, m), 1e-2);
   const std::vector<GemmDecision> candidates = gemm.candidates(gemm_bucket_max(gemm_m_bucket(m)));
   EXPECT_TRUE(std::any_of(candidates.begin(), candidates.end(), [&](const GemmDecision& c) { return c.same_path(d); }));
+  // Phase 2 re-timed at most 4 finalists in at most 6 rounds (none with one finalist).
+  EXPECT_GE(d.tune_finalists, 1);
+  EXPECT_LE(d.tune_finalists, 4);
+  EXPECT_LE(d.tune_rounds, 6);
+  EXPECT_EQ(d.tune_rounds == 0, d.tune_finalists == 1);
   std::cout << "[ tuned    ] 4608x7168 M " << m << ": " << describe(d) << ", " << d.measured_us << " us, tuning took "
-            << d.tune_ms << " ms over " << candidates.size() << " candidates\n";
+            << d.tune_ms << " ms over " << candidates.size() << " candidates; " << int{d.tune_finalists}
+            << " finalists re-timed in " << int{d.tune_rounds} << " rounds, " << (d.tune_stable ? "stable" : "not stable")
+            << "\n";
 
   Problem q(4608, 7168, rng);
   DecodeGemm other(q.weight(), nullptr, tuner);
