@@ -218,12 +218,16 @@ void print_table(const std::vector<Row>& rows, const bench::ReadCeiling& ceiling
   // >= 85 % of the read ceiling, at TP 4 and TP 2 >= 88 %.
   for (const auto& [tp, percent, max_m] : {std::tuple{8, 85.0, 8}, std::tuple{4, 88.0, 1 << 30},
                                             std::tuple{2, 88.0, 1 << 30}}) {
-    double lowest = 1e9;
+    double lowest = 1e9, lowest_program = 1e9;
     for (const Row& r : rows)
-      if (r.tp == tp && r.chain == "layers" && r.m <= max_m) lowest = std::min(lowest, pct(r, r.ours_us));
+      if (r.tp == tp && r.chain == "layers" && r.m <= max_m) {
+        lowest = std::min(lowest, pct(r, r.ours_us));
+        lowest_program = std::min(lowest_program, pct(r, r.program_us));
+      }
     if (lowest < 1e9)
-      fmt::print("target TP {} layers{} >= {:.0f} %: lowest {:.1f} % -> {}\n", tp, max_m < 1000 ? " at M <= 8" : "",
-                 percent, lowest, lowest >= percent ? "met" : "missed");
+      fmt::print("target TP {} layers{} >= {:.0f} %: lowest {:.1f} % -> {} (as one program: lowest {:.1f} %)\n", tp,
+                 max_m < 1000 ? " at M <= 8" : "", percent, lowest, lowest >= percent ? "met" : "missed",
+                 lowest_program);
   }
 }
 

@@ -49,6 +49,13 @@ inline constexpr int kEpilogueBarrier = 1;                  // named barrier of 
 // same bits.
 inline constexpr int kChains = kChunkK / 16;
 
+// Where a consumer thread's accumulator i lies in wgmma's fragment of d[64 rows,
+// tokens] of one 64-row sub-tile (warp and lane within the consumer warpgroup).
+__device__ __forceinline__ int fragment_token(int lane, int i) { return 8 * (i / 4) + 2 * (lane % 4) + i % 2; }
+__device__ __forceinline__ int fragment_row(int warp, int lane, int i) {
+  return 16 * warp + lane / 4 + 8 * ((i % 4) / 2);
+}
+
 // A K range of one weight row block: what the ring streams, one K step per stage
 // (a step: kDepth chunks of kChunkK columns).
 struct Unit {
@@ -251,8 +258,8 @@ __device__ __forceinline__ void reduce_unit(const Partials& p, int j, const floa
   for (int s = 0; s < kSub; ++s)
 #pragma unroll
     for (int i = 0; i < kTokens / 2; ++i) {
-      const int token = 8 * (i / 4) + 2 * (lane % 4) + i % 2;
-      const int row = s * kTileRows + 16 * warp + lane / 4 + 8 * ((i % 4) / 2);
+      const int token = fragment_token(lane, i);
+      const int row = s * kTileRows + fragment_row(warp, lane, i);
       mine[token * p.stride + row] = acc[s][i];
     }
   dev::named_barrier_sync(kEpilogueBarrier, kConsumerThreads);

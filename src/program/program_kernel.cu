@@ -76,13 +76,6 @@ struct CtaSchedule {
   }
 };
 
-// Where thread `tid`'s accumulator i lies in the [tokens, 64] tile of one unit
-// (wgmma's fragment of d[64 rows, tokens]).
-__device__ __forceinline__ int fragment_token(int lane, int i) { return 8 * (i / 4) + 2 * (lane % 4) + i % 2; }
-__device__ __forceinline__ int fragment_row(int warp, int lane, int i) {
-  return 16 * warp + lane / 4 + 8 * ((i % 4) / 2);
-}
-
 // A partial-sum slot no part has written: a NaN no arithmetic produces (the
 // hardware's NaNs are 0x7fffffff), so the value itself says it has arrived.
 inline constexpr uint32_t kEmptyPartial = 0xffffffffu;
@@ -115,11 +108,11 @@ __device__ __forceinline__ void finish_unit(const Args& a, const Unit& u, const 
   const int64_t row0 = static_cast<int64_t>(u.block) * kBlockRows;
   const int slot = a.m * kBlockRows;  // floats of one part
   float* parts = a.scratch + u.scratch;
-  auto at = [&](int p, int i) { return parts + p * slot + fragment_token(lane, i) * kBlockRows + fragment_row(warp, lane, i); };
+  auto at = [&](int p, int i) { return parts + p * slot + wgmma::fragment_token(lane, i) * kBlockRows + wgmma::fragment_row(warp, lane, i); };
   if (u.part > 0) {
 #pragma unroll
     for (int i = 0; i < kRegs; ++i)
-      if (fragment_token(lane, i) < a.m) __stcg(at(u.part, i), acc[i]);
+      if (wgmma::fragment_token(lane, i) < a.m) __stcg(at(u.part, i), acc[i]);
     return;
   }
   float sum[kRegs];
@@ -128,18 +121,18 @@ __device__ __forceinline__ void finish_unit(const Args& a, const Unit& u, const 
   for (int p = 1; p < u.parts; ++p) {
     float v[kRegs];
 #pragma unroll
-    for (int i = 0; i < kRegs; ++i) v[i] = fragment_token(lane, i) < a.m ? await_partial(at(p, i)) : 0.0f;
+    for (int i = 0; i < kRegs; ++i) v[i] = wgmma::fragment_token(lane, i) < a.m ? await_partial(at(p, i)) : 0.0f;
 #pragma unroll
     for (int i = 0; i < kRegs; ++i) {
       sum[i] += v[i];
-      if (fragment_token(lane, i) < a.m) __stcg(reinterpret_cast<uint32_t*>(at(p, i)), kEmptyPartial);
+      if (wgmma::fragment_token(lane, i) < a.m) __stcg(reinterpret_cast<uint32_t*>(at(p, i)), kEmptyPartial);
     }
   }
   auto* out = static_cast<__nv_bfloat16*>(op.out);
 #pragma unroll
   for (int i = 0; i < kRegs; ++i) {
-    const int token = fragment_token(lane, i);
-    const int64_t row = row0 + fragment_row(warp, lane, i);
+    const int token = wgmma::fragment_token(lane, i);
+    const int64_t row = row0 + wgmma::fragment_row(warp, lane, i);
     if (token < a.m && row < op.n) out[token * op.out_stride + row] = __float2bfloat16_rn(sum[i]);
   }
   // Every thread's stores of the block before the count.

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "cpu/rank0_broadcast.hpp"
 #include "gemm/tune_file.hpp"
 #include "tpdecode/error.hpp"
 #include "tpdecode/gemm_tuner.hpp"
@@ -438,20 +439,7 @@ TEST(GemmTuner, UnwritableCacheWarnsOnce) {
 // agreement broadcasts rank 0's decision, as an NCCL broadcast would.
 TEST(GemmTuner, EveryRankOfATeamRunsTheSameDecision) {
   constexpr int kRanks = 4;
-  struct Broadcast {
-    std::mutex mutex;
-    std::condition_variable cv;
-    std::optional<GemmDecision> root;
-    GemmDecision exchange(int rank, const GemmDecision& mine) {
-      std::unique_lock lock(mutex);
-      if (rank == 0) {
-        root = mine;
-        cv.notify_all();
-      }
-      cv.wait(lock, [&] { return root.has_value(); });
-      return *root;
-    }
-  } broadcast;
+  test::Rank0Broadcast<GemmDecision> broadcast;
   std::vector<GemmDecision> local(kRanks), agreed(kRanks);
   std::vector<std::thread> ranks;
   for (int r = 0; r < kRanks; ++r)

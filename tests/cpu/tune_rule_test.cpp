@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/graph_timing.hpp"
+#include "cpu/rank0_broadcast.hpp"
 #include "gemm/tune_file.hpp"
 #include "gemm/tune_rule.hpp"
 #include "tpdecode/error.hpp"
@@ -453,20 +454,7 @@ TEST(TuneRule, EveryRankRunsTheAgreedDecisionWhateverItsNoise) {
   t[2] = 10.0;
   t[5] = 10.05;  // within the noise of 2
   t[9] = 10.1;
-  struct Broadcast {
-    std::mutex mutex;
-    std::condition_variable cv;
-    std::optional<GemmDecision> root;
-    GemmDecision exchange(int rank, const GemmDecision& mine) {
-      std::unique_lock lock(mutex);
-      if (rank == 0) {
-        root = mine;
-        cv.notify_all();
-      }
-      cv.wait(lock, [&] { return root.has_value(); });
-      return *root;
-    }
-  } broadcast;
+  test::Rank0Broadcast<GemmDecision> broadcast;
   std::vector<GemmDecision> local(kRanks), agreed(kRanks);
   std::vector<std::thread> ranks;
   for (int r = 0; r < kRanks; ++r)
