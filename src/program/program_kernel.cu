@@ -80,17 +80,19 @@ struct CtaSchedule {
 // hardware's NaNs are 0x7fffffff), so the value itself says it has arrived.
 inline constexpr uint32_t kEmptyPartial = 0xffffffffu;
 
-// Polls the partial at p until written (bounded: a bug past the deadline traps).
-__device__ __forceinline__ float await_partial(const float* p) {
+__device__ __forceinline__ uint32_t load_partial(const float* p) {
   uint32_t v;
   asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  if (v != kEmptyPartial) return __uint_as_float(v);
+  return v;
+}
+
+// Polls the partial at p until written (bounded: a bug past the deadline traps).
+__device__ __forceinline__ uint32_t await_partial(const float* p) {
   const uint64_t start = dev::global_timer_ns();
-  do {
-    asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  uint32_t v;
+  while ((v = load_partial(p)) == kEmptyPartial)
     if (dev::global_timer_ns() - start > dev::kMbarTimeoutNs) __trap();
-  } while (v == kEmptyPartial);
-  return __uint_as_float(v);
+  return v;
 }
 
 // The consumer warpgroup after multiply_unit. A block of one part: its outputs
@@ -108,7 +110,9 @@ __device__ __forceinline__ void finish_unit(const Args& a, const Unit& u, const 
   const int64_t row0 = static_cast<int64_t>(u.block) * kBlockRows;
   const int slot = a.m * kBlockRows;  // floats of one part
   float* parts = a.scratch + u.scratch;
-  auto at = [&](int p, int i) { return parts + p * slot + wgmma::fragment_token(lane, i) * kBlockRows + wgmma::fragment_row(warp, lane, i); };
+  auto at = [&](int p, int i) {
+    return parts + p * slot + wgmma::fragment_token(lane, i) * kBlockRows + wgmma::fragment_row(warp, lane, i);
+  };
   if (u.part > 0) {
 #pragma unroll
     for (int i = 0; i < kRegs; ++i)
@@ -119,12 +123,17 @@ __device__ __forceinline__ void finish_unit(const Args& a, const Unit& u, const 
 #pragma unroll
   for (int i = 0; i < kRegs; ++i) sum[i] = acc[i];
   for (int p = 1; p < u.parts; ++p) {
-    float v[kRegs];
+    // Every load of the part first, then the polls of any still empty. Why: a poll
+    // per value waits one L2 round trip each, (parts - 1) x tokens / 2 of them.
+    uint32_t v[kRegs];
 #pragma unroll
-    for (int i = 0; i < kRegs; ++i) v[i] = wgmma::fragment_token(lane, i) < a.m ? await_partial(at(p, i)) : 0.0f;
+    for (int i = 0; i < kRegs; ++i) v[i] = wgmma::fragment_token(lane, i) < a.m ? load_partial(at(p, i)) : 0u;
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i)
+      if (v[i] == kEmptyPartial) v[i] = await_partial(at(p, i));
 #pragma unroll
     for (int i = 0; i < kRegs; ++i) {
-      sum[i] += v[i];
+      sum[i] += __uint_as_float(v[i]);
       if (wgmma::fragment_token(lane, i) < a.m) __stcg(reinterpret_cast<uint32_t*>(at(p, i)), kEmptyPartial);
     }
   }
