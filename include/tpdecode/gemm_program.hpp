@@ -7,9 +7,15 @@
 // run (a fixed plan; split blocks summed in K order; no atomics in sums).
 //
 // The kernel needs every SM of the device at once (its CTAs wait on each other):
-// run it on a GPU that no concurrent kernel holds for good. Buffers: an op's `out`
-// may be any op's `x` that runs after it in the chain of `after` links; nothing
-// else may read or write an out buffer while the program runs.
+// run it on a GPU that no concurrent kernel holds for good (a CTA that cannot
+// become resident makes the others' waits trap after 10 s). Buffers: an op's `out`
+// may overlap another op's `x` only where one of the two waits for the other
+// through `after` links (checked at build); nothing else may read or write an out
+// buffer while the program runs. One program object runs one call at a time: its
+// counters and scratch are its own, so do not run it on two streams at once, and
+// every kernel launched between two of its runs must complete before the second
+// starts (a kernel with programmatic dependent launch that never waits for its
+// predecessor would let the runs overlap).
 #pragma once
 
 #include <cuda_runtime_api.h>

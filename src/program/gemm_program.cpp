@@ -12,6 +12,7 @@
 namespace tpdecode {
 
 struct GemmProgram::Impl {
+  int device = 0;
   int m = 0;
   int op_count = 0;
   int grid = 0;
@@ -54,6 +55,7 @@ GemmProgram::GemmProgram(std::vector<Gemm> gemms, int m) : impl_(std::make_uniqu
   p.m = m;
   p.op_count = static_cast<int>(gemms.size());
   std::vector<program::OpShape> shapes;
+  std::vector<program::OpBuffers> buffers;
   for (std::size_t i = 0; i < gemms.size(); ++i) {
     const Gemm& g = gemms[i];
     const int64_t n = g.weight.rows, k = g.weight.cols;
@@ -62,14 +64,23 @@ GemmProgram::GemmProgram(std::vector<Gemm> gemms, int m) : impl_(std::make_uniqu
     require_bf16(g.weight, n, k, true, i, "weight");
     require_bf16(g.x, m, k, true, i, "x");
     require_bf16(g.out, m, n, false, i, "out");
+    check(reinterpret_cast<uintptr_t>(g.out.data) % 2 == 0, "gemm program: op {}'s out is not 2-byte aligned", i);
     check(g.after >= -1 && g.after < static_cast<int>(i), "gemm program: op {} reads op {} (an earlier op or -1)", i,
           g.after);
     shapes.push_back({n, k});
     p.bytes += n * k * 2;
+    const auto x0 = reinterpret_cast<uintptr_t>(g.x.data), out0 = reinterpret_cast<uintptr_t>(g.out.data);
+    buffers.push_back({x0, x0 + static_cast<uintptr_t>(g.x.bytes()), out0,
+                       out0 + static_cast<uintptr_t>(((m - 1) * g.out.row_stride + n) * 2), g.after});
   }
-  int device = 0;
-  TPD_CUDA(cudaGetDevice(&device));
-  TPD_CUDA(cudaDeviceGetAttribute(&p.grid, cudaDevAttrMultiProcessorCount, device));
+  program::check_buffers(buffers);
+  TPD_CUDA(cudaGetDevice(&p.device));
+  TPD_CUDA(cudaDeviceGetAttribute(&p.grid, cudaDevAttrMultiProcessorCount, p.device));
+  int major = 0;
+  TPD_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device));
+  check<Unavailable>(major == 9, "gemm program: needs a compute capability 9.x GPU (this one is {}.x)", major);
+  // The weights may still be written on the caller's streams.
+  TPD_CUDA(cudaDeviceSynchronize());
   program::prepare_program_kernels();
   p.shape = program::kernel_shape(m);
   check<Unavailable>(program::resident_ctas_per_sm(p.shape) >= 1, "gemm program: its kernel does not fit an SM");
@@ -90,7 +101,6 @@ GemmProgram::GemmProgram(std::vector<Gemm> gemms, int m) : impl_(std::make_uniqu
     d.after = g.after;
     d.blocks = plan.blocks[i];
   }
-  TPD_CUDA(cudaDeviceSynchronize());  // the packing (on the legacy stream) before any run
   p.ops = upload(descs);
   p.units = upload(plan.units);
   p.cta_begin = upload(plan.cta_begin);
@@ -100,6 +110,9 @@ GemmProgram::GemmProgram(std::vector<Gemm> gemms, int m) : impl_(std::make_uniqu
   const std::size_t scratch_bytes = static_cast<std::size_t>(std::max<int64_t>(plan.scratch_floats, 4)) * 4;
   p.scratch = DeviceBuffer(scratch_bytes);
   TPD_CUDA(cudaMemset(p.scratch.get(), 0xff, scratch_bytes));  // every slot empty
+  // The packing, the uploads and the memsets (the legacy stream) before any run,
+  // which may be on a stream that does not wait for the legacy one.
+  TPD_CUDA(cudaDeviceSynchronize());
 
   auto* words = static_cast<uint32_t*>(p.counters.get());
   p.args.ops = static_cast<const program::OpDesc*>(p.ops.get());
@@ -115,6 +128,9 @@ GemmProgram::GemmProgram(std::vector<Gemm> gemms, int m) : impl_(std::make_uniqu
 GemmProgram::~GemmProgram() = default;
 
 void GemmProgram::run(cudaStream_t stream, bool pdl) const {
+  int device = 0;
+  TPD_CUDA(cudaGetDevice(&device));
+  check(device == impl_->device, "gemm program: built on device {}, run on device {}", impl_->device, device);
   program::launch_program(impl_->args, impl_->shape, impl_->grid, pdl, stream);
 }
 

@@ -6,6 +6,29 @@
 
 namespace tpdecode::program {
 
+void check_buffers(const std::vector<OpBuffers>& ops) {
+  auto overlap = [](uintptr_t a0, uintptr_t a1, uintptr_t b0, uintptr_t b1) { return a0 < b1 && b0 < a1; };
+  // Whether op i waits, directly or through its chain, for op j.
+  auto waits_for = [&](std::size_t i, std::size_t j) {
+    for (int at = ops[i].after; at >= 0; at = ops[static_cast<std::size_t>(at)].after)
+      if (static_cast<std::size_t>(at) == j) return true;
+    return false;
+  };
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    check(!overlap(ops[i].out_begin, ops[i].out_end, ops[i].x_begin, ops[i].x_end),
+          "gemm program: op {}'s out overlaps its x", i);
+    for (std::size_t j = 0; j < ops.size(); ++j) {
+      if (j == i) continue;
+      if (j > i)
+        check(!overlap(ops[i].out_begin, ops[i].out_end, ops[j].out_begin, ops[j].out_end),
+              "gemm program: the outs of ops {} and {} overlap", i, j);
+      check(!overlap(ops[j].out_begin, ops[j].out_end, ops[i].x_begin, ops[i].x_end) || waits_for(i, j) ||
+                waits_for(j, i),
+            "gemm program: op {} writes op {}'s x, and neither waits for the other (`after`)", j, i);
+    }
+  }
+}
+
 int64_t steps_of(const OpShape& op, int depth) {
   const int64_t chunks = op.k / 64;
   return (chunks + depth - 1) / depth;

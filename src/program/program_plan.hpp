@@ -39,6 +39,18 @@ struct Plan {
   int32_t max_parts = 0;
 };
 
+// The byte ranges an op reads (x) and writes (out), and the op it waits for.
+struct OpBuffers {
+  uintptr_t x_begin = 0, x_end = 0;
+  uintptr_t out_begin = 0, out_end = 0;
+  int after = -1;
+};
+
+// InvalidArgument where the ops' buffers race: an out overlapping its own op's x or
+// another op's out, or another op's x unless one of the two ops waits for the
+// other (through its chain of `after` links).
+void check_buffers(const std::vector<OpBuffers>& ops);
+
 // K steps of an op at `depth` chunks of 64 columns per step.
 int64_t steps_of(const OpShape& op, int depth);
 

@@ -114,3 +114,35 @@ TEST(ProgramPlan, RefusesWhatTheKernelCannotRun) {
 
 }  // namespace
 }  // namespace tpdecode::program
+
+namespace tpdecode::program {
+namespace {
+
+// Ops over byte ranges [a, b): x, out, after.
+OpBuffers op(uintptr_t x0, uintptr_t x1, uintptr_t out0, uintptr_t out1, int after) {
+  return {x0, x1, out0, out1, after};
+}
+
+TEST(ProgramBuffers, AChainWhoseOpsReadTheirPredecessorsPasses) {
+  // x0 -> out0 = x1 -> out1 = x2 -> out2
+  EXPECT_NO_THROW(check_buffers({op(0, 100, 100, 200, -1), op(100, 200, 200, 300, 0), op(200, 300, 300, 400, 1)}));
+  // Ping-pong: op 2 writes op 0's x; op 2 waits for op 0 through op 1.
+  EXPECT_NO_THROW(check_buffers({op(0, 100, 100, 200, -1), op(100, 200, 200, 300, 0), op(200, 300, 0, 100, 1)}));
+  // Independent ops on their own buffers.
+  EXPECT_NO_THROW(check_buffers({op(0, 100, 100, 200, -1), op(200, 300, 300, 400, -1)}));
+}
+
+TEST(ProgramBuffers, RacesAreRefused) {
+  EXPECT_THROW(check_buffers({op(0, 100, 50, 150, -1)}), InvalidArgument);  // out over its own x
+  EXPECT_THROW(check_buffers({op(0, 100, 100, 200, -1), op(300, 400, 150, 250, -1)}), InvalidArgument);  // outs
+  // Op 1 reads op 0's out without waiting for it.
+  EXPECT_THROW(check_buffers({op(0, 100, 100, 200, -1), op(100, 200, 200, 300, -1)}), InvalidArgument);
+  // Op 1 writes op 0's x and does not wait for op 0.
+  EXPECT_THROW(check_buffers({op(0, 100, 100, 200, -1), op(300, 400, 0, 100, -1)}), InvalidArgument);
+  // Op 2 reads op 0's out but waits only for op 1, which does not wait for op 0.
+  EXPECT_THROW(check_buffers({op(0, 100, 100, 200, -1), op(500, 600, 600, 700, -1), op(100, 200, 800, 900, 1)}),
+               InvalidArgument);
+}
+
+}  // namespace
+}  // namespace tpdecode::program

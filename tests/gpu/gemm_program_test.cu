@@ -175,6 +175,9 @@ TEST(GemmProgram, Refusals) {
   bad[1].x = TensorView::bf16(c.acts[1].get(), 4, 256);  // K of op 1 is 512
   EXPECT_THROW(GemmProgram(bad, 4), InvalidArgument);
   bad = c.gemms;
+  bad[1].after = -1;  // op 1 reads op 0's out without waiting for it
+  EXPECT_THROW(GemmProgram(bad, 4), InvalidArgument);
+  bad = c.gemms;
   bad[0].x.dtype = DType::kF32;
   EXPECT_THROW(GemmProgram(bad, 4), InvalidArgument);
   bad = c.gemms;
