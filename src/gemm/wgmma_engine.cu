@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/device_set.hpp"
+#include "gemm/gemm_tactic.hpp"
 #include "gemm/wgmma_launch.hpp"
 #include "gemm/wgmma_tiles.cuh"
 #include "tpdecode/error.hpp"
@@ -209,7 +210,7 @@ void prepare_wgmma() {
   for (int sub : {1, 2, 4})
     for (int tokens : {8, 16, 32, 64})
       wgmma::with_kernel(sub, tokens, [](auto kernel) {
-        TPD_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
+        TPD_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemPerCtaMax));
       });
   wgmma::prepared_devices.add_current();
 }

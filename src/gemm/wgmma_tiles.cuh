@@ -123,8 +123,7 @@ __device__ __forceinline__ void init_barriers(const Ring<kSub, kTokens, kDepth>&
 }
 
 // One K step of a [rows, k] operand's tensor map (wgmma_tile_map at kDepth) into a
-// stage: one box. Why one box of kDepth chunks rather than kDepth boxes: an SM's
-// tensor-map copies measured about the same time per box whatever its size.
+// stage: one box of kDepth chunks (one copy to issue and count per stage).
 template <int kDepth>
 __device__ __forceinline__ void load_step(uint8_t* smem, const CUtensorMap* map, int step, int row0, uint64_t* bar,
                                           uint64_t policy) {

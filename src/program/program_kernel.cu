@@ -22,6 +22,7 @@
 
 #include <algorithm>
 
+#include "gemm/gemm_tactic.hpp"
 #include "gemm/wgmma_tiles.cuh"
 #include "program/program_launch.hpp"
 #include "tpdecode/error.hpp"
@@ -67,12 +68,8 @@ struct CtaSchedule {
     dev::bulk_copy_to_shared(smem, packed_step(i, step), kStepBytes, bar, policy);
   }
   __device__ const CUtensorMap* activation_map(int i) const { return &a->ops[plan_unit(i).op].x; }
-  // Unit i's x is the outputs of op `after`: every block of it stored. Before the
-  // first x of an op: the acquire of its tensor map, which the host wrote into
-  // global memory (a tensor-map copy reads it through the tensormap proxy).
+  // Unit i's x is the outputs of op `after`: every block of it stored.
   __device__ void await_inputs(int i) const {
-    if (i == 0 || plan_unit(i - 1).op != plan_unit(i).op)
-      asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;" ::"l"(activation_map(i)) : "memory");
     const int after = a->ops[plan_unit(i).op].after;
     if (after < 0) return;
     wait_count(a->counters.op_done + after, static_cast<uint32_t>(a->ops[after].blocks));
@@ -84,11 +81,6 @@ struct CtaSchedule {
 // hardware's NaNs are 0x7fffffff), so the value itself says it has arrived.
 inline constexpr uint32_t kEmptyPartial = 0xffffffffu;
 
-// Why relaxed (strong) stores and loads at GPU scope for the slots: a weak store
-// and another CTA's poll of the same word would be a data race in PTX's model.
-__device__ __forceinline__ void store_partial(float* p, uint32_t v) {
-  asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
 __device__ __forceinline__ uint32_t load_partial(const float* p) {
   uint32_t v;
   asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -125,7 +117,7 @@ __device__ __forceinline__ void finish_unit(const Args& a, const Unit& u, const 
   if (u.part > 0) {
 #pragma unroll
     for (int i = 0; i < kRegs; ++i)
-      if (wgmma::fragment_token(lane, i) < a.m) store_partial(at(u.part, i), __float_as_uint(acc[i]));
+      if (wgmma::fragment_token(lane, i) < a.m) __stcg(at(u.part, i), acc[i]);
     return;
   }
   float sum[kRegs];
@@ -143,7 +135,7 @@ __device__ __forceinline__ void finish_unit(const Args& a, const Unit& u, const 
 #pragma unroll
     for (int i = 0; i < kRegs; ++i) {
       sum[i] += __uint_as_float(v[i]);
-      if (wgmma::fragment_token(lane, i) < a.m) store_partial(at(p, i), kEmptyPartial);
+      if (wgmma::fragment_token(lane, i) < a.m) __stcg(reinterpret_cast<uint32_t*>(at(p, i)), kEmptyPartial);
     }
   }
   auto* out = static_cast<__nv_bfloat16*>(op.out);
@@ -236,8 +228,6 @@ bool with_kernel(int tokens, int depth, F&& f) {
   return false;
 }
 
-constexpr int kSmemLimit = 227 * 1024;
-
 }  // namespace
 
 KernelShape kernel_shape(int m) {
@@ -251,7 +241,7 @@ KernelShape kernel_shape(int m) {
   const int stage = s.depth * (wgmma::kTileBytes + s.tokens * wgmma::kChunkK * 2);
   auto bytes = [&](int stages) { return stages * stage + 2 * stages * 8 + wgmma::kAlign; };
   s.stages = 0;
-  while (s.stages < wgmma::kMaxStages && bytes(s.stages + 1) <= kSmemLimit) ++s.stages;
+  while (s.stages < wgmma::kMaxStages && bytes(s.stages + 1) <= kSmemPerCtaMax) ++s.stages;
   s.smem_bytes = bytes(s.stages);
   return s;
 }
