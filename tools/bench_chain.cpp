@@ -50,6 +50,7 @@ struct Row {
   double bytes = 0;
   double stock_us = 0, ours_us = 0, read_us = 0, read_pdl_us = 0;
   double program_us = std::numeric_limits<double>::infinity();  // GemmProgram (infinite: M it does not serve)
+  double free_us = std::numeric_limits<double>::infinity();     // the same program, no op reading another
   std::vector<double> forced_us;  // per Options::force (infinite: a link the forced path cannot run)
   std::string paths;  // e.g. "cublas 5, warp 20"
 };
@@ -154,19 +155,33 @@ void bench_tp(int tp, const Options& o, const Gpu& gpu, cudaStream_t stream, std
       });
       r.ours_us = time_chains([&](std::size_t i, cudaStream_t st) { links[i].gemm->run(x_of(i), out_of(i), st); });
       if (m <= GemmProgram::kMaxRows) {
-        // One program per set: the chain's GEMMs in order, each waiting for the
-        // previous one (the order a chain of dependent linears needs).
-        std::vector<std::unique_ptr<GemmProgram>> programs;
-        for (const std::vector<std::size_t>& c : chains) {
-          std::vector<GemmProgram::Gemm> gemms;
-          for (std::size_t i : c)
-            gemms.push_back({links[i].gemm->weight(), x_of(i), out_of(i), static_cast<int>(gemms.size()) - 1});
-          programs.push_back(std::make_unique<GemmProgram>(std::move(gemms), m));
-        }
-        r.program_us = time_graph(
-                           stream, [&](cudaStream_t st, int c) { programs[static_cast<std::size_t>(c)]->run(st); },
-                           sets, o.replays)
-                           .median_us;
+        // One program per set: the chain's GEMMs in order, each reading the first
+        // K columns of the previous one's out (the dependency a chain of linears
+        // has; every drafter link's K fits its predecessor's N); `free`: every x an
+        // input (what the dependency costs).
+        auto time_program = [&](bool chained) {
+          std::vector<std::unique_ptr<GemmProgram>> programs;
+          for (const std::vector<std::size_t>& c : chains) {
+            std::vector<GemmProgram::Gemm> gemms;
+            for (std::size_t p = 0; p < c.size(); ++p) {
+              const std::size_t i = c[p];
+              GemmProgram::Gemm g{links[i].gemm->weight(), x_of(i), out_of(i), -1};
+              if (chained && p > 0 && links[i].shape.k <= links[c[p - 1]].shape.n) {
+                g.x = out_of(c[p - 1]);
+                g.x.cols = links[i].shape.k;
+                g.after = static_cast<int>(p) - 1;
+              }
+              gemms.push_back(g);
+            }
+            programs.push_back(std::make_unique<GemmProgram>(std::move(gemms), m));
+          }
+          return time_graph(
+                     stream, [&](cudaStream_t st, int c) { programs[static_cast<std::size_t>(c)]->run(st); }, sets,
+                     o.replays)
+              .median_us;
+        };
+        r.program_us = time_program(true);
+        r.free_us = time_program(false);
       }
       for (const std::string& name : o.force) {
         std::map<std::size_t, std::unique_ptr<DecodeGemm>> forced;  // by link
@@ -192,16 +207,16 @@ void bench_tp(int tp, const Options& o, const Gpu& gpu, cudaStream_t stream, std
 }
 
 void print_table(const std::vector<Row>& rows, const bench::ReadCeiling& ceiling, const Options& o) {
-  fmt::print("\n{:>3} {:>3} {:<15} {:>7} {:>9} {:>9} {:>6} {:>6} {:>6} {:>9} {:>6} {:>9} {:>6} {:>9} {:>6}  {}\n",
-             "TP", "M", "chain", "MB", "stock us", "ours us", "x", "%stock", "%ours", "prog us", "%prog", "read us",
-             "%read", "readPDL", "%rPDL", "paths (ours)");
+  fmt::print("\n{:>3} {:>3} {:<15} {:>7} {:>9} {:>9} {:>6} {:>6} {:>6} {:>9} {:>6} {:>9} {:>6} {:>9} {:>6} {:>9} {:>6}  {}\n",
+             "TP", "M", "chain", "MB", "stock us", "ours us", "x", "%stock", "%ours", "prog us", "%prog", "free us",
+             "%free", "read us", "%read", "readPDL", "%rPDL", "paths (ours)");
   auto pct = [&](const Row& r, double us) { return 100.0 * r.bytes / (ceiling.tb_per_s * 1e6) / us; };
   for (const Row& r : rows) {
     fmt::print("{:>3} {:>3} {:<15} {:>7.0f} {:>9.1f} {:>9.1f} {:>6.2f} {:>5.0f}% {:>5.0f}% {:>9.1f} {:>5.0f}% {:>9.1f} "
-               "{:>5.0f}% {:>9.1f} {:>5.0f}%  {}\n",
+               "{:>5.0f}% {:>9.1f} {:>5.0f}% {:>9.1f} {:>5.0f}%  {}\n",
                r.tp, r.m, r.chain, r.bytes / 1e6, r.stock_us, r.ours_us, r.stock_us / r.ours_us, pct(r, r.stock_us),
-               pct(r, r.ours_us), r.program_us, pct(r, r.program_us), r.read_us, pct(r, r.read_us), r.read_pdl_us,
-               pct(r, r.read_pdl_us), r.paths);
+               pct(r, r.ours_us), r.program_us, pct(r, r.program_us), r.free_us, pct(r, r.free_us), r.read_us,
+               pct(r, r.read_us), r.read_pdl_us, pct(r, r.read_pdl_us), r.paths);
     for (std::size_t i = 0; i < r.forced_us.size(); ++i)
       if (std::isfinite(r.forced_us[i]))
         fmt::print("{:>27} {:>17} {:>9.1f} {:>13} {:>5.0f}%\n", "", "forced " + o.force[i], r.forced_us[i], "",
@@ -210,7 +225,8 @@ void print_table(const std::vector<Row>& rows, const bench::ReadCeiling& ceiling
   fmt::print(
       "\nOne CUDA graph per chain: the per-rank GEMMs of the drafter's layers (distinct weights per layer) and, in "
       "'+lm_head', the vocabulary shard. stock = cublasGemmEx (default algorithm); ours = DecodeGemm (tuned as chain links, PDL); "
-      "prog = the chain as one GemmProgram (each GEMM waits for the previous one); x = stock / ours; forced NAME = every link forced to that path (--force); %% = weight bytes / read ceiling / "
+      "prog = the chain as one GemmProgram (each GEMM reads the previous one's out); free = that program with every "
+      "x an input (no op waits for another); x = stock / ours; forced NAME = every link forced to that path (--force); %% = weight bytes / read ceiling / "
       "time; read = a plain streaming read of the same buffers, "
       "ordinary launches and with PDL (what the hardware allows). Read ceiling {:.2f} TB/s.\n",
       ceiling.tb_per_s);
@@ -248,6 +264,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const ben
                          {"stock_us", r.stock_us},
                          {"ours_us", r.ours_us},
                          {"program_us", std::isfinite(r.program_us) ? nlohmann::json(r.program_us) : nlohmann::json()},
+                         {"program_free_us", std::isfinite(r.free_us) ? nlohmann::json(r.free_us) : nlohmann::json()},
                          {"read_us", r.read_us},
                          {"read_pdl_us", r.read_pdl_us},
                          {"floor_us", floor_us},

@@ -1,21 +1,22 @@
 // GemmProgram: a chain of decode GEMMs run as one persistent kernel. Each op is
 // out[m, n] = x[m, k] W[n, k]^T (BF16 operands, FP32 accumulation, one BF16
-// rounding) on buffers fixed when the program is built; an op may wait for an
-// earlier op (`after`: typically the op whose outputs it reads) before reading x. One CTA per SM runs every op in order; the weights of
-// the next ops stream while an op finishes, and only the reading of an op's inputs
-// waits for the op that produces them. Results are bitwise identical from run to
-// run (a fixed plan; split blocks summed in K order; no atomics in sums).
+// rounding) on buffers fixed when the program is built. An op's x is either an
+// input of the program or a column window of an earlier op's out (`after`); one
+// CTA per SM runs every op in order, the weights of the next ops stream while an
+// op finishes, and an op's math waits only for the outputs it reads, each value
+// as it arrives. Results are bitwise identical from run to run (a fixed plan;
+// split blocks summed in K order; no atomics in sums).
 //
 // The kernel needs every SM of the device at once (its CTAs wait on each other):
 // run it on a GPU that no concurrent kernel holds for good (a CTA that cannot
-// become resident makes the others' waits trap after 10 s). Buffers: an op's `out`
-// may overlap another op's `x` only where one of the two waits for the other
-// through `after` links (checked at build); nothing else may read or write an out
-// buffer while the program runs. One program object runs one call at a time: its
-// counters and scratch are its own, so do not run it on two streams at once, and
-// every kernel launched between two of its runs must complete before the second
-// starts (a kernel with programmatic dependent launch that never waits for its
-// predecessor would let the runs overlap).
+// become resident makes the others' waits trap after 10 s). Buffers: outs may not
+// overlap each other nor any input x; nothing else may read or write an out while
+// the program runs (the program reads an earlier op's outputs from its own copy,
+// so the out buffers are written for the caller only). One program object runs one
+// call at a time: its counters, scratch and mailbox are its own, so do not run it
+// on two streams at once, and every kernel launched between two of its runs must
+// complete before the second starts (a kernel with programmatic dependent launch
+// that never waits for its predecessor would let the runs overlap).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -32,9 +33,11 @@ class GemmProgram {
  public:
   struct Gemm {
     TensorView weight;  // [n, k] bf16, contiguous, 16-byte aligned, k a multiple of 64
-    TensorView x;       // [m, k] bf16, contiguous, 16-byte aligned
+    TensorView x;       // [m, k] bf16, 16-byte aligned rows
     TensorView out;     // [m, n] bf16 (any row stride >= n)
-    int after = -1;     // the earlier op whose completion x waits for; -1: none
+    // -1: x is an input of the program. Else the earlier op whose out x is a window
+    // of: its rows and row stride, columns [c, c + k) with c a multiple of 8.
+    int after = -1;
   };
   static constexpr int kMaxRows = 64;
 

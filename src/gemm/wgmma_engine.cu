@@ -168,7 +168,7 @@ DeviceSet prepared_devices;  // where the kernels' shared-memory limit is raised
 }  // namespace
 }  // namespace wgmma
 
-CUtensorMap wgmma_tile_map(const void* w, int64_t n, int64_t k, int box_rows, int depth) {
+CUtensorMap wgmma_tile_map(const void* w, int64_t n, int64_t k, int box_rows, int depth, int64_t row_stride) {
   using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                                    const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
@@ -186,7 +186,8 @@ CUtensorMap wgmma_tile_map(const void* w, int64_t n, int64_t k, int box_rows, in
   const bool deep = depth > 1;
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(deep ? wgmma::kChunkK : k), static_cast<cuuint64_t>(n),
                               static_cast<cuuint64_t>(k / wgmma::kChunkK)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(k) * 2, static_cast<cuuint64_t>(wgmma::kChunkK) * 2};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(row_stride > 0 ? row_stride : k) * 2,
+                                 static_cast<cuuint64_t>(wgmma::kChunkK) * 2};
   const cuuint32_t box[3] = {static_cast<cuuint32_t>(wgmma::kChunkK), static_cast<cuuint32_t>(box_rows),
                              static_cast<cuuint32_t>(depth)};
   const cuuint32_t element_strides[3] = {1, 1, 1};

@@ -31,12 +31,14 @@ struct WgmmaParams {
   int chunks;          // k / 64
 };
 
-// The tensor map of a [rows, k] bf16 operand (contiguous, 16-byte aligned) in
+// The tensor map of a [rows, k] bf16 operand (16-byte aligned, rows row_stride
+// elements apart, a multiple of 8; 0: k) in
 // boxes of [box_rows, 64] with the 128-byte swizzle (rows past the operand's arrive
 // as zeros); at depth > 1, boxes of `depth` such chunks side by side in K (chunks
 // past k arrive as zeros); InvalidArgument where the driver refuses it. Host only:
 // the weight's is made once, the activations' at every launch (a host encoding).
-CUtensorMap wgmma_tile_map(const void* operand, int64_t rows, int64_t k, int box_rows, int depth = 1);
+CUtensorMap wgmma_tile_map(const void* operand, int64_t rows, int64_t k, int box_rows, int depth = 1,
+                           int64_t row_stride = 0);
 
 // Whether the engine is built for (sub_tiles, tokens).
 bool wgmma_shape_built(int sub_tiles, int tokens);

@@ -1,8 +1,6 @@
 // GemmProgram's host side: checks, the plan for the device's SMs, the op
-// descriptors (tensor maps) and counters in device memory, the launch.
+// descriptors, mailbox and counters in device memory, the launch.
 #include "tpdecode/gemm_program.hpp"
-
-#include <cuda.h>
 
 #include "core/check.hpp"
 #include "gemm/wgmma_launch.hpp"
@@ -18,7 +16,7 @@ struct GemmProgram::Impl {
   int grid = 0;
   int64_t bytes = 0;
   program::KernelShape shape;
-  DeviceBuffer ops, units, cta_begin, counters, scratch;
+  DeviceBuffer ops, units, cta_begin, counters, scratch, mailbox;
   std::vector<DeviceBuffer> packed;  // per op
   program::Args args{};
 };
@@ -56,24 +54,30 @@ GemmProgram::GemmProgram(std::vector<Gemm> gemms, int m) : impl_(std::make_uniqu
   p.op_count = static_cast<int>(gemms.size());
   std::vector<program::OpShape> shapes;
   std::vector<program::OpBuffers> buffers;
+  std::vector<int> after;
+  auto matrix = [](const TensorView& t) {
+    return program::Matrix{reinterpret_cast<uintptr_t>(t.data), t.rows, t.cols, t.row_stride};
+  };
   for (std::size_t i = 0; i < gemms.size(); ++i) {
     const Gemm& g = gemms[i];
     const int64_t n = g.weight.rows, k = g.weight.cols;
     check(n > 0 && k > 0 && k % 64 == 0, "gemm program: op {}'s weight is {} (K must be a multiple of 64)", i,
           g.weight.describe());
     require_bf16(g.weight, n, k, true, i, "weight");
-    require_bf16(g.x, m, k, true, i, "x");
+    require_bf16(g.x, m, k, false, i, "x");
     require_bf16(g.out, m, n, false, i, "out");
+    check(g.x.aligned(16) && (m == 1 || g.x.row_stride % 8 == 0),
+          "gemm program: op {}'s x must be 16-byte aligned with rows 16-byte aligned ({})", i, g.x.describe());
     check(reinterpret_cast<uintptr_t>(g.out.data) % 2 == 0, "gemm program: op {}'s out is not 2-byte aligned", i);
     check(g.after >= -1 && g.after < static_cast<int>(i), "gemm program: op {} reads op {} (an earlier op or -1)", i,
           g.after);
     shapes.push_back({n, k});
     p.bytes += n * k * 2;
-    const auto x0 = reinterpret_cast<uintptr_t>(g.x.data), out0 = reinterpret_cast<uintptr_t>(g.out.data);
-    buffers.push_back({x0, x0 + static_cast<uintptr_t>(g.x.bytes()), out0,
-                       out0 + static_cast<uintptr_t>(((m - 1) * g.out.row_stride + n) * 2), g.after});
+    buffers.push_back({matrix(g.x), matrix(g.out), g.after});
+    after.push_back(g.after);
   }
-  program::check_buffers(buffers);
+  const std::vector<int64_t> window = program::check_buffers(buffers);
+  const program::MailboxLayout mailbox = program::mailbox_layout(shapes, after, m);
   TPD_CUDA(cudaGetDevice(&p.device));
   TPD_CUDA(cudaDeviceGetAttribute(&p.grid, cudaDevAttrMultiProcessorCount, p.device));
   int major = 0;
@@ -83,9 +87,16 @@ GemmProgram::GemmProgram(std::vector<Gemm> gemms, int m) : impl_(std::make_uniqu
   TPD_CUDA(cudaDeviceSynchronize());
   program::prepare_program_kernels();
   p.shape = program::kernel_shape(m);
-  check<Unavailable>(program::resident_ctas_per_sm(p.shape) >= 1, "gemm program: its kernel does not fit an SM");
+  // At least 5 stages: the activation loaders look ahead by their warps + 1.
+  check<Unavailable>(program::resident_ctas_per_sm(p.shape) >= 1 && p.shape.stages >= 5,
+                     "gemm program: its kernel does not fit an SM");
   const program::Plan plan = program::plan_program(shapes, p.grid, m, p.shape.depth);
 
+  const int64_t epoch_words = mailbox.epoch_elements / 2;
+  const std::size_t mailbox_bytes = static_cast<std::size_t>(std::max<int64_t>(2 * epoch_words, 4)) * 4;
+  p.mailbox = DeviceBuffer(mailbox_bytes);
+  TPD_CUDA(cudaMemset(p.mailbox.get(), 0xff, mailbox_bytes));  // both epochs empty
+  auto* epochs = static_cast<uint16_t*>(p.mailbox.get());
   std::vector<program::OpDesc> descs(gemms.size());
   for (std::size_t i = 0; i < gemms.size(); ++i) {
     const Gemm& g = gemms[i];
@@ -94,17 +105,34 @@ GemmProgram::GemmProgram(std::vector<Gemm> gemms, int m) : impl_(std::make_uniqu
     program::pack_weight(g.weight.data, g.weight.rows, g.weight.cols, p.shape.depth, p.packed.back().get(), nullptr);
     d.packed = p.packed.back().get();
     d.steps = program::steps_of(shapes[i], p.shape.depth);
-    d.x = wgmma_tile_map(g.x.data, m, g.x.cols, p.shape.tokens, p.shape.depth);
+    d.k = g.weight.cols;
+    d.n = g.weight.rows;
     d.out = g.out.data;
     d.out_stride = g.out.row_stride;
-    d.n = g.weight.rows;
+    d.out_mailbox = mailbox.offset[i];
+    d.out_mailbox_stride = mailbox.stride[i];
     d.after = g.after;
     d.blocks = plan.blocks[i];
+    if (g.after < 0) {
+      d.x = g.x.data;
+      d.x_stride = g.x.row_stride;
+      d.x_mailbox = -1;
+      d.x_map[0] = d.x_map[1] =
+          wgmma_tile_map(g.x.data, m, g.weight.cols, p.shape.tokens, p.shape.depth, m == 1 ? 0 : g.x.row_stride);
+    } else {
+      const auto from = static_cast<std::size_t>(g.after);
+      d.x = nullptr;
+      d.x_stride = mailbox.stride[from];
+      d.x_mailbox = mailbox.offset[from] + window[i];
+      for (int e = 0; e < 2; ++e)
+        d.x_map[e] = wgmma_tile_map(epochs + e * mailbox.epoch_elements + d.x_mailbox, m, g.weight.cols, p.shape.tokens,
+                                    p.shape.depth, d.x_stride);
+    }
   }
   p.ops = upload(descs);
   p.units = upload(plan.units);
   p.cta_begin = upload(plan.cta_begin);
-  const std::size_t counter_words = gemms.size() + 1;
+  const std::size_t counter_words = gemms.size() + 2;
   p.counters = DeviceBuffer(counter_words * 4);
   TPD_CUDA(cudaMemset(p.counters.get(), 0, counter_words * 4));
   const std::size_t scratch_bytes = static_cast<std::size_t>(std::max<int64_t>(plan.scratch_floats, 4)) * 4;
@@ -118,8 +146,10 @@ GemmProgram::GemmProgram(std::vector<Gemm> gemms, int m) : impl_(std::make_uniqu
   p.args.ops = static_cast<const program::OpDesc*>(p.ops.get());
   p.args.units = static_cast<const program::Unit*>(p.units.get());
   p.args.cta_begin = static_cast<const int32_t*>(p.cta_begin.get());
-  p.args.counters = {words, words + gemms.size()};
+  p.args.counters = {words, words + gemms.size(), words + gemms.size() + 1};
   p.args.scratch = static_cast<float*>(p.scratch.get());
+  p.args.mailbox = static_cast<uint32_t*>(p.mailbox.get());
+  p.args.epoch_words = epoch_words;
   p.args.op_count = p.op_count;
   p.args.m = m;
   p.args.stages = p.shape.stages;

@@ -3,20 +3,21 @@
 // kDepth chunks per ring stage. Weights are packed at build (pack_weight: each K
 // step of a block one contiguous, pre-swizzled 8 KB x kDepth run; a [64, 64] box
 // of the row-major weight streamed 81 % where the packed runs stream 87-92 %) and
-// arrive as one bulk copy per stage; x comes through its tensor map. The weight
-// producer streams its units' weights across op boundaries, waiting for nothing but
-// free stages; only the activation producer waits, before an op's first x box, for
-// the op it reads to be complete (its completion counter at the op's block count).
-// So the next op's weights are in flight while the previous op finishes, as far as
-// the ring holds them.
+// arrive as one bulk copy per stage. The weight producer streams its units'
+// weights across op boundaries, waiting for nothing but free stages; the
+// activation loaders (program_activations.cuh) fill x into the stages, by copies
+// or, while the op x comes from is not known complete, by polling its mailbox. So
+// the next op's weights are in flight while the previous op finishes, as far as
+// the ring holds them, and only the math waits for the data it needs.
 //
-// Ordering: a block's outputs are stored by the consumers, then (bar.sync) one
-// thread adds to op_done with release at GPU scope; the activation producer polls
-// with acquire and then orders its later tensor-map (async-proxy) loads after that
-// with fence.proxy.async.global. Parts of a split block meet in scratch slots that
-// start empty (a NaN pattern): part 0 polls the others' values and sums every part
-// in order 0 .. parts-1 (finish_unit). Nothing needs a host reset: part 0 empties
-// the slots it read; the last CTA to finish resets the op counters.
+// Ordering: an op that others read publishes each block into the mailbox (32-bit
+// words that start empty, so each shows its own arrival) and then counts the block
+// in op_done with release (bar.sync first: every thread's words before the count).
+// Parts of a split block meet in scratch slots that start empty (a NaN pattern):
+// part 0 polls the others' values and sums every part in order 0 .. parts-1
+// (finish_unit). Nothing needs a host reset: part 0 empties the slots it read; run
+// r publishes into mailbox epoch r % 2 and empties the other one (which run r + 1
+// publishes into); the last CTA to finish resets the counts and advances the epoch.
 #include <cuda/atomic>
 #include <cuda_bf16.h>
 
@@ -24,6 +25,7 @@
 
 #include "gemm/gemm_tactic.hpp"
 #include "gemm/wgmma_tiles.cuh"
+#include "program/program_activations.cuh"
 #include "program/program_launch.hpp"
 #include "tpdecode/error.hpp"
 
@@ -31,54 +33,30 @@ namespace tpdecode::program {
 namespace {
 
 using wgmma::kConsumerThreads;
-using wgmma::kThreads;
 using Atomic = cuda::atomic_ref<uint32_t, cuda::thread_scope_device>;
 
-// A bounded wait for a completion counter (a bug past the deadline: trap, as
-// mbar_wait does).
-__device__ __forceinline__ void wait_count(uint32_t* counter, uint32_t target) {
-  Atomic c(*counter);
-  if (c.load(cuda::memory_order_acquire) >= target) return;
-  const uint64_t start = dev::global_timer_ns();
-  while (c.load(cuda::memory_order_acquire) < target)
-    if (dev::global_timer_ns() - start > dev::kMbarTimeoutNs) __trap();
-}
-
-// This CTA's units of the plan.
+// This CTA's units as the weight producer and the consumers walk them.
 template <int kDepth>
 struct CtaSchedule {
-  const Args* a;
-  int begin;
-  int end;
-  __device__ int count() const { return end - begin; }
-  __device__ const Unit& plan_unit(int i) const { return a->units[begin + i]; }
+  CtaUnits units;
+  __device__ int count() const { return units.count(); }
   __device__ wgmma::Unit unit(int i) const {
-    const Unit& u = plan_unit(i);
+    const Unit& u = units[i];
     return {static_cast<int64_t>(u.block) * kBlockRows, u.step_begin, u.step_end};
   }
   static constexpr uint32_t kStepBytes = static_cast<uint32_t>(kDepth) * wgmma::kTileBytes;
-  __device__ const uint8_t* packed_step(int i, int step) const {
-    const Unit& u = plan_unit(i);
-    const OpDesc& op = a->ops[u.op];
-    return static_cast<const uint8_t*>(op.packed) +
-           (static_cast<int64_t>(u.block) * op.steps + step) * static_cast<int64_t>(kStepBytes);
-  }
   // Step `step` of unit i: one bulk copy of its packed tiles (pack_weight).
   __device__ void load_weights(int i, int step, uint8_t* smem, uint64_t* bar, uint64_t policy) const {
-    dev::bulk_copy_to_shared(smem, packed_step(i, step), kStepBytes, bar, policy);
-  }
-  __device__ const CUtensorMap* activation_map(int i) const { return &a->ops[plan_unit(i).op].x; }
-  // Unit i's x is the outputs of op `after`: every block of it stored.
-  __device__ void await_inputs(int i) const {
-    const int after = a->ops[plan_unit(i).op].after;
-    if (after < 0) return;
-    wait_count(a->counters.op_done + after, static_cast<uint32_t>(a->ops[after].blocks));
-    asm volatile("fence.proxy.async.global;" ::: "memory");
+    const Unit& u = units[i];
+    const OpDesc& op = units.a->ops[u.op];
+    const uint8_t* packed = static_cast<const uint8_t*>(op.packed) +
+                            (static_cast<int64_t>(u.block) * op.steps + step) * static_cast<int64_t>(kStepBytes);
+    dev::bulk_copy_to_shared(smem, packed, kStepBytes, bar, policy);
   }
 };
 
-// A partial-sum slot no part has written: a NaN no arithmetic produces (the
-// hardware's NaNs are 0x7fffffff), so the value itself says it has arrived.
+// A partial-sum slot no part has written: a NaN pattern no part stores (a partial
+// of these bits is stored as 0x7fffffff, a NaN too).
 inline constexpr uint32_t kEmptyPartial = 0xffffffffu;
 
 __device__ __forceinline__ uint32_t load_partial(const float* p) {
@@ -96,14 +74,40 @@ __device__ __forceinline__ uint32_t await_partial(const float* p) {
   return v;
 }
 
-// The consumer warpgroup after multiply_unit. A block of one part: its outputs
-// stored. A split block: parts 1 .. parts-1 store their partials and go on (no
-// fence, no counter: each value shows its own arrival); part 0 -- its CTA's last
-// unit of the op, so the others' are in by then -- adds them in order 1, 2, ... to
-// its own, empties their slots for the next run, stores the block. Then the op's
-// completion counted (release: the next op's tensor-map loads read these outputs).
+__device__ __forceinline__ uint32_t bf16_bits(float v) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+
+// The block's outputs into the mailbox, one 32-bit word (two rows of a token) per
+// store: a thread holds rows r, tokens t and t + 1 of its fragment pairs, so the
+// threads of rows r and r + 1 (lanes 4 apart) trade one value each.
 template <int kTokens>
-__device__ __forceinline__ void finish_unit(const Args& a, const Unit& u, const float (&acc)[kTokens / 2]) {
+__device__ __forceinline__ void publish(const Args& a, const OpDesc& op, uint32_t epoch, int64_t row0,
+                                        const float (&sum)[kTokens / 2]) {
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32, lane = tid % 32;
+  const bool even = (lane / 4) % 2 == 0;  // this thread's rows are even
+  uint32_t* box = a.mailbox + epoch * a.epoch_words + op.out_mailbox / 2;
+#pragma unroll
+  for (int i = 0; i < kTokens / 2; i += 2) {
+    const uint32_t v0 = bf16_bits(sum[i]), v1 = bf16_bits(sum[i + 1]);  // tokens t, t + 1
+    const uint32_t got = __shfl_xor_sync(0xffffffffu, even ? v1 : v0, 4);
+    uint32_t word = even ? v0 | got << 16 : got | v1 << 16;
+    if (word == kEmptyWord) word = 0x7fff7fffu;
+    const int token = wgmma::fragment_token(lane, i) + (even ? 0 : 1);
+    const int64_t row = row0 + wgmma::fragment_row(warp, lane, i) - (even ? 0 : 1);
+    if (token < a.m && row < op.n) store_relaxed(box + (token * op.out_mailbox_stride + row) / 2, word);
+  }
+}
+
+// The consumer warpgroup after multiply_unit. A block of one part: its outputs
+// stored (and published). A split block: parts 1 .. parts-1 store their partials
+// and go on (each value shows its own arrival); part 0 -- its CTA's last unit of
+// the op, so the others' are in by then -- adds them in order 1, 2, ... to its own,
+// empties their slots for the next run, stores and publishes the block.
+template <int kTokens>
+__device__ __forceinline__ void finish_unit(const Args& a, const Unit& u, uint32_t epoch,
+                                            const float (&acc)[kTokens / 2]) {
   constexpr int kRegs = kTokens / 2;
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32, lane = tid % 32;
@@ -112,30 +116,47 @@ __device__ __forceinline__ void finish_unit(const Args& a, const Unit& u, const 
   const int slot = a.m * kBlockRows;  // floats of one part
   float* parts = a.scratch + u.scratch;
   auto at = [&](int p, int i) {
-    return parts + p * slot + wgmma::fragment_token(lane, i) * kBlockRows + wgmma::fragment_row(warp, lane, i);
+    return reinterpret_cast<uint32_t*>(parts + p * slot + wgmma::fragment_token(lane, i) * kBlockRows +
+                                       wgmma::fragment_row(warp, lane, i));
   };
   if (u.part > 0) {
 #pragma unroll
-    for (int i = 0; i < kRegs; ++i)
-      if (wgmma::fragment_token(lane, i) < a.m) __stcg(at(u.part, i), acc[i]);
+    for (int i = 0; i < kRegs; ++i) {
+      const uint32_t v = __float_as_uint(acc[i]);
+      if (wgmma::fragment_token(lane, i) < a.m) store_relaxed(at(u.part, i), v == kEmptyPartial ? 0x7fffffffu : v);
+    }
     return;
   }
   float sum[kRegs];
 #pragma unroll
   for (int i = 0; i < kRegs; ++i) sum[i] = acc[i];
-  for (int p = 1; p < u.parts; ++p) {
-    // Every load of the part first, then the polls of any still empty. Why: a poll
-    // per value waits one L2 round trip each, (parts - 1) x tokens / 2 of them.
-    uint32_t v[kRegs];
+  // The parts' loads issued kPartBatch parts at a time, then the polls of any still
+  // empty, then the sums in part order. Why: each wait is an L2 round trip, which
+  // the weight stream makes about a microsecond long, and the block's store waits
+  // for all of them.
+  constexpr int kPartBatch = kRegs >= 32 ? 1 : 32 / kRegs;
+  for (int first = 1; first < u.parts; first += kPartBatch) {
+    uint32_t v[kPartBatch][kRegs];
 #pragma unroll
-    for (int i = 0; i < kRegs; ++i) v[i] = wgmma::fragment_token(lane, i) < a.m ? load_partial(at(p, i)) : 0u;
+    for (int b = 0; b < kPartBatch; ++b)
 #pragma unroll
-    for (int i = 0; i < kRegs; ++i)
-      if (v[i] == kEmptyPartial) v[i] = await_partial(at(p, i));
+      for (int i = 0; i < kRegs; ++i)
+        v[b][i] = first + b < u.parts && wgmma::fragment_token(lane, i) < a.m
+                      ? load_partial(reinterpret_cast<float*>(at(first + b, i)))
+                      : 0u;
 #pragma unroll
-    for (int i = 0; i < kRegs; ++i) {
-      sum[i] += __uint_as_float(v[i]);
-      if (wgmma::fragment_token(lane, i) < a.m) __stcg(reinterpret_cast<uint32_t*>(at(p, i)), kEmptyPartial);
+    for (int b = 0; b < kPartBatch; ++b)
+#pragma unroll
+      for (int i = 0; i < kRegs; ++i)
+        if (v[b][i] == kEmptyPartial) v[b][i] = await_partial(reinterpret_cast<float*>(at(first + b, i)));
+#pragma unroll
+    for (int b = 0; b < kPartBatch; ++b) {
+      if (first + b >= u.parts) break;
+#pragma unroll
+      for (int i = 0; i < kRegs; ++i) {
+        sum[i] += __uint_as_float(v[b][i]);
+        if (wgmma::fragment_token(lane, i) < a.m) store_relaxed(at(first + b, i), kEmptyPartial);
+      }
     }
   }
   auto* out = static_cast<__nv_bfloat16*>(op.out);
@@ -145,13 +166,29 @@ __device__ __forceinline__ void finish_unit(const Args& a, const Unit& u, const 
     const int64_t row = row0 + wgmma::fragment_row(warp, lane, i);
     if (token < a.m && row < op.n) out[token * op.out_stride + row] = __float2bfloat16_rn(sum[i]);
   }
-  // Every thread's stores of the block before the count.
+  if (op.out_mailbox < 0) return;
+  publish<kTokens>(a, op, epoch, row0, sum);
   dev::named_barrier_sync(wgmma::kEpilogueBarrier, kConsumerThreads);
   if (tid == 0) Atomic(a.counters.op_done[u.op]).fetch_add(1, cuda::memory_order_release);
 }
 
+// The consumer warpgroup, before its units: empties this CTA's share of the other
+// epoch's mailbox (the previous run's, complete: griddepcontrol.wait returned),
+// which the next run publishes into.
+__device__ __forceinline__ void empty_other_epoch(const Args& a, uint32_t epoch) {
+  const int64_t pieces = a.epoch_words / 4;
+  const int64_t begin = pieces * blockIdx.x / gridDim.x, end = pieces * (blockIdx.x + 1) / gridDim.x;
+  uint4* other = reinterpret_cast<uint4*>(a.mailbox + (epoch ^ 1) * a.epoch_words);
+  for (int64_t i = begin + threadIdx.x; i < end; i += kConsumerThreads)
+    other[i] = uint4{kEmptyWord, kEmptyWord, kEmptyWord, kEmptyWord};
+}
+
+__device__ __forceinline__ uint32_t read_epoch(const Args& a) {
+  return Atomic(*a.counters.epoch).load(cuda::memory_order_relaxed) & 1u;
+}
+
 template <int kTokens, int kDepth>
-__global__ void __launch_bounds__(kThreads, 1) gemm_program_kernel(const __grid_constant__ Args a) {
+__global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const __grid_constant__ Args a) {
   // Why at entry: a next kernel may launch and prefetch its weights during this
   // one's tail; it reads this kernel's outputs only after griddepcontrol.wait.
   dev::pdl_launch_dependents();
@@ -163,39 +200,50 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_program_kernel(const __grid_
   const Ring ring{base, a.stages, bars, bars + a.stages};
   const int tid = static_cast<int>(threadIdx.x);
   if (tid < a.stages) {
-    dev::mbar_init(ring.full + tid, 2);
+    dev::mbar_init(ring.full + tid, 2);  // the weight producer's copy and the activation loader
     dev::mbar_init(ring.empty + tid, wgmma::kConsumerWarps);
     dev::mbar_init_fence();
   }
+  // The x tiles' rows past m: zero for good (copies write them as zeros, the polled
+  // loads leave them).
+  for (int s = 0; s < a.stages; ++s)
+    for (int i = tid; i < Ring::kXBytes / 16; i += blockDim.x)
+      reinterpret_cast<uint4*>(ring.x(s))[i] = uint4{0, 0, 0, 0};
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   __syncthreads();
-  const CtaSchedule<kDepth> schedule{&a, a.cta_begin[blockIdx.x], a.cta_begin[blockIdx.x + 1]};
+  const CtaUnits units{&a, a.cta_begin[blockIdx.x], a.cta_begin[blockIdx.x + 1]};
   const int warp = tid / 32;
-  wgmma::Cursor cur;
   if (warp == wgmma::kWeightWarp) {
-    if (tid % 32 == 0) wgmma::produce_weights(ring, schedule, cur);
+    wgmma::Cursor cur;
+    if (tid % 32 == 0) wgmma::produce_weights(ring, CtaSchedule<kDepth>{units}, cur);
     return;
   }
-  if (warp == wgmma::kActivationWarp) {
-    if (tid % 32 == 0) {
-      dev::pdl_wait();  // the program's inputs and outputs: the previous kernel's
-      wgmma::produce_activations(ring, schedule, cur);
-    }
-    return;
-  }
+  // The program's inputs, the previous run's mailbox and counters: the previous
+  // kernel's.
   dev::pdl_wait();
-  float acc[wgmma::kChains][1][kTokens / 2];
-  for (int j = 0; j < schedule.count(); ++j) {
-    const Unit& u = schedule.plan_unit(j);
-    wgmma::multiply_unit(ring, schedule.unit(j), cur, acc);
-    finish_unit<kTokens>(a, u, acc[0][0]);
+  if (warp > wgmma::kWeightWarp) {
+    if (units.count() > 0)
+      ActivationLoader<kTokens, kDepth>{a, units, ring, read_epoch(a), warp - wgmma::kWeightWarp - 1, tid % 32}.run();
+    return;
   }
-  // The last CTA to finish resets the op counters for the next run: every CTA's
-  // counts and waits precede its arrival here.
+  const uint32_t epoch = read_epoch(a);
+  empty_other_epoch(a, epoch);
+  const CtaSchedule<kDepth> schedule{units};
+  wgmma::Cursor cur;
+  float acc[wgmma::kChains][1][kTokens / 2];
+  for (int j = 0; j < units.count(); ++j) {
+    wgmma::multiply_unit(ring, schedule.unit(j), cur, acc);
+    finish_unit<kTokens>(a, units[j], epoch, acc[0][0]);
+  }
+  // The last CTA to finish resets the counts and advances the epoch for the next
+  // run: every CTA's counts, waits and reads of the epoch precede its arrival here.
+  dev::named_barrier_sync(wgmma::kEpilogueBarrier, kConsumerThreads);
   if (tid == 0) {
     Atomic done(*a.counters.ctas_done);
     if (done.fetch_add(1, cuda::memory_order_acq_rel) == gridDim.x - 1) {
       for (int o = 0; o < a.op_count; ++o) Atomic(a.counters.op_done[o]).store(0, cuda::memory_order_relaxed);
       done.store(0, cuda::memory_order_relaxed);
+      Atomic(*a.counters.epoch).store(epoch ^ 1u, cuda::memory_order_relaxed);
     }
   }
 }
@@ -218,13 +266,13 @@ __global__ void pack_weight_kernel(const uint4* __restrict__ w, int64_t n, int64
   }
 }
 
-// The kernels built: (tokens, depth) of kernel_shape.
+// The kernels built: (tokens, depth) of kernel_shape; f(kernel, its threads).
 template <class F>
 bool with_kernel(int tokens, int depth, F&& f) {
-  if (tokens == 8 && depth == 4) return f(gemm_program_kernel<8, 4>), true;
-  if (tokens == 16 && depth == 4) return f(gemm_program_kernel<16, 4>), true;
-  if (tokens == 32 && depth == 2) return f(gemm_program_kernel<32, 2>), true;
-  if (tokens == 64 && depth == 2) return f(gemm_program_kernel<64, 2>), true;
+  if (tokens == 8 && depth == 4) return f(gemm_program_kernel<8, 4>, kProgramThreads), true;
+  if (tokens == 16 && depth == 4) return f(gemm_program_kernel<16, 4>, kProgramThreads), true;
+  if (tokens == 32 && depth == 2) return f(gemm_program_kernel<32, 2>, kProgramThreads), true;
+  if (tokens == 64 && depth == 2) return f(gemm_program_kernel<64, 2>, kProgramThreads), true;
   return false;
 }
 
@@ -249,7 +297,7 @@ KernelShape kernel_shape(int m) {
 void prepare_program_kernels() {
   for (int tokens : {8, 16, 32, 64}) {
     const KernelShape s = kernel_shape(tokens);
-    with_kernel(s.tokens, s.depth, [&](auto kernel) {
+    with_kernel(s.tokens, s.depth, [&](auto kernel, int) {
       TPD_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, s.smem_bytes));
     });
   }
@@ -257,8 +305,8 @@ void prepare_program_kernels() {
 
 int resident_ctas_per_sm(const KernelShape& s) {
   int blocks = 0;
-  with_kernel(s.tokens, s.depth, [&](auto kernel) {
-    TPD_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, s.smem_bytes));
+  with_kernel(s.tokens, s.depth, [&](auto kernel, int threads) {
+    TPD_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, s.smem_bytes));
   });
   return blocks;
 }
@@ -279,7 +327,6 @@ void pack_weight(const void* w, int64_t n, int64_t k, int depth, void* packed, c
 void launch_program(const Args& a, const KernelShape& s, int grid, bool pdl, cudaStream_t stream) {
   cudaLaunchConfig_t c = {};
   c.gridDim = dim3(static_cast<unsigned>(grid));
-  c.blockDim = dim3(kThreads);
   c.dynamicSmemBytes = static_cast<std::size_t>(s.smem_bytes);
   c.stream = stream;
   cudaLaunchAttribute attr[1];
@@ -287,7 +334,10 @@ void launch_program(const Args& a, const KernelShape& s, int grid, bool pdl, cud
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   c.attrs = attr;
   c.numAttrs = pdl ? 1 : 0;
-  const bool built = with_kernel(s.tokens, s.depth, [&](auto kernel) { TPD_CUDA(cudaLaunchKernelEx(&c, kernel, a)); });
+  const bool built = with_kernel(s.tokens, s.depth, [&](auto kernel, int threads) {
+    c.blockDim = dim3(static_cast<unsigned>(threads));
+    TPD_CUDA(cudaLaunchKernelEx(&c, kernel, a));
+  });
   if (!built) throw InvalidArgument("gemm program: no kernel for this row count");
 }
 

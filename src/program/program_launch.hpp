@@ -12,22 +12,35 @@
 namespace tpdecode::program {
 
 // One GEMM op in device memory.
-struct OpDesc {    // aligned as CUtensorMap (64 bytes or more)
-  CUtensorMap x;    // [m, k] activations: boxes [depth][tokens][64]
+struct OpDesc {     // aligned as CUtensorMap (64 bytes or more)
+  // x through a tensor map per mailbox epoch (an input: the same map twice), in
+  // boxes [depth][tokens][64].
+  CUtensorMap x_map[2];
   const void* packed;  // the weight as pack_weight lays it out
-  int64_t steps;    // K steps of the op
-  void* out;      // [m, out_stride] bf16
-  int64_t out_stride;
+  int64_t steps;       // K steps of the op
+  int64_t k;
   int64_t n;
-  int32_t after;   // the op whose outputs this op reads (-1: none in the program)
-  int32_t blocks;  // 64-row blocks: op_done[this op] counts to this
+  void* out;           // [m, out_stride] bf16
+  int64_t out_stride;
+  // Where x is read: an input of the program (x, x_stride: read from memory), or
+  // (x_mailbox >= 0) the mailbox region of the op it reads, from column x_mailbox
+  // of rows x_stride apart, polled until each word has arrived.
+  const void* x;
+  int64_t x_stride;
+  int64_t x_mailbox;   // elements into an epoch; -1: an input
+  int64_t out_mailbox; // where this op publishes its outputs; -1: no op reads them
+  int64_t out_mailbox_stride;
+  int32_t after;   // the op whose outputs x is a window of (-1: an input)
+  int32_t blocks;  // 64-row blocks: op_done[this op] counts to this where an op reads it
 };
 
-// The counters the kernel keeps in device memory; zero between runs (the last CTA
-// to finish resets them).
+// The counters the kernel keeps in device memory. op_done and ctas_done are zero
+// between runs (the last CTA to finish resets them); epoch counts the runs: run r
+// publishes into mailbox epoch r % 2 and empties the other.
 struct Counters {
-  uint32_t* op_done;    // [ops] blocks stored
+  uint32_t* op_done;    // [ops] blocks published (of the ops other ops read)
   uint32_t* ctas_done;  // [1]
+  uint32_t* epoch;      // [1]
 };
 
 struct Args {
@@ -36,6 +49,8 @@ struct Args {
   const int32_t* cta_begin;  // [grid + 1]
   Counters counters;
   float* scratch;  // split blocks' partials: every float 0xffffffff (empty) between runs
+  uint32_t* mailbox;  // [2][epoch_words]: every word 0xffffffff (empty) where a run will publish
+  int64_t epoch_words;  // a multiple of 4
   int op_count;
   int m;
   int stages;

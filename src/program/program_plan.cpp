@@ -6,27 +6,45 @@
 
 namespace tpdecode::program {
 
-void check_buffers(const std::vector<OpBuffers>& ops) {
-  auto overlap = [](uintptr_t a0, uintptr_t a1, uintptr_t b0, uintptr_t b1) { return a0 < b1 && b0 < a1; };
-  // Whether op i waits, directly or through its chain, for op j.
-  auto waits_for = [&](std::size_t i, std::size_t j) {
-    for (int at = ops[i].after; at >= 0; at = ops[static_cast<std::size_t>(at)].after)
-      if (static_cast<std::size_t>(at) == j) return true;
-    return false;
-  };
+std::vector<int64_t> check_buffers(const std::vector<OpBuffers>& ops) {
+  auto overlap = [](const Matrix& a, const Matrix& b) { return a.data < b.end() && b.data < a.end(); };
+  std::vector<int64_t> window(ops.size(), 0);
   for (std::size_t i = 0; i < ops.size(); ++i) {
-    check(!overlap(ops[i].out_begin, ops[i].out_end, ops[i].x_begin, ops[i].x_end),
-          "gemm program: op {}'s out overlaps its x", i);
-    for (std::size_t j = 0; j < ops.size(); ++j) {
-      if (j == i) continue;
-      if (j > i)
-        check(!overlap(ops[i].out_begin, ops[i].out_end, ops[j].out_begin, ops[j].out_end),
-              "gemm program: the outs of ops {} and {} overlap", i, j);
-      check(!overlap(ops[j].out_begin, ops[j].out_end, ops[i].x_begin, ops[i].x_end) || waits_for(i, j) ||
-                waits_for(j, i),
-            "gemm program: op {} writes op {}'s x, and neither waits for the other (`after`)", j, i);
+    const OpBuffers& op = ops[i];
+    for (std::size_t j = i + 1; j < ops.size(); ++j)
+      check(!overlap(op.out, ops[j].out), "gemm program: the outs of ops {} and {} overlap", i, j);
+    if (op.after < 0) {
+      for (std::size_t j = 0; j < ops.size(); ++j)
+        check(!overlap(ops[j].out, op.x), "gemm program: op {} writes op {}'s input x", j, i);
+      continue;
     }
+    check(static_cast<std::size_t>(op.after) < i, "gemm program: op {} reads op {} (an earlier op or -1)", i,
+          op.after);
+    const Matrix& from = ops[static_cast<std::size_t>(op.after)].out;
+    const auto bytes = static_cast<int64_t>(op.x.data) - static_cast<int64_t>(from.data);
+    const int64_t column = bytes / 2;
+    check(bytes >= 0 && bytes % 16 == 0 && column + op.x.cols <= from.cols && op.x.rows == from.rows &&
+              (op.x.rows == 1 || op.x.row_stride == from.row_stride),
+          "gemm program: op {}'s x is not a window of op {}'s out (the same rows and row stride, its columns "
+          "from a multiple of 8 inside it)",
+          i, op.after);
+    window[i] = column;
   }
+  return window;
+}
+
+MailboxLayout mailbox_layout(const std::vector<OpShape>& ops, const std::vector<int>& after, int m) {
+  MailboxLayout l;
+  l.offset.assign(ops.size(), -1);
+  l.stride.assign(ops.size(), 0);
+  for (int a : after)
+    if (a >= 0 && l.offset[static_cast<std::size_t>(a)] < 0) {
+      const auto o = static_cast<std::size_t>(a);
+      l.stride[o] = (ops[o].n + 7) / 8 * 8;
+      l.offset[o] = l.epoch_elements;
+      l.epoch_elements += m * l.stride[o];
+    }
+  return l;
 }
 
 int64_t steps_of(const OpShape& op, int depth) {

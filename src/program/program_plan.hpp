@@ -39,17 +39,38 @@ struct Plan {
   int32_t max_parts = 0;
 };
 
-// The byte ranges an op reads (x) and writes (out), and the op it waits for.
+// A bf16 matrix in device memory, as the checks see it (addresses, elements).
+struct Matrix {
+  uintptr_t data = 0;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t row_stride = 0;  // elements
+  uintptr_t end() const { return data + static_cast<uintptr_t>(((rows - 1) * row_stride + cols) * 2); }
+};
+
+// An op's x and out, and the op whose out x is a window of (-1: x is an input of
+// the program, read from memory).
 struct OpBuffers {
-  uintptr_t x_begin = 0, x_end = 0;
-  uintptr_t out_begin = 0, out_end = 0;
+  Matrix x;
+  Matrix out;
   int after = -1;
 };
 
-// InvalidArgument where the ops' buffers race: an out overlapping its own op's x or
-// another op's out, or another op's x unless one of the two ops waits for the
-// other (through its chain of `after` links).
-void check_buffers(const std::vector<OpBuffers>& ops);
+// InvalidArgument where the ops cannot run as one program: an x of op `after` that
+// is not a window of its out (the same rows and row stride, columns from a multiple
+// of 8 inside it), outs that overlap, or an out over an input x (the inputs are read
+// while ops write). The window's first column per op (0 for an input).
+std::vector<int64_t> check_buffers(const std::vector<OpBuffers>& ops);
+
+// Where the ops that other ops read publish their outputs (the program's mailbox):
+// per op, its [m, stride] bf16 region in each of the two epochs (offset -1: no op
+// reads it). Regions are 16-byte aligned and disjoint; an epoch is `epoch_elements`.
+struct MailboxLayout {
+  std::vector<int64_t> offset;  // elements into an epoch
+  std::vector<int64_t> stride;  // elements per row, n rounded up to 8
+  int64_t epoch_elements = 0;   // a multiple of 8
+};
+MailboxLayout mailbox_layout(const std::vector<OpShape>& ops, const std::vector<int>& after, int m);
 
 // K steps of an op at `depth` chunks of 64 columns per step.
 int64_t steps_of(const OpShape& op, int depth);

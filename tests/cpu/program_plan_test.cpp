@@ -118,30 +118,64 @@ TEST(ProgramPlan, RefusesWhatTheKernelCannotRun) {
 namespace tpdecode::program {
 namespace {
 
-// Ops over byte ranges [a, b): x, out, after.
-OpBuffers op(uintptr_t x0, uintptr_t x1, uintptr_t out0, uintptr_t out1, int after) {
-  return {x0, x1, out0, out1, after};
+// [rows, cols] bf16 at byte address `at` with `stride` elements per row.
+Matrix mat(uintptr_t at, int64_t rows, int64_t cols, int64_t stride = 0) {
+  return {at, rows, cols, stride == 0 ? cols : stride};
 }
 
-TEST(ProgramBuffers, AChainWhoseOpsReadTheirPredecessorsPasses) {
-  // x0 -> out0 = x1 -> out1 = x2 -> out2
-  EXPECT_NO_THROW(check_buffers({op(0, 100, 100, 200, -1), op(100, 200, 200, 300, 0), op(200, 300, 300, 400, 1)}));
-  // Ping-pong: op 2 writes op 0's x; op 2 waits for op 0 through op 1.
-  EXPECT_NO_THROW(check_buffers({op(0, 100, 100, 200, -1), op(100, 200, 200, 300, 0), op(200, 300, 0, 100, 1)}));
-  // Independent ops on their own buffers.
-  EXPECT_NO_THROW(check_buffers({op(0, 100, 100, 200, -1), op(200, 300, 300, 400, -1)}));
+TEST(ProgramBuffers, WindowsOfEarlierOutsPass) {
+  // x0 -> out0 = x1 -> out1 = x2 -> out2, 4 rows.
+  const std::vector<OpBuffers> chain = {{mat(0, 4, 64), mat(1000, 4, 128), -1},
+                                        {mat(1000, 4, 128), mat(3000, 4, 64), 0},
+                                        {mat(3000, 4, 64), mat(5000, 4, 256), 1}};
+  EXPECT_EQ(check_buffers(chain), (std::vector<int64_t>{0, 0, 0}));
+  // Two readers of one out [4, 2112]: columns 0..1535 and 1536..2111 (row stride 2112).
+  const std::vector<OpBuffers> split = {{mat(0, 4, 64), mat(1000, 4, 2112), -1},
+                                        {mat(1000, 4, 1536, 2112), mat(50000, 4, 64), 0},
+                                        {mat(1000 + 1536 * 2, 4, 576, 2112), mat(60000, 4, 64), 0}};
+  EXPECT_EQ(check_buffers(split), (std::vector<int64_t>{0, 0, 1536}));
+  // One row: any row stride of the window.
+  EXPECT_NO_THROW(check_buffers({{mat(0, 1, 64), mat(1000, 1, 128), -1}, {mat(1016, 1, 64, 64), mat(3000, 1, 8), 0}}));
+  // Independent ops on their own buffers; two ops reading one input.
+  EXPECT_NO_THROW(check_buffers({{mat(0, 2, 64), mat(1000, 2, 64), -1}, {mat(0, 2, 64), mat(2000, 2, 64), -1}}));
 }
 
-TEST(ProgramBuffers, RacesAreRefused) {
-  EXPECT_THROW(check_buffers({op(0, 100, 50, 150, -1)}), InvalidArgument);  // out over its own x
-  EXPECT_THROW(check_buffers({op(0, 100, 100, 200, -1), op(300, 400, 150, 250, -1)}), InvalidArgument);  // outs
-  // Op 1 reads op 0's out without waiting for it.
-  EXPECT_THROW(check_buffers({op(0, 100, 100, 200, -1), op(100, 200, 200, 300, -1)}), InvalidArgument);
-  // Op 1 writes op 0's x and does not wait for op 0.
-  EXPECT_THROW(check_buffers({op(0, 100, 100, 200, -1), op(300, 400, 0, 100, -1)}), InvalidArgument);
-  // Op 2 reads op 0's out but waits only for op 1, which does not wait for op 0.
-  EXPECT_THROW(check_buffers({op(0, 100, 100, 200, -1), op(500, 600, 600, 700, -1), op(100, 200, 800, 900, 1)}),
-               InvalidArgument);
+TEST(ProgramBuffers, RacesAndForeignWindowsAreRefused) {
+  auto refused = [](const std::vector<OpBuffers>& ops) { EXPECT_THROW(check_buffers(ops), InvalidArgument); };
+  refused({{mat(0, 4, 64), mat(64, 4, 64), -1}});                                    // out over its own x
+  refused({{mat(0, 4, 64), mat(1000, 4, 64), -1}, {mat(0, 4, 64), mat(1100, 4, 64), -1}});  // outs overlap
+  // Op 1 writes op 0's input x (even where op 1 depends on op 0).
+  refused({{mat(0, 4, 64), mat(1000, 4, 64), -1}, {mat(1000, 4, 64), mat(0, 4, 64), 0}});
+  // Op 1 reads op 0's out as an input.
+  refused({{mat(0, 4, 64), mat(1000, 4, 64), -1}, {mat(1000, 4, 64), mat(3000, 4, 64), -1}});
+  // Windows that are not: past the out's columns, another row stride, not 16-byte
+  // aligned, fewer rows, before the out, a later op.
+  const OpBuffers op0 = {mat(0, 4, 64), mat(1000, 4, 128), -1};
+  refused({op0, {mat(1000 + 128, 4, 128, 128), mat(9000, 4, 64), 0}});
+  refused({op0, {mat(1000, 4, 64, 64), mat(9000, 4, 64), 0}});
+  refused({op0, {mat(1008, 4, 64, 128), mat(9000, 4, 64), 0}});
+  refused({op0, {mat(1000, 2, 64, 128), mat(9000, 2, 64), 0}});
+  refused({op0, {mat(984, 4, 64, 128), mat(9000, 4, 64), 0}});
+  refused({op0, {mat(1000, 4, 64, 128), mat(9000, 4, 64), 1}});
+}
+
+TEST(ProgramMailbox, RegionsPerReadOpAlignedAndDisjoint) {
+  const std::vector<OpShape> ops = {{2112, 7168}, {1536, 1536}, {577, 576}, {64, 576}, {7168, 64}};
+  // Ops 1 and 2 read op 0; op 3 reads op 2; op 4 reads nothing published.
+  const MailboxLayout l = mailbox_layout(ops, {-1, 0, 0, 2, -1}, 5);
+  EXPECT_EQ(l.offset[1], -1);
+  EXPECT_EQ(l.offset[3], -1);
+  EXPECT_EQ(l.offset[4], -1);
+  ASSERT_GE(l.offset[0], 0);
+  ASSERT_GE(l.offset[2], 0);
+  EXPECT_EQ(l.stride[0], 2112);
+  EXPECT_EQ(l.stride[2], 584);  // 577 rounded up to 8
+  for (int o : {0, 2}) EXPECT_EQ(l.offset[o] % 8, 0);
+  const int64_t end0 = l.offset[0] + 5 * l.stride[0], end2 = l.offset[2] + 5 * l.stride[2];
+  EXPECT_TRUE(end0 <= l.offset[2] || end2 <= l.offset[0]);
+  EXPECT_EQ(l.epoch_elements, 5 * (2112 + 584));
+  EXPECT_EQ(l.epoch_elements % 8, 0);
+  EXPECT_EQ(mailbox_layout(ops, {-1, -1, -1, -1, -1}, 5).epoch_elements, 0);
 }
 
 }  // namespace

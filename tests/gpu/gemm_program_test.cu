@@ -17,6 +17,28 @@ namespace {
 
 using namespace test;
 
+// out[m, n] (row stride n) against FP64 on x[m, k] (row stride x_stride) and
+// w[n, k]: every element written, relative error of the BF16 rounding's order.
+void check_op(const std::vector<uint16_t>& x, int64_t k, const std::vector<uint16_t>& w,
+              const std::vector<uint16_t>& got, int64_t n, int m, int64_t x_stride = 0, int64_t x_col = 0) {
+  if (x_stride == 0) x_stride = k;
+  double err = 0, norm = 0;
+  for (int t = 0; t < m; ++t)
+    for (int64_t j = 0; j < n; ++j) {
+      const uint16_t g = got[static_cast<std::size_t>(t * n + j)];
+      ASSERT_NE(g, kPoison16) << "unwritten: token " << t << ", column " << j;
+      double ref = 0;
+      for (int64_t c = 0; c < k; ++c)
+        ref += static_cast<double>(bf16::to_float(x[static_cast<std::size_t>(t * x_stride + x_col + c)])) *
+               bf16::to_float(w[static_cast<std::size_t>(j * k + c)]);
+      const double d = bf16::to_float(g) - ref;
+      ASSERT_TRUE(std::isfinite(d)) << "token " << t << ", column " << j;
+      err += d * d;
+      norm += ref * ref;
+    }
+  EXPECT_LT(std::sqrt(err / norm), 4e-3);
+}
+
 // A chain of GEMMs: op i maps width dims[i] to dims[i + 1] (op i's N is the next
 // op's K), or, with `independent`, every op reads its own input.
 struct Chain {
@@ -68,28 +90,13 @@ struct Chain {
       b.push_back(to_host<uint16_t>(out(i), static_cast<std::size_t>(m * dims[i + 1])));
     return b;
   }
-  // Op i against FP64 on its actual input: every element written, relative error
-  // of the BF16 rounding's order.
+  // Op i against FP64 on its actual input.
   void check_values() {
     for (std::size_t i = 0; i < gemms.size(); ++i) {
       SCOPED_TRACE(testing::Message() << "op " << i << " [" << dims[i + 1] << ", " << dims[i] << "]");
       const std::vector<uint16_t> x = to_host<uint16_t>(acts[i], static_cast<std::size_t>(m * dims[i]));
       const std::vector<uint16_t> got = to_host<uint16_t>(out(i), static_cast<std::size_t>(m * dims[i + 1]));
-      double err = 0, norm = 0;
-      for (int t = 0; t < m; ++t)
-        for (int64_t j = 0; j < dims[i + 1]; ++j) {
-          const uint16_t g = got[static_cast<std::size_t>(t * dims[i + 1] + j)];
-          ASSERT_NE(g, kPoison16) << "unwritten: token " << t << ", column " << j;
-          double ref = 0;
-          for (int64_t k = 0; k < dims[i]; ++k)
-            ref += static_cast<double>(bf16::to_float(x[static_cast<std::size_t>(t * dims[i] + k)])) *
-                   bf16::to_float(w_host[i][static_cast<std::size_t>(j * dims[i] + k)]);
-          const double d = bf16::to_float(g) - ref;
-          ASSERT_TRUE(std::isfinite(d)) << "token " << t << ", column " << j;
-          err += d * d;
-          norm += ref * ref;
-        }
-      EXPECT_LT(std::sqrt(err / norm), 4e-3);
+      check_op(x, dims[i], w_host[i], got, dims[i + 1], m);
     }
   }
 };
@@ -156,6 +163,71 @@ TEST(GemmProgram, GraphReplaysGiveTheEagerBits) {
   TPD_CUDA(cudaGraphExecDestroy(exec));
   TPD_CUDA(cudaGraphDestroy(graph));
   TPD_CUDA(cudaStreamDestroy(stream));
+}
+
+// x as column windows of an earlier op's out, as a layer's q_a / kv_a split reads
+// its fused projection: op 0 [2112, k0]; op 1 reads its columns 0..1535, op 2
+// columns 1536..2111; op 3 reads op 1's columns 512..1535.
+TEST(GemmProgram, WindowsOfAnEarlierOut) {
+  TPD_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  for (int m : {1, 6, 16, 40}) {
+    SCOPED_TRACE(testing::Message() << "m " << m);
+    const int64_t k0 = 1024;
+    struct Op {
+      int64_t n, k;
+      int after;
+      int64_t col;
+    };
+    const std::vector<Op> ops = {{2112, k0, -1, 0}, {1536, 1536, 0, 0}, {704, 576, 0, 1536}, {320, 1024, 1, 512}};
+    std::vector<std::vector<uint16_t>> w;
+    std::vector<DeviceBuffer> wd, outs;
+    const std::vector<uint16_t> x0 = random_bf16(static_cast<std::size_t>(m * k0), rng);
+    DeviceBuffer x0d = to_device(x0);
+    std::vector<GemmProgram::Gemm> gemms;
+    for (const Op& op : ops) {
+      w.push_back(random_bf16(static_cast<std::size_t>(op.n * op.k), rng, 0.05f));
+      wd.push_back(to_device(w.back()));
+      outs.emplace_back(static_cast<std::size_t>(m * op.n) * 2);
+      poison(outs.back());
+      GemmProgram::Gemm g;
+      g.weight = TensorView::bf16(wd.back().get(), op.n, op.k);
+      g.out = TensorView::bf16(outs.back().get(), m, op.n);
+      g.after = op.after;
+      if (op.after < 0) {
+        g.x = TensorView::bf16(x0d.get(), m, k0);
+      } else {
+        const Op& from = ops[static_cast<std::size_t>(op.after)];
+        g.x = TensorView::bf16(static_cast<uint16_t*>(outs[static_cast<std::size_t>(op.after)].get()) + op.col, m,
+                               op.k);
+        g.x.row_stride = from.n;
+      }
+      gemms.push_back(g);
+    }
+    GemmProgram program(gemms, m);
+    std::vector<std::uint16_t> bits;
+    for (int run = 0; run < 3; ++run) {
+      for (DeviceBuffer& o : outs) poison(o);
+      program.run(nullptr, run > 0);
+      TPD_CUDA(cudaDeviceSynchronize());
+      std::vector<std::vector<uint16_t>> got;
+      for (std::size_t i = 0; i < ops.size(); ++i)
+        got.push_back(to_host<uint16_t>(outs[i], static_cast<std::size_t>(m * ops[i].n)));
+      for (std::size_t i = 0; i < ops.size(); ++i) {
+        SCOPED_TRACE(testing::Message() << "op " << i << ", run " << run);
+        const Op& op = ops[i];
+        if (op.after < 0)
+          check_op(x0, op.k, w[i], got[i], op.n, m);
+        else
+          check_op(got[static_cast<std::size_t>(op.after)], op.k, w[i], got[i], op.n, m,
+                   ops[static_cast<std::size_t>(op.after)].n, op.col);
+      }
+      std::vector<uint16_t> all;
+      for (const auto& g : got) all.insert(all.end(), g.begin(), g.end());
+      if (run == 0) bits = all;
+      else EXPECT_TRUE(all == bits) << "run " << run << " differs";
+    }
+  }
 }
 
 TEST(GemmProgram, Refusals) {

@@ -1,0 +1,180 @@
+// The GEMM program's activation loaders: warps that fill every ring stage's x
+// ([depth][tokens][64] bf16 in the 128-byte swizzle wgmma reads; tokens past m and
+// columns past k zero) and arrive on the stage's full barrier, in one of two ways:
+//  - a tensor-map copy (TMA): for an input of the program, and for a window of an
+//    earlier op's outputs once that op's completion counter is seen complete
+//    (acquire, then fence.proxy.async.global: the copies read what the count
+//    covers). Deep: a stage's copy is issued as soon as the stage is free.
+//  - polled loads: while that counter is short, the warp loads the stage's x from
+//    the op's mailbox with relaxed loads; every 32-bit word starts empty
+//    (kEmptyWord) and shows its own arrival, so each value is taken as soon as it
+//    is published, without waiting for the release of the count (which waits for
+//    the weight stream in flight on the writer's SM).
+// The first stages after an op boundary are polled; the later ones run on copies.
+//
+// kLoaderWarps warps take the stages in turn (warp w positions w, w + warps, ...),
+// so that after an op boundary that many stages are polled at once.
+#pragma once
+
+#include <cuda/atomic>
+
+#include <cstdint>
+
+#include "gemm/wgmma_tiles.cuh"
+#include "program/program_launch.hpp"
+
+namespace tpdecode::program {
+
+// A mailbox word no op has published (two BF16 NaNs of a pattern the epilogue
+// never stores: it stores a word equal to it as 0x7fff7fff, NaNs too).
+inline constexpr uint32_t kEmptyWord = 0xffffffffu;
+
+__device__ __forceinline__ uint4 load_relaxed16(const void* p) {
+  uint4 v;
+  asm volatile("ld.relaxed.gpu.global.v4.b32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ void store_relaxed(uint32_t* p, uint32_t v) {
+  asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ bool has_empty(const uint4& v) {
+  return v.x == kEmptyWord || v.y == kEmptyWord || v.z == kEmptyWord || v.w == kEmptyWord;
+}
+
+// The units of one CTA's share of the plan.
+struct CtaUnits {
+  const Args* a;
+  int begin;
+  int end;
+  __device__ int count() const { return end - begin; }
+  __device__ const Unit& operator[](int i) const { return a->units[begin + i]; }
+};
+
+// A walk over a CTA's ring positions: unit i's K step `step`, at the ring's cursor.
+struct Position {
+  int unit = 0;
+  int step = 0;
+  wgmma::Cursor cur;
+  __device__ Position(const CtaUnits& units) {
+    if (units.count() > 0) step = units[0].step_begin;
+  }
+  __device__ bool done(const CtaUnits& units) const { return unit >= units.count(); }
+  __device__ void next(const CtaUnits& units, int stages) {
+    if (done(units)) return;
+    cur.next(stages);
+    if (++step == units[unit].step_end && ++unit < units.count()) step = units[unit].step_begin;
+  }
+};
+
+// The loader warps, and the kernel's threads: the consumer warpgroup, the weight
+// producer's warp, the loaders. 3: registers are allocated as for a multiple of 4
+// warps, and a fourth loader (9 warps) would cap a thread at 168 registers.
+inline constexpr int kLoaderWarps = 3;
+inline constexpr int kProgramThreads = wgmma::kConsumerThreads + 32 + 32 * kLoaderWarps;
+
+template <int kTokens, int kDepth>
+struct ActivationLoader {
+  using Ring = wgmma::Ring<1, kTokens, kDepth>;
+  static constexpr int kBatch = 8;  // 16-byte pieces a lane holds per round of polled loads
+
+  const Args& a;
+  const CtaUnits& units;
+  const Ring& ring;
+  uint32_t epoch;
+  int warp;  // of the loaders
+  int lane;
+
+  // The polled path: the m real rows of the stage's x, 16-byte piece p of the stage
+  // at chunk d = p / (8 m), token t, piece q of its 128 bytes.
+  __device__ void poll_stage(const Position& at, const OpDesc& op) const {
+    const uint16_t* base =
+        reinterpret_cast<const uint16_t*>(a.mailbox + epoch * a.epoch_words) + op.x_mailbox;
+    const int pieces = kDepth * a.m * 8;
+    uint8_t* x = ring.x(at.cur.stage);
+    for (int first = 0; first < pieces; first += 32 * kBatch) {
+      uint4 v[kBatch];
+      const uint16_t* src[kBatch];
+      int offset[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int p = first + j * 32 + lane;
+        const int d = p / (8 * a.m), t = (p / 8) % a.m, q = p % 8;
+        const int64_t col = (static_cast<int64_t>(at.step) * kDepth + d) * wgmma::kChunkK + q * 8;
+        src[j] = p < pieces && col < op.k ? base + t * op.x_stride + col : nullptr;
+        offset[j] = p < pieces ? d * Ring::kXChunkBytes + t * 128 + ((q ^ (t % 8)) * 16) : -1;
+        v[j] = src[j] != nullptr ? load_relaxed16(src[j]) : uint4{0, 0, 0, 0};
+      }
+      // Every still-empty piece loaded again per round: one L2 round trip a round.
+      uint64_t start = 0;
+      for (;;) {
+        bool empty = false;
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) empty |= src[j] != nullptr && has_empty(v[j]);
+        if (!empty) break;
+        if (start == 0) start = dev::global_timer_ns();
+        else if (dev::global_timer_ns() - start > dev::kMbarTimeoutNs) __trap();
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j)
+          if (src[j] != nullptr && has_empty(v[j])) v[j] = load_relaxed16(src[j]);
+      }
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j)
+        if (offset[j] >= 0) *reinterpret_cast<uint4*>(x + offset[j]) = v[j];
+    }
+    // The generic-proxy stores before wgmma's (async-proxy) reads of the stage.
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncwarp();
+    if (lane == 0) dev::mbar_arrive(ring.full + at.cur.stage);
+  }
+
+  // Whether op `after`'s outputs are all published and ordered before this warp's
+  // copies (lane 0 asks; the answer for the whole warp).
+  __device__ bool complete(int after) const {
+    int done = 0;
+    if (lane == 0) {
+      const OpDesc& from = a.ops[after];
+      if (cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(a.counters.op_done[after])
+              .load(cuda::memory_order_acquire) >= static_cast<uint32_t>(from.blocks)) {
+        asm volatile("fence.proxy.async.global;" ::: "memory");
+        done = 1;
+      }
+    }
+    return __shfl_sync(0xffffffffu, done, 0) != 0;
+  }
+
+  // This warp's stages of the CTA's units, in ring order.
+  __device__ void run() const {
+    // Why evict-last: every row block of a weight reads these activations again.
+    const uint64_t policy = dev::evict_last_policy();
+    Position at(units);
+    for (int w = 0; w < warp; ++w) at.next(units, ring.stages);
+    int op_index = -1;
+    bool copies = false;  // this op's x may come by tensor-map copies
+    while (!at.done(units)) {
+      const OpDesc& op = a.ops[units[at.unit].op];
+      if (units[at.unit].op != op_index) {
+        op_index = units[at.unit].op;
+        copies = op.after < 0;
+        if (lane == 0)
+          asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&op.x_map[epoch])) : "memory");
+      }
+      if (!copies) copies = complete(op.after);
+      dev::mbar_wait(ring.empty + at.cur.stage, at.cur.parity ^ 1);
+      if (copies) {
+        if (lane == 0) {
+          dev::mbar_arrive_expect_tx(ring.full + at.cur.stage, Ring::kXBytes);
+          wgmma::load_step<kDepth>(ring.x(at.cur.stage), &op.x_map[epoch], at.step, 0, ring.full + at.cur.stage,
+                                   policy);
+        }
+      } else {
+        poll_stage(at, op);
+      }
+      for (int w = 0; w < kLoaderWarps; ++w) at.next(units, ring.stages);
+    }
+  }
+};
+
+}  // namespace tpdecode::program
