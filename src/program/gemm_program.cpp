@@ -114,14 +114,12 @@ GemmProgram::GemmProgram(std::vector<Gemm> gemms, int m) : impl_(std::make_uniqu
     d.after = g.after;
     d.blocks = plan.blocks[i];
     if (g.after < 0) {
-      d.x = g.x.data;
-      d.x_stride = g.x.row_stride;
+      d.x_stride = 0;
       d.x_mailbox = -1;
       d.x_map[0] = d.x_map[1] =
           wgmma_tile_map(g.x.data, m, g.weight.cols, p.shape.tokens, p.shape.depth, m == 1 ? 0 : g.x.row_stride);
     } else {
       const auto from = static_cast<std::size_t>(g.after);
-      d.x = nullptr;
       d.x_stride = mailbox.stride[from];
       d.x_mailbox = mailbox.offset[from] + window[i];
       for (int e = 0; e < 2; ++e)

@@ -22,12 +22,11 @@ struct OpDesc {     // aligned as CUtensorMap (64 bytes or more)
   int64_t n;
   void* out;           // [m, out_stride] bf16
   int64_t out_stride;
-  // Where x is read: an input of the program (x, x_stride: read from memory), or
-  // (x_mailbox >= 0) the mailbox region of the op it reads, from column x_mailbox
-  // of rows x_stride apart, polled until each word has arrived.
-  const void* x;
+  // Where the loaders poll x (an op that reads an earlier one's out): its window in
+  // the mailbox, from element x_mailbox of an epoch, rows x_stride apart (-1: an
+  // input of the program, which only the copies read).
   int64_t x_stride;
-  int64_t x_mailbox;   // elements into an epoch; -1: an input
+  int64_t x_mailbox;
   int64_t out_mailbox; // where this op publishes its outputs; -1: no op reads them
   int64_t out_mailbox_stride;
   int32_t after;   // the op whose outputs x is a window of (-1: an input)
