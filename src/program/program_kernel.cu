@@ -100,84 +100,66 @@ __device__ __forceinline__ void publish(const Args& a, const OpDesc& op, uint32_
   }
 }
 
-// Where a consumer thread's value i of part p of a split unit lies in scratch.
-__device__ __forceinline__ uint32_t* partial_slot(const Args& a, const Unit& u, int p, int i) {
-  const int tid = static_cast<int>(threadIdx.x);
-  const int warp = tid / 32, lane = tid % 32;
-  return reinterpret_cast<uint32_t*>(a.scratch + u.scratch + p * a.m * kBlockRows +
-                                     wgmma::fragment_token(lane, i) * kBlockRows + wgmma::fragment_row(warp, lane, i));
-}
-
-// A batch of a split block's parts as part 0 loads them: kBatch parts' values of
-// this thread (0 past the parts or past m; empty where not yet written).
-template <int kTokens>
-struct PartBatch {
-  static constexpr int kRegs = kTokens / 2;
-  static constexpr int kBatch = kRegs >= 32 ? 1 : 32 / kRegs;
-  uint32_t v[kBatch][kRegs];
-  __device__ void load(const Args& a, const Unit& u, int first) {
-    const int lane = static_cast<int>(threadIdx.x) % 32;
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b)
-#pragma unroll
-      for (int i = 0; i < kRegs; ++i)
-        v[b][i] = first + b < u.parts && wgmma::fragment_token(lane, i) < a.m
-                      ? load_partial(reinterpret_cast<float*>(partial_slot(a, u, first + b, i)))
-                      : 0u;
-  }
-};
-
 // The consumer warpgroup after multiply_unit. A block of one part: its outputs
 // stored (and published). A split block: parts 1 .. parts-1 store their partials
 // and go on (each value shows its own arrival); part 0 -- its CTA's last unit of
 // the op, so the others' are in by then -- adds them in order 1, 2, ... to its own,
-// empties their slots for the next run, stores and publishes the block. `early`:
-// part 0's first batch of parts, loaded before the unit's MMAs.
+// empties their slots for the next run, stores and publishes the block.
 template <int kTokens>
 __device__ __forceinline__ void finish_unit(const Args& a, const Unit& u, uint32_t epoch,
-                                            const float (&acc)[kTokens / 2], PartBatch<kTokens>& early) {
+                                            const float (&acc)[kTokens / 2]) {
   constexpr int kRegs = kTokens / 2;
   const int tid = static_cast<int>(threadIdx.x);
-  const int lane = tid % 32;
+  const int warp = tid / 32, lane = tid % 32;
   const OpDesc& op = a.ops[u.op];
   const int64_t row0 = static_cast<int64_t>(u.block) * kBlockRows;
+  const int slot = a.m * kBlockRows;  // floats of one part
+  float* parts = a.scratch + u.scratch;
+  auto at = [&](int p, int i) {
+    return reinterpret_cast<uint32_t*>(parts + p * slot + wgmma::fragment_token(lane, i) * kBlockRows +
+                                       wgmma::fragment_row(warp, lane, i));
+  };
   if (u.part > 0) {
 #pragma unroll
     for (int i = 0; i < kRegs; ++i) {
       const uint32_t v = __float_as_uint(acc[i]);
-      if (wgmma::fragment_token(lane, i) < a.m)
-        store_relaxed(partial_slot(a, u, u.part, i), v == kEmptyPartial ? 0x7fffffffu : v);
+      if (wgmma::fragment_token(lane, i) < a.m) store_relaxed(at(u.part, i), v == kEmptyPartial ? 0x7fffffffu : v);
     }
     return;
   }
   float sum[kRegs];
 #pragma unroll
   for (int i = 0; i < kRegs; ++i) sum[i] = acc[i];
-  // The parts' loads issued a batch at a time, then the polls of any still empty,
-  // then the sums in part order. Why: each wait is an L2 round trip, which the
-  // weight stream makes about a microsecond long, and the block's store waits for
-  // all of them.
-  PartBatch<kTokens>& batch = early;
-  for (int first = 1; first < u.parts; first += PartBatch<kTokens>::kBatch) {
-    if (first > 1) batch.load(a, u, first);
+  // The parts' loads issued kPartBatch parts at a time, then the polls of any still
+  // empty, then the sums in part order. Why: each wait is an L2 round trip, which
+  // the weight stream makes about a microsecond long, and the block's store waits
+  // for all of them.
+  constexpr int kPartBatch = kRegs >= 32 ? 1 : 32 / kRegs;
+  for (int first = 1; first < u.parts; first += kPartBatch) {
+    uint32_t v[kPartBatch][kRegs];
 #pragma unroll
-    for (int b = 0; b < PartBatch<kTokens>::kBatch; ++b)
+    for (int b = 0; b < kPartBatch; ++b)
 #pragma unroll
       for (int i = 0; i < kRegs; ++i)
-        if (batch.v[b][i] == kEmptyPartial)
-          batch.v[b][i] = await_partial(reinterpret_cast<float*>(partial_slot(a, u, first + b, i)));
+        v[b][i] = first + b < u.parts && wgmma::fragment_token(lane, i) < a.m
+                      ? load_partial(reinterpret_cast<float*>(at(first + b, i)))
+                      : 0u;
 #pragma unroll
-    for (int b = 0; b < PartBatch<kTokens>::kBatch; ++b) {
+    for (int b = 0; b < kPartBatch; ++b)
+#pragma unroll
+      for (int i = 0; i < kRegs; ++i)
+        if (v[b][i] == kEmptyPartial) v[b][i] = await_partial(reinterpret_cast<float*>(at(first + b, i)));
+#pragma unroll
+    for (int b = 0; b < kPartBatch; ++b) {
       if (first + b >= u.parts) break;
 #pragma unroll
       for (int i = 0; i < kRegs; ++i) {
-        sum[i] += __uint_as_float(batch.v[b][i]);
-        if (wgmma::fragment_token(lane, i) < a.m) store_relaxed(partial_slot(a, u, first + b, i), kEmptyPartial);
+        sum[i] += __uint_as_float(v[b][i]);
+        if (wgmma::fragment_token(lane, i) < a.m) store_relaxed(at(first + b, i), kEmptyPartial);
       }
     }
   }
   auto* out = static_cast<__nv_bfloat16*>(op.out);
-  const int warp = tid / 32;
 #pragma unroll
   for (int i = 0; i < kRegs; ++i) {
     const int token = wgmma::fragment_token(lane, i);
@@ -250,13 +232,8 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
   wgmma::Cursor cur;
   float acc[wgmma::kChains][1][kTokens / 2];
   for (int j = 0; j < units.count(); ++j) {
-    // Part 0's first parts requested before its MMAs: the other parts were their
-    // CTAs' first units of the op, so the values are there, and the round trip
-    // runs behind the unit's stream instead of before the block's store.
-    PartBatch<kTokens> early;
-    if (units[j].part == 0 && units[j].parts > 1) early.load(a, units[j], 1);
     wgmma::multiply_unit(ring, schedule.unit(j), cur, acc);
-    finish_unit<kTokens>(a, units[j], epoch, acc[0][0], early);
+    finish_unit<kTokens>(a, units[j], epoch, acc[0][0]);
   }
   // The last CTA to finish resets the counts and advances the epoch for the next
   // run: every CTA's counts, waits and reads of the epoch precede its arrival here.
