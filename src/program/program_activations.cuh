@@ -37,6 +37,11 @@ __device__ __forceinline__ uint4 load_relaxed16(const void* p) {
                : "memory");
   return v;
 }
+__device__ __forceinline__ uint32_t load_relaxed(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
 __device__ __forceinline__ void store_relaxed(uint32_t* p, uint32_t v) {
   asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }

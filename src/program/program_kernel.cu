@@ -59,17 +59,11 @@ struct CtaSchedule {
 // of these bits is stored as 0x7fffffff, a NaN too).
 inline constexpr uint32_t kEmptyPartial = 0xffffffffu;
 
-__device__ __forceinline__ uint32_t load_partial(const float* p) {
-  uint32_t v;
-  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
 // Polls the partial at p until written (bounded: a bug past the deadline traps).
-__device__ __forceinline__ uint32_t await_partial(const float* p) {
+__device__ __forceinline__ uint32_t await_partial(const uint32_t* p) {
   const uint64_t start = dev::global_timer_ns();
   uint32_t v;
-  while ((v = load_partial(p)) == kEmptyPartial)
+  while ((v = load_relaxed(p)) == kEmptyPartial)
     if (dev::global_timer_ns() - start > dev::kMbarTimeoutNs) __trap();
   return v;
 }
@@ -142,13 +136,13 @@ __device__ __forceinline__ void finish_unit(const Args& a, const Unit& u, uint32
 #pragma unroll
       for (int i = 0; i < kRegs; ++i)
         v[b][i] = first + b < u.parts && wgmma::fragment_token(lane, i) < a.m
-                      ? load_partial(reinterpret_cast<float*>(at(first + b, i)))
+                      ? load_relaxed(at(first + b, i))
                       : 0u;
 #pragma unroll
     for (int b = 0; b < kPartBatch; ++b)
 #pragma unroll
       for (int i = 0; i < kRegs; ++i)
-        if (v[b][i] == kEmptyPartial) v[b][i] = await_partial(reinterpret_cast<float*>(at(first + b, i)));
+        if (v[b][i] == kEmptyPartial) v[b][i] = await_partial(at(first + b, i));
 #pragma unroll
     for (int b = 0; b < kPartBatch; ++b) {
       if (first + b >= u.parts) break;
