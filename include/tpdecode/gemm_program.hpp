@@ -5,7 +5,7 @@
 // CTA per SM runs every op in order, the weights of the next ops stream while an
 // op finishes, and an op's math waits only for the outputs it reads, each value
 // as it arrives. Results are bitwise identical from run to run (a fixed plan;
-// split blocks summed in K order; no atomics in sums).
+// a split block's K parts summed in one fixed order; no atomics in sums).
 //
 // The kernel needs every SM of the device at once (its CTAs wait on each other):
 // run it on a GPU that no concurrent kernel holds for good (a CTA that cannot

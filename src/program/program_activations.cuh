@@ -74,11 +74,10 @@ struct Position {
   }
 };
 
-// The loader warps, and the kernel's threads: the consumer warpgroup, the weight
-// producer's warp, the loaders. 3: registers are allocated as for a multiple of 4
-// warps, and a fourth loader (9 warps) would cap a thread at 168 registers.
+// The loader warps. 3: registers are allocated per quarter of the SM, a warp in
+// four to each, so a kernel of 9 warps (with the finisher) caps a thread at 168
+// registers, which the kernels fit; a fourth loader would make 10.
 inline constexpr int kLoaderWarps = 3;
-inline constexpr int kProgramThreads = wgmma::kConsumerThreads + 32 + 32 * kLoaderWarps;
 
 template <int kTokens, int kDepth>
 struct ActivationLoader {

@@ -12,12 +12,14 @@
 //
 // Ordering: an op that others read publishes each block into the mailbox (32-bit
 // words that start empty, so each shows its own arrival) and then counts the block
-// in op_done with release (bar.sync first: every thread's words before the count).
-// Parts of a split block meet in scratch slots that start empty (a NaN pattern):
-// part 0 polls the others' values and sums every part in order 0 .. parts-1
-// (finish_unit). Nothing needs a host reset: part 0 empties the slots it read; run
-// r publishes into mailbox epoch r % 2 and empties the other one (which run r + 1
-// publishes into); the last CTA to finish resets the counts and advances the epoch.
+// in op_done with release. Parts of a split block meet in scratch slots that start
+// empty (a NaN pattern): the finisher warps (program_finisher.cuh) sum parts 1 ..
+// parts-1 in order while the consumers still multiply part 0, the consumers add
+// part 0 to that sum, and the finisher counts the blocks, so no wait on global
+// memory stalls the consumers. Nothing needs a host reset: the finisher empties the
+// slots it read; run r publishes into mailbox epoch r % 2 and empties the other one
+// (which run r + 1 publishes into); the last CTA to finish resets the counts and
+// advances the epoch.
 #include <cuda/atomic>
 #include <cuda_bf16.h>
 
@@ -26,6 +28,7 @@
 #include "gemm/gemm_tactic.hpp"
 #include "gemm/wgmma_tiles.cuh"
 #include "program/program_activations.cuh"
+#include "program/program_finisher.cuh"
 #include "program/program_launch.hpp"
 #include "tpdecode/error.hpp"
 
@@ -55,19 +58,6 @@ struct CtaSchedule {
   }
 };
 
-// A partial-sum slot no part has written: a NaN pattern no part stores (a partial
-// of these bits is stored as 0x7fffffff, a NaN too).
-inline constexpr uint32_t kEmptyPartial = 0xffffffffu;
-
-// Polls the partial at p until written (bounded: a bug past the deadline traps).
-__device__ __forceinline__ uint32_t await_partial(const uint32_t* p) {
-  const uint64_t start = dev::global_timer_ns();
-  uint32_t v;
-  while ((v = load_relaxed(p)) == kEmptyPartial)
-    if (dev::global_timer_ns() - start > dev::kMbarTimeoutNs) __trap();
-  return v;
-}
-
 __device__ __forceinline__ uint32_t bf16_bits(float v) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }
@@ -94,64 +84,40 @@ __device__ __forceinline__ void publish(const Args& a, const OpDesc& op, uint32_
   }
 }
 
-// The consumer warpgroup after multiply_unit. A block of one part: its outputs
-// stored (and published). A split block: parts 1 .. parts-1 store their partials
-// and go on (each value shows its own arrival); part 0 -- its CTA's last unit of
-// the op, so the others' are in by then -- adds them in order 1, 2, ... to its own,
-// empties their slots for the next run, stores and publishes the block.
+// The consumer warpgroup after multiply_unit. Parts 1 .. parts-1 of a split block
+// store their partials and go on (each value shows its own arrival). Part 0 -- its
+// CTA's last unit of the op -- adds its own to the finisher's sum of the others
+// (program_finisher.cuh); it and a block of one part store the block and, where an
+// op reads it, publish it and hand the count to the finisher.
 template <int kTokens>
 __device__ __forceinline__ void finish_unit(const Args& a, const Unit& u, uint32_t epoch,
-                                            const float (&acc)[kTokens / 2]) {
+                                            const float (&acc)[kTokens / 2], const Handoff& h, HandoffPhases& ph) {
   constexpr int kRegs = kTokens / 2;
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32, lane = tid % 32;
   const OpDesc& op = a.ops[u.op];
   const int64_t row0 = static_cast<int64_t>(u.block) * kBlockRows;
-  const int slot = a.m * kBlockRows;  // floats of one part
-  float* parts = a.scratch + u.scratch;
-  auto at = [&](int p, int i) {
-    return reinterpret_cast<uint32_t*>(parts + p * slot + wgmma::fragment_token(lane, i) * kBlockRows +
-                                       wgmma::fragment_row(warp, lane, i));
-  };
+  auto at = [&](int i) { return wgmma::fragment_token(lane, i) * kBlockRows + wgmma::fragment_row(warp, lane, i); };
   if (u.part > 0) {
+    auto* mine = reinterpret_cast<uint32_t*>(a.scratch + u.scratch + u.part * a.m * kBlockRows);
 #pragma unroll
     for (int i = 0; i < kRegs; ++i) {
       const uint32_t v = __float_as_uint(acc[i]);
-      if (wgmma::fragment_token(lane, i) < a.m) store_relaxed(at(u.part, i), v == kEmptyPartial ? 0x7fffffffu : v);
+      if (wgmma::fragment_token(lane, i) < a.m) store_relaxed(mine + at(i), v == kEmptyPartial ? 0x7fffffffu : v);
     }
     return;
   }
   float sum[kRegs];
 #pragma unroll
   for (int i = 0; i < kRegs; ++i) sum[i] = acc[i];
-  // The parts' loads issued kPartBatch parts at a time, then the polls of any still
-  // empty, then the sums in part order. Why: each wait is an L2 round trip, which
-  // the weight stream makes about a microsecond long, and the block's store waits
-  // for all of them.
-  constexpr int kPartBatch = kRegs >= 32 ? 1 : 32 / kRegs;
-  for (int first = 1; first < u.parts; first += kPartBatch) {
-    uint32_t v[kPartBatch][kRegs];
+  if (u.parts > 1) {
+    dev::mbar_wait(h.pre_full, ph.pre);
 #pragma unroll
-    for (int b = 0; b < kPartBatch; ++b)
-#pragma unroll
-      for (int i = 0; i < kRegs; ++i)
-        v[b][i] = first + b < u.parts && wgmma::fragment_token(lane, i) < a.m
-                      ? load_relaxed(at(first + b, i))
-                      : 0u;
-#pragma unroll
-    for (int b = 0; b < kPartBatch; ++b)
-#pragma unroll
-      for (int i = 0; i < kRegs; ++i)
-        if (v[b][i] == kEmptyPartial) v[b][i] = await_partial(at(first + b, i));
-#pragma unroll
-    for (int b = 0; b < kPartBatch; ++b) {
-      if (first + b >= u.parts) break;
-#pragma unroll
-      for (int i = 0; i < kRegs; ++i) {
-        sum[i] += __uint_as_float(v[b][i]);
-        if (wgmma::fragment_token(lane, i) < a.m) store_relaxed(at(first + b, i), kEmptyPartial);
-      }
-    }
+    for (int i = 0; i < kRegs; ++i)
+      if (wgmma::fragment_token(lane, i) < a.m) sum[i] = h.pre[at(i)] + sum[i];
+    __syncwarp();
+    if (lane == 0) dev::mbar_arrive(h.pre_empty);
+    ph.pre ^= 1;
   }
   auto* out = static_cast<__nv_bfloat16*>(op.out);
 #pragma unroll
@@ -160,10 +126,16 @@ __device__ __forceinline__ void finish_unit(const Args& a, const Unit& u, uint32
     const int64_t row = row0 + wgmma::fragment_row(warp, lane, i);
     if (token < a.m && row < op.n) out[token * op.out_stride + row] = __float2bfloat16_rn(sum[i]);
   }
-  if (op.out_mailbox < 0) return;
+  if (!counted(a, u)) return;
   publish<kTokens>(a, op, epoch, row0, sum);
-  dev::named_barrier_sync(wgmma::kEpilogueBarrier, kConsumerThreads);
-  if (tid == 0) Atomic(a.counters.op_done[u.op]).fetch_add(1, cuda::memory_order_release);
+  // The warp's stores before its arrival (release at CTA scope; the finisher's
+  // release of the count is cumulative over what its wait acquired).
+  __syncwarp();
+  if (lane == 0) {
+    dev::mbar_wait(h.pub_empty, ph.pub ^ 1);
+    dev::mbar_arrive(h.pub_full);
+  }
+  ph.pub ^= 1;
 }
 
 // The consumer warpgroup, before its units: empties this CTA's share of the other
@@ -192,12 +164,21 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
                                              ~uintptr_t{wgmma::kAlign - 1});
   auto* bars = reinterpret_cast<uint64_t*>(base + a.stages * Ring::kStageBytes);
   const Ring ring{base, a.stages, bars, bars + a.stages};
+  uint64_t* handoff_bars = bars + 2 * a.stages;
+  const Handoff handoff{reinterpret_cast<float*>(handoff_bars + 4), handoff_bars, handoff_bars + 1, handoff_bars + 2,
+                        handoff_bars + 3};
   const int tid = static_cast<int>(threadIdx.x);
   if (tid < a.stages) {
     dev::mbar_init(ring.full + tid, 2);  // the weight producer's copy and the activation loader
     dev::mbar_init(ring.empty + tid, wgmma::kConsumerWarps);
-    dev::mbar_init_fence();
   }
+  if (tid == 0) {
+    dev::mbar_init(handoff.pre_full, kFinisherWarps);
+    dev::mbar_init(handoff.pre_empty, wgmma::kConsumerWarps);
+    dev::mbar_init(handoff.pub_full, wgmma::kConsumerWarps);
+    dev::mbar_init(handoff.pub_empty, 1);
+  }
+  if (tid < a.stages) dev::mbar_init_fence();
   // The x tiles' rows past m: zero for good (copies write them as zeros, the polled
   // loads leave them).
   for (int s = 0; s < a.stages; ++s)
@@ -212,34 +193,42 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
     if (tid % 32 == 0) wgmma::produce_weights(ring, CtaSchedule<kDepth>{units}, cur);
     return;
   }
-  // The program's inputs, the previous run's mailbox and counters: the previous
-  // kernel's.
+  // The program's inputs, the previous run's mailbox, scratch and counters: the
+  // previous kernel's.
   dev::pdl_wait();
-  if (warp > wgmma::kWeightWarp) {
+  if (warp > wgmma::kWeightWarp && warp < kFinisherWarp) {
     if (units.count() > 0)
       ActivationLoader<kTokens, kDepth>{a, units, ring, read_epoch(a), warp - wgmma::kWeightWarp - 1, tid % 32}.run();
+    return;
+  }
+  if (warp >= kFinisherWarp) {
+    Finisher{a, units, handoff, tid - 32 * kFinisherWarp}.run();
+    // The last CTA to finish resets the counts and advances the epoch for the next
+    // run: every count of this CTA is the finisher's, and the consumers' reads of
+    // the epoch and the loaders' waits (before the consumers' last MMAs) precede
+    // the barrier.
+    dev::named_barrier_sync(kFinishBarrier, kConsumerThreads + kFinisherThreads);
+    if (tid == 32 * kFinisherWarp) {
+      Atomic done(*a.counters.ctas_done);
+      if (done.fetch_add(1, cuda::memory_order_acq_rel) == gridDim.x - 1) {
+        for (int o = 0; o < a.op_count; ++o) Atomic(a.counters.op_done[o]).store(0, cuda::memory_order_relaxed);
+        done.store(0, cuda::memory_order_relaxed);
+        Atomic(*a.counters.epoch).store(read_epoch(a) ^ 1u, cuda::memory_order_relaxed);
+      }
+    }
     return;
   }
   const uint32_t epoch = read_epoch(a);
   empty_other_epoch(a, epoch);
   const CtaSchedule<kDepth> schedule{units};
   wgmma::Cursor cur;
+  HandoffPhases phases;
   float acc[wgmma::kChains][1][kTokens / 2];
   for (int j = 0; j < units.count(); ++j) {
     wgmma::multiply_unit(ring, schedule.unit(j), cur, acc);
-    finish_unit<kTokens>(a, units[j], epoch, acc[0][0]);
+    finish_unit<kTokens>(a, units[j], epoch, acc[0][0], handoff, phases);
   }
-  // The last CTA to finish resets the counts and advances the epoch for the next
-  // run: every CTA's counts, waits and reads of the epoch precede its arrival here.
-  dev::named_barrier_sync(wgmma::kEpilogueBarrier, kConsumerThreads);
-  if (tid == 0) {
-    Atomic done(*a.counters.ctas_done);
-    if (done.fetch_add(1, cuda::memory_order_acq_rel) == gridDim.x - 1) {
-      for (int o = 0; o < a.op_count; ++o) Atomic(a.counters.op_done[o]).store(0, cuda::memory_order_relaxed);
-      done.store(0, cuda::memory_order_relaxed);
-      Atomic(*a.counters.epoch).store(epoch ^ 1u, cuda::memory_order_relaxed);
-    }
-  }
+  dev::named_barrier_sync(kFinishBarrier, kConsumerThreads + kFinisherThreads);
 }
 
 // One 16-byte piece of the packed weight per thread: tile (block, step, d) holds
@@ -279,9 +268,10 @@ KernelShape kernel_shape(int m) {
   // chunks measured 0-4 % slower at TP 8 and TP 1, docs/performance.md); above,
   // the x tiles grow with the tokens and 2 chunks keep the ring deeper.
   s.depth = s.tokens <= 16 ? 4 : 2;
-  // Shared memory: the aligned ring and its barriers.
+  // Shared memory: the aligned ring, its barriers and the finisher's handoff.
   const int stage = s.depth * (wgmma::kTileBytes + s.tokens * wgmma::kChunkK * 2);
-  auto bytes = [&](int stages) { return stages * stage + 2 * stages * 8 + wgmma::kAlign; };
+  const int handoff = 4 * 8 + s.tokens * kBlockRows * 4;
+  auto bytes = [&](int stages) { return stages * stage + 2 * stages * 8 + handoff + wgmma::kAlign; };
   s.stages = 0;
   while (s.stages < wgmma::kMaxStages && bytes(s.stages + 1) <= kSmemPerCtaMax) ++s.stages;
   s.smem_bytes = bytes(s.stages);

@@ -1,6 +1,6 @@
 // The GEMM program's work plan: every (op, block, K step) taken by exactly one
 // unit; each CTA's share of an op within one step of equal; a CTA's units in op
-// order; parts of a block numbered in K order, part 0 (which sums the others) last
+// order; parts of a block numbered in K order, part 0 (which completes the block) last
 // in its CTA's share of the op; disjoint scratch slots; refusals of shapes the
 // kernel cannot take.
 #include <gtest/gtest.h>

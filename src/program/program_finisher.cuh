@@ -1,0 +1,148 @@
+// The GEMM program's finisher warp: the work of a block's completion that waits on
+// global memory, taken off the consumer warpgroup, whose next MMAs would otherwise
+// wait behind it. Each wait is an L2 round trip, which the weight stream makes
+// about 3 us long (a device trace of the program: part 0 spent ~3 us loading the
+// other parts' partials, written microseconds before, and ~1 us in the release of
+// its count, per op and CTA). The finisher walks the CTA's units in order:
+//  - for part 0 of a split block (its CTA's last unit of the op), it sums the other
+//    parts' partials in order 1, 2, ..., parts-1 into shared memory (`pre`) while
+//    the consumers still multiply, polling each value until written and emptying
+//    its slot for the next run; the consumers add part 0 to that sum.
+//  - for every block an op reads, once the consumers have stored and published it,
+//    it counts the block in op_done with release (cumulative: the consumers'
+//    stores precede its wait on their arrival), so the release's wait for the SM's
+//    outstanding traffic stalls this warp alone.
+#pragma once
+
+#include <cuda/atomic>
+
+#include <cstdint>
+
+#include "core/device.cuh"
+#include "program/program_activations.cuh"
+#include "program/program_launch.hpp"
+
+namespace tpdecode::program {
+
+// The kernel's warps: the consumer warpgroup, the weight producer's warp, the
+// activation loaders, the finisher's warps. 4 finisher warps: a part of 64 tokens
+// in two round trips (one warp: 8; 64 tokens ran 1.7x slower); the SM's quarters
+// hold 3 warps each at 168 registers, with 9 warps or 12.
+inline constexpr int kFinisherWarps = 4;
+inline constexpr int kFinisherWarp = wgmma::kWeightWarp + 1 + kLoaderWarps;  // the first
+inline constexpr int kFinisherThreads = 32 * kFinisherWarps;
+inline constexpr int kProgramThreads = 32 * kFinisherWarp + kFinisherThreads;
+inline constexpr int kFinishBarrier = 2;  // named barrier of the consumers and the finisher
+
+// A partial-sum slot no part has written: a NaN pattern no part stores (a partial
+// of these bits is stored as 0x7fffffff, a NaN too).
+inline constexpr uint32_t kEmptyPartial = 0xffffffffu;
+static_assert(kEmptyPartial == kEmptyWord, "has_empty tests both");
+
+// The finisher's shared memory with the consumers: the sum of a split block's
+// parts 1 .. parts-1 ([tokens][64] floats) and two barrier pairs, full and empty:
+// pre (the finisher fills, the consumers take) and published (the consumers arrive
+// once a block they publish is stored, the finisher counts it).
+struct Handoff {
+  float* pre;
+  // One arrival per warp, by lane 0 after __syncwarp (which orders the lanes'
+  // accesses before it). One per thread measured 5 % slower at TP 8 M 1.
+  uint64_t* pre_full;   // the finisher's warps
+  uint64_t* pre_empty;  // the consumer warps
+  uint64_t* pub_full;   // the consumer warps, after their stores
+  uint64_t* pub_empty;  // 1 arrival: the finisher's first thread
+};
+
+// The phases a role has waited for on the handoff's barriers.
+struct HandoffPhases {
+  uint32_t pre = 0;
+  uint32_t pub = 0;
+};
+
+// Whether the finisher counts unit u's block once it is published.
+__device__ __forceinline__ bool counted(const Args& a, const Unit& u) {
+  return u.part == 0 && a.ops[u.op].out_mailbox >= 0;
+}
+
+__device__ __forceinline__ void store_relaxed16(void* p, uint4 v) {
+  asm volatile("st.relaxed.gpu.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
+               "r"(v.w)
+               : "memory");
+}
+
+struct Finisher {
+  static constexpr int kBatch = 16;  // 16-byte loads a lane keeps in flight
+
+  const Args& a;
+  const CtaUnits& units;
+  const Handoff& h;
+  int thread;  // of the finisher's threads
+
+  // pre = parts 1, 2, ..., parts-1 of unit u's block, summed in that order: thread
+  // t owns the 16-byte pieces t, t + kFinisherThreads, ... of a part's m x 64 floats
+  // and walks (part, piece) in part order, kBatch loads in flight.
+  __device__ void sum_other_parts(const Unit& u) const {
+    const int pieces = a.m * kBlockRows / 4;
+    const int mine = (pieces - thread + kFinisherThreads - 1) / kFinisherThreads;  // per part
+    const int total = (u.parts - 1) * mine;
+    uint32_t* parts = reinterpret_cast<uint32_t*>(a.scratch + u.scratch);
+    auto piece = [&](int e) { return thread + kFinisherThreads * (e % mine); };
+    auto src = [&](int e) { return parts + (1 + e / mine) * (a.m * kBlockRows) + 4 * piece(e); };
+    for (int first = 0; first < total; first += kBatch) {
+      uint4 v[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j)
+        if (first + j < total) v[j] = load_relaxed16(src(first + j));
+      uint64_t start = 0;
+      for (;;) {
+        bool empty = false;
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) empty |= first + j < total && has_empty(v[j]);
+        if (!empty) break;
+        if (start == 0) start = dev::global_timer_ns();
+        else if (dev::global_timer_ns() - start > dev::kMbarTimeoutNs) __trap();
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j)
+          if (first + j < total && has_empty(v[j])) v[j] = load_relaxed16(src(first + j));
+      }
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int e = first + j;
+        if (e >= total) break;
+        float4* to = reinterpret_cast<float4*>(h.pre) + piece(e);
+        const float4 f = {__uint_as_float(v[j].x), __uint_as_float(v[j].y), __uint_as_float(v[j].z),
+                          __uint_as_float(v[j].w)};
+        if (e < mine) {
+          *to = f;
+        } else {
+          const float4 s = *to;
+          *to = float4{s.x + f.x, s.y + f.y, s.z + f.z, s.w + f.w};
+        }
+        store_relaxed16(src(e), uint4{kEmptyPartial, kEmptyPartial, kEmptyPartial, kEmptyPartial});
+      }
+    }
+  }
+
+  __device__ void run() const {
+    HandoffPhases ph;
+    for (int j = 0; j < units.count(); ++j) {
+      const Unit& u = units[j];
+      if (u.part == 0 && u.parts > 1) {
+        dev::mbar_wait(h.pre_empty, ph.pre ^ 1);
+        sum_other_parts(u);
+        __syncwarp();
+        if (thread % 32 == 0) dev::mbar_arrive(h.pre_full);
+        ph.pre ^= 1;
+      }
+      if (thread == 0 && counted(a, u)) {
+        dev::mbar_wait(h.pub_full, ph.pub);
+        cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(a.counters.op_done[u.op])
+            .fetch_add(1, cuda::memory_order_release);
+        dev::mbar_arrive(h.pub_empty);
+        ph.pub ^= 1;
+      }
+    }
+  }
+};
+
+}  // namespace tpdecode::program
