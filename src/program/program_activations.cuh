@@ -22,6 +22,7 @@
 
 #include "gemm/wgmma_tiles.cuh"
 #include "program/program_launch.hpp"
+#include "program/program_protocol.hpp"
 
 namespace tpdecode::program {
 
@@ -35,11 +36,6 @@ __device__ __forceinline__ uint4 load_relaxed16(const void* p) {
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p)
                : "memory");
-  return v;
-}
-__device__ __forceinline__ uint32_t load_relaxed(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
 __device__ __forceinline__ void store_relaxed(uint32_t* p, uint32_t v) {
@@ -75,8 +71,8 @@ struct Position {
 };
 
 // The loader warps. 3: registers are allocated per quarter of the SM, a warp in
-// four to each, so a kernel of 9 warps (with the finisher) caps a thread at 168
-// registers, which the kernels fit; a fourth loader would make 10.
+// four to each, so the kernel's 12 warps (program_finisher.cuh) cap a thread at 168
+// registers, which the kernels fit; a fourth loader would make 13, 128 registers.
 inline constexpr int kLoaderWarps = 3;
 
 template <int kTokens, int kDepth>
@@ -94,8 +90,7 @@ struct ActivationLoader {
   // The polled path: the m real rows of the stage's x, 16-byte piece p of the stage
   // at chunk d = p / (8 m), token t, piece q of its 128 bytes.
   __device__ void poll_stage(const Position& at, const OpDesc& op) const {
-    const uint16_t* base =
-        reinterpret_cast<const uint16_t*>(a.mailbox + epoch * a.epoch_words) + op.x_mailbox;
+    const uint16_t* box = reinterpret_cast<const uint16_t*>(a.mailbox + epoch * a.epoch_words);
     const int pieces = kDepth * a.m * 8;
     uint8_t* x = ring.x(at.cur.stage);
     for (int first = 0; first < pieces; first += 32 * kBatch) {
@@ -107,7 +102,7 @@ struct ActivationLoader {
         const int p = first + j * 32 + lane;
         const int d = p / (8 * a.m), t = (p / 8) % a.m, q = p % 8;
         const int64_t col = (static_cast<int64_t>(at.step) * kDepth + d) * wgmma::kChunkK + q * 8;
-        src[j] = p < pieces && col < op.k ? base + t * op.x_stride + col : nullptr;
+        src[j] = p < pieces && col < op.k ? box + protocol::mailbox_element(op.x_mailbox, op.x_stride, t, col) : nullptr;
         offset[j] = p < pieces ? d * Ring::kXChunkBytes + t * 128 + ((q ^ (t % 8)) * 16) : -1;
         v[j] = src[j] != nullptr ? load_relaxed16(src[j]) : uint4{0, 0, 0, 0};
       }
@@ -140,8 +135,9 @@ struct ActivationLoader {
     int done = 0;
     if (lane == 0) {
       const OpDesc& from = a.ops[after];
-      if (cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(a.counters.op_done[after])
-              .load(cuda::memory_order_acquire) >= static_cast<uint32_t>(from.blocks)) {
+      if (protocol::complete(cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(a.counters.op_done[after])
+                                 .load(cuda::memory_order_acquire),
+                             from.blocks)) {
         asm volatile("fence.proxy.async.global;" ::: "memory");
         done = 1;
       }

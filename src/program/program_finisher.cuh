@@ -1,17 +1,19 @@
-// The GEMM program's finisher warp: the work of a block's completion that waits on
+// The GEMM program's finisher warps: the work of a block's completion that waits on
 // global memory, taken off the consumer warpgroup, whose next MMAs would otherwise
 // wait behind it. Each wait is an L2 round trip, which the weight stream makes
 // about 3 us long (a device trace of the program: part 0 spent ~3 us loading the
 // other parts' partials, written microseconds before, and ~1 us in the release of
 // its count, per op and CTA). The finisher walks the CTA's units in order:
-//  - for part 0 of a split block (its CTA's last unit of the op), it sums the other
-//    parts' partials in order 1, 2, ..., parts-1 into shared memory (`pre`) while
-//    the consumers still multiply, polling each value until written and emptying
-//    its slot for the next run; the consumers add part 0 to that sum.
-//  - for every block an op reads, once the consumers have stored and published it,
-//    it counts the block in op_done with release (cumulative: the consumers'
-//    stores precede its wait on their arrival), so the release's wait for the SM's
-//    outstanding traffic stalls this warp alone.
+//  - its summing warps, for part 0 of a split block (its CTA's last unit of the
+//    op): the other parts' partials summed in order 1, 2, ..., parts-1 into shared
+//    memory (`pre`), each value polled until written (from the end of the
+//    previous sum, so often ops ahead of part 0) and its slot emptied for the next
+//    run; the consumers add part 0 to that sum.
+//  - its counting warp, for every block an op reads, once the consumers have
+//    stored and published it: the count in op_done with release (cumulative: the
+//    consumers' stores precede its wait on their arrival). Why a warp of its own:
+//    the release waits for the SM's outstanding traffic (~1 us), which would hold
+//    the next sum behind it.
 #pragma once
 
 #include <cuda/atomic>
@@ -21,18 +23,23 @@
 #include "core/device.cuh"
 #include "program/program_activations.cuh"
 #include "program/program_launch.hpp"
+#include "program/program_protocol.hpp"
 
 namespace tpdecode::program {
 
 // The kernel's warps: the consumer warpgroup, the weight producer's warp, the
-// activation loaders, the finisher's warps. 4 finisher warps: a part of 64 tokens
-// in two round trips (one warp: 8; 64 tokens ran 1.7x slower); the SM's quarters
-// hold 3 warps each at 168 registers, with 9 warps or 12.
-inline constexpr int kFinisherWarps = 4;
+// activation loaders, the finisher's warps (3 summing, 1 counting). The SM's
+// quarters hold 3 warps each at 168 registers, with 9 warps or 12; one summing warp
+// ran 64 tokens 1.7x slower (a part of 64 tokens is 8 batches of one warp's loads).
+inline constexpr int kSumWarps = 3;
+inline constexpr int kFinisherWarps = kSumWarps + 1;
 inline constexpr int kFinisherWarp = wgmma::kWeightWarp + 1 + kLoaderWarps;  // the first
+inline constexpr int kSumThreads = 32 * kSumWarps;
 inline constexpr int kFinisherThreads = 32 * kFinisherWarps;
 inline constexpr int kProgramThreads = 32 * kFinisherWarp + kFinisherThreads;
-inline constexpr int kFinishBarrier = 2;  // named barrier of the consumers and the finisher
+// The named barrier of the consumers and the finisher at the end (this kernel uses
+// no other named barrier).
+inline constexpr int kFinishBarrier = 1;
 
 // A partial-sum slot no part has written: a NaN pattern no part stores (a partial
 // of these bits is stored as 0x7fffffff, a NaN too).
@@ -47,10 +54,10 @@ struct Handoff {
   float* pre;
   // One arrival per warp, by lane 0 after __syncwarp (which orders the lanes'
   // accesses before it). One per thread measured 5 % slower at TP 8 M 1.
-  uint64_t* pre_full;   // the finisher's warps
+  uint64_t* pre_full;   // the summing warps
   uint64_t* pre_empty;  // the consumer warps
   uint64_t* pub_full;   // the consumer warps, after their stores
-  uint64_t* pub_empty;  // 1 arrival: the finisher's first thread
+  uint64_t* pub_empty;  // 1 arrival: the counting warp's lane 0
 };
 
 // The phases a role has waited for on the handoff's barriers.
@@ -61,7 +68,7 @@ struct HandoffPhases {
 
 // Whether the finisher counts unit u's block once it is published.
 __device__ __forceinline__ bool counted(const Args& a, const Unit& u) {
-  return u.part == 0 && a.ops[u.op].out_mailbox >= 0;
+  return protocol::counted(u, a.ops[u.op].out_mailbox >= 0);
 }
 
 __device__ __forceinline__ void store_relaxed16(void* p, uint4 v) {
@@ -78,16 +85,19 @@ struct Finisher {
   const Handoff& h;
   int thread;  // of the finisher's threads
 
-  // pre = parts 1, 2, ..., parts-1 of unit u's block, summed in that order: thread
-  // t owns the 16-byte pieces t, t + kFinisherThreads, ... of a part's m x 64 floats
-  // and walks (part, piece) in part order, kBatch loads in flight.
+  // pre = parts 1, 2, ..., parts-1 of unit u's block, summed in that order: summing
+  // thread t owns the 16-byte pieces t, t + kSumThreads, ... of a part's m x 64
+  // floats and walks (part, piece) in part order, kBatch loads in flight.
   __device__ void sum_other_parts(const Unit& u) const {
     const int pieces = a.m * kBlockRows / 4;
-    const int mine = (pieces - thread + kFinisherThreads - 1) / kFinisherThreads;  // per part
+    const int mine = (pieces - thread + kSumThreads - 1) / kSumThreads;  // per part
     const int total = (u.parts - 1) * mine;
-    uint32_t* parts = reinterpret_cast<uint32_t*>(a.scratch + u.scratch);
-    auto piece = [&](int e) { return thread + kFinisherThreads * (e % mine); };
-    auto src = [&](int e) { return parts + (1 + e / mine) * (a.m * kBlockRows) + 4 * piece(e); };
+    auto piece = [&](int e) { return thread + kSumThreads * (e % mine); };
+    auto src = [&](int e) {
+      const int first = 4 * piece(e);  // of the part's [m, 64] floats
+      return reinterpret_cast<uint32_t*>(a.scratch) +
+             protocol::part_element(u.scratch, 1 + e / mine, a.m, first / kBlockRows, first % kBlockRows);
+    };
     for (int first = 0; first < total; first += kBatch) {
       uint4 v[kBatch];
 #pragma unroll
@@ -125,16 +135,17 @@ struct Finisher {
 
   __device__ void run() const {
     HandoffPhases ph;
+    const bool sums = thread < kSumThreads;
     for (int j = 0; j < units.count(); ++j) {
       const Unit& u = units[j];
-      if (u.part == 0 && u.parts > 1) {
+      if (sums && protocol::finisher_sums(u)) {
         dev::mbar_wait(h.pre_empty, ph.pre ^ 1);
         sum_other_parts(u);
         __syncwarp();
         if (thread % 32 == 0) dev::mbar_arrive(h.pre_full);
         ph.pre ^= 1;
       }
-      if (thread == 0 && counted(a, u)) {
+      if (thread == kSumThreads && counted(a, u)) {
         dev::mbar_wait(h.pub_full, ph.pub);
         cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(a.counters.op_done[u.op])
             .fetch_add(1, cuda::memory_order_release);

@@ -71,7 +71,7 @@ __device__ __forceinline__ void publish(const Args& a, const OpDesc& op, uint32_
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32, lane = tid % 32;
   const bool even = (lane / 4) % 2 == 0;  // this thread's rows are even
-  uint32_t* box = a.mailbox + epoch * a.epoch_words + op.out_mailbox / 2;
+  uint32_t* box = a.mailbox + epoch * a.epoch_words;
 #pragma unroll
   for (int i = 0; i < kTokens / 2; i += 2) {
     const uint32_t v0 = bf16_bits(sum[i]), v1 = bf16_bits(sum[i + 1]);  // tokens t, t + 1
@@ -80,7 +80,8 @@ __device__ __forceinline__ void publish(const Args& a, const OpDesc& op, uint32_
     if (word == kEmptyWord) word = 0x7fff7fffu;
     const int token = wgmma::fragment_token(lane, i) + (even ? 0 : 1);
     const int64_t row = row0 + wgmma::fragment_row(warp, lane, i) - (even ? 0 : 1);
-    if (token < a.m && row < op.n) store_relaxed(box + (token * op.out_mailbox_stride + row) / 2, word);
+    if (token < a.m && row < op.n)
+      store_relaxed(box + protocol::mailbox_element(op.out_mailbox, op.out_mailbox_stride, token, row) / 2, word);
   }
 }
 
@@ -99,18 +100,21 @@ __device__ __forceinline__ void finish_unit(const Args& a, const Unit& u, uint32
   const int64_t row0 = static_cast<int64_t>(u.block) * kBlockRows;
   auto at = [&](int i) { return wgmma::fragment_token(lane, i) * kBlockRows + wgmma::fragment_row(warp, lane, i); };
   if (u.part > 0) {
-    auto* mine = reinterpret_cast<uint32_t*>(a.scratch + u.scratch + u.part * a.m * kBlockRows);
 #pragma unroll
     for (int i = 0; i < kRegs; ++i) {
       const uint32_t v = __float_as_uint(acc[i]);
-      if (wgmma::fragment_token(lane, i) < a.m) store_relaxed(mine + at(i), v == kEmptyPartial ? 0x7fffffffu : v);
+      const int token = wgmma::fragment_token(lane, i);
+      if (token < a.m)
+        store_relaxed(reinterpret_cast<uint32_t*>(a.scratch) +
+                          protocol::part_element(u.scratch, u.part, a.m, token, wgmma::fragment_row(warp, lane, i)),
+                      v == kEmptyPartial ? 0x7fffffffu : v);
     }
     return;
   }
   float sum[kRegs];
 #pragma unroll
   for (int i = 0; i < kRegs; ++i) sum[i] = acc[i];
-  if (u.parts > 1) {
+  if (protocol::finisher_sums(u)) {
     dev::mbar_wait(h.pre_full, ph.pre);
 #pragma unroll
     for (int i = 0; i < kRegs; ++i)
@@ -142,15 +146,14 @@ __device__ __forceinline__ void finish_unit(const Args& a, const Unit& u, uint32
 // epoch's mailbox (the previous run's, complete: griddepcontrol.wait returned),
 // which the next run publishes into.
 __device__ __forceinline__ void empty_other_epoch(const Args& a, uint32_t epoch) {
-  const int64_t pieces = a.epoch_words / 4;
-  const int64_t begin = pieces * blockIdx.x / gridDim.x, end = pieces * (blockIdx.x + 1) / gridDim.x;
+  const protocol::Range share = protocol::empty_share(a.epoch_words / 4, blockIdx.x, gridDim.x);
   uint4* other = reinterpret_cast<uint4*>(a.mailbox + (epoch ^ 1) * a.epoch_words);
-  for (int64_t i = begin + threadIdx.x; i < end; i += kConsumerThreads)
+  for (int64_t i = share.begin + threadIdx.x; i < share.end; i += kConsumerThreads)
     other[i] = uint4{kEmptyWord, kEmptyWord, kEmptyWord, kEmptyWord};
 }
 
 __device__ __forceinline__ uint32_t read_epoch(const Args& a) {
-  return Atomic(*a.counters.epoch).load(cuda::memory_order_relaxed) & 1u;
+  return protocol::publish_epoch(Atomic(*a.counters.epoch).load(cuda::memory_order_relaxed));
 }
 
 template <int kTokens, int kDepth>
@@ -173,7 +176,7 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
     dev::mbar_init(ring.empty + tid, wgmma::kConsumerWarps);
   }
   if (tid == 0) {
-    dev::mbar_init(handoff.pre_full, kFinisherWarps);
+    dev::mbar_init(handoff.pre_full, kSumWarps);
     dev::mbar_init(handoff.pre_empty, wgmma::kConsumerWarps);
     dev::mbar_init(handoff.pub_full, wgmma::kConsumerWarps);
     dev::mbar_init(handoff.pub_empty, 1);
@@ -204,16 +207,17 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
   if (warp >= kFinisherWarp) {
     Finisher{a, units, handoff, tid - 32 * kFinisherWarp}.run();
     // The last CTA to finish resets the counts and advances the epoch for the next
-    // run: every count of this CTA is the finisher's, and the consumers' reads of
-    // the epoch and the loaders' waits (before the consumers' last MMAs) precede
-    // the barrier.
+    // run: every count of this CTA is the counting thread's (which arrives here),
+    // and the consumers' reads of the epoch and the loaders' waits (before the
+    // consumers' last MMAs) precede the barrier.
     dev::named_barrier_sync(kFinishBarrier, kConsumerThreads + kFinisherThreads);
-    if (tid == 32 * kFinisherWarp) {
+    if (tid == 32 * kFinisherWarp + kSumThreads) {
       Atomic done(*a.counters.ctas_done);
-      if (done.fetch_add(1, cuda::memory_order_acq_rel) == gridDim.x - 1) {
+      if (protocol::last_to_finish(done.fetch_add(1, cuda::memory_order_acq_rel), gridDim.x)) {
         for (int o = 0; o < a.op_count; ++o) Atomic(a.counters.op_done[o]).store(0, cuda::memory_order_relaxed);
         done.store(0, cuda::memory_order_relaxed);
-        Atomic(*a.counters.epoch).store(read_epoch(a) ^ 1u, cuda::memory_order_relaxed);
+        Atomic runs(*a.counters.epoch);
+        runs.store(runs.load(cuda::memory_order_relaxed) + 1, cuda::memory_order_relaxed);
       }
     }
     return;

@@ -21,7 +21,8 @@ struct OpShape {
 
 // One CTA's K steps [step_begin, step_end) of one block of one op. parts > 1: the
 // block's partial sums meet in scratch (parts slots of [m, 64] f32 from `scratch`,
-// slot `part` this unit's; part 0's slot is never written: it sums the others).
+// slot `part` this unit's; part 0's slot is never written: the finisher sums the
+// others, part 0 adds its own).
 struct Unit {
   int32_t op = 0;
   int32_t block = 0;

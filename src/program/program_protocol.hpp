@@ -1,0 +1,63 @@
+// The GEMM program's protocol rules, shared by the kernel (program_kernel.cu,
+// program_finisher.cuh, program_activations.cuh) and the CPU model that runs them
+// under host threads with random delays (tests/cpu/program_protocol_test.cpp):
+// which units the finisher completes and counts, when an op's outputs count as
+// complete, the epochs, where values live in the mailbox and the scratch slots, and
+// who resets the counters.
+#pragma once
+
+#include <cstdint>
+
+#include "program/program_plan.hpp"
+
+#if defined(__CUDACC__)
+#define TPD_PROGRAM_HD __host__ __device__ __forceinline__
+#else
+#define TPD_PROGRAM_HD inline
+#endif
+
+namespace tpdecode::program::protocol {
+
+// Part 0 of a split block: the finisher sums parts 1 .. parts-1 for it.
+TPD_PROGRAM_HD bool finisher_sums(const Unit& u) { return u.part == 0 && u.parts > 1; }
+
+// The unit that completes a block an op reads: its block is published, then
+// counted in op_done (one count per block).
+TPD_PROGRAM_HD bool counted(const Unit& u, bool read_by_an_op) { return u.part == 0 && read_by_an_op; }
+
+// An op's outputs are complete (every block published and counted).
+TPD_PROGRAM_HD bool complete(uint32_t counted_blocks, int32_t blocks) {
+  return counted_blocks >= static_cast<uint32_t>(blocks);
+}
+
+// The mailbox epoch a run publishes into, from the run counter: run r into r % 2;
+// it empties the other, which run r + 1 publishes into.
+TPD_PROGRAM_HD uint32_t publish_epoch(uint32_t runs) { return runs & 1u; }
+
+// The CTA whose arrival (ctas_done before it) completes the run resets op_done and
+// ctas_done and advances the run counter.
+TPD_PROGRAM_HD bool last_to_finish(uint32_t before, uint32_t ctas) { return before == ctas - 1; }
+
+// Element (bf16) of an epoch where an op publishes its output (token, row): the
+// op's region from `offset`, rows of `stride` elements (mailbox_layout).
+TPD_PROGRAM_HD int64_t mailbox_element(int64_t offset, int64_t stride, int token, int64_t row) {
+  return offset + token * stride + row;
+}
+
+// Float of the scratch where part p of a split block keeps (token, row): the
+// block's parts' [m, 64] slots from u.scratch.
+TPD_PROGRAM_HD int64_t part_element(int64_t scratch, int part, int m, int token, int row) {
+  return scratch + (static_cast<int64_t>(part) * m + token) * kBlockRows + row;
+}
+
+// The pieces [begin, end) of the other epoch that CTA `cta` of `ctas` empties at
+// the start of a run.
+struct Range {
+  int64_t begin;
+  int64_t end;
+};
+TPD_PROGRAM_HD Range empty_share(int64_t pieces, int cta, int ctas) {
+  return {pieces * cta / ctas, pieces * (cta + 1) / ctas};
+}
+
+}  // namespace tpdecode::program::protocol

@@ -1,0 +1,367 @@
+// The GEMM program's protocol (program_protocol.hpp, the rules the kernel follows)
+// run by host threads over a real plan (plan_program) and mailbox layout: each CTA
+// a consumer thread (which also loads x, as the loader warps do: polling the
+// mailbox's words until the producing op's count is complete, copying without a
+// check after) and the finisher's two roles, a summing and a counting thread (as
+// its summing and counting warps); the mailbox, scratch slots and counters are
+// atomics; random delays at every step; exact integer products and fresh inputs
+// every run, run after run with nothing reset in between. It checks every output,
+// that no copy reads a value not yet published, that the counts complete and reset,
+// that the epochs alternate and leave the next run's epoch empty, and that no wait
+// hangs; and that planted bugs (a missing wait, a wait on a later op, a count not
+// advanced, a stale epoch) each fail.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <utility>
+#include <thread>
+#include <vector>
+
+#include "program/program_plan.hpp"
+#include "program/program_protocol.hpp"
+
+namespace tpdecode::program {
+namespace {
+
+enum class Bug { kNone, kMissingWait, kWaitOnLaterOp, kCountNotAdvanced, kStaleEpoch };
+
+constexpr int64_t kEmpty = std::numeric_limits<int64_t>::min();  // a word or slot not written
+
+using Clock = std::chrono::steady_clock;
+
+struct Chain {
+  std::vector<OpShape> shapes;
+  std::vector<int> after;  // -1: x is an input; else x is that op's out, columns [0, k)
+};
+
+// Ops 1 and 3 read the op before; op 2 is an input of the program; op 4 reads op 3.
+Chain test_chain() {
+  return {{{448, 256}, {256, 256}, {320, 256}, {128, 320}, {192, 128}}, {-1, 0, -1, 2, 3}};
+}
+
+class Model {
+ public:
+  Model(Chain chain, int m, int ctas, Bug bug, unsigned seed)
+      : chain_(std::move(chain)),
+        m_(m),
+        ctas_(ctas),
+        bug_(bug),
+        seed_(seed),
+        plan_(plan_program(chain_.shapes, ctas, m, 1)),
+        layout_(mailbox_layout(chain_.shapes, chain_.after, m)),
+        mailbox_(static_cast<std::size_t>(2 * layout_.epoch_elements)),
+        scratch_(static_cast<std::size_t>(plan_.scratch_floats)),
+        op_done_(chain_.shapes.size()) {
+    for (auto& w : mailbox_) w.store(kEmpty);
+    for (auto& s : scratch_) s.store(kEmpty);
+    for (auto& d : op_done_) d.store(0);
+    out_.resize(chain_.shapes.size());
+    for (std::size_t o = 0; o < chain_.shapes.size(); ++o)
+      out_[o].assign(static_cast<std::size_t>(m * chain_.shapes[o].n), kEmpty);
+  }
+
+  // One run (a kernel launch: every thread joined at its end).
+  void run(int r) {
+    run_ = r;
+    for (auto& o : out_) std::fill(o.begin(), o.end(), kEmpty);
+    std::vector<Cta> ctas(static_cast<std::size_t>(ctas_));
+    std::vector<std::thread> threads;
+    for (int c = 0; c < ctas_; ++c) {
+      Cta& cta = ctas[static_cast<std::size_t>(c)];
+      cta.pre.assign(static_cast<std::size_t>(m_ * kBlockRows), 0);
+      threads.emplace_back([this, c, &cta] { consumer(c, cta); });
+      threads.emplace_back([this, c, &cta] { summer(c, cta); });
+      threads.emplace_back([this, c, &cta] { counter(c, cta); });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+
+  // What the run should have written: exact products of the run's inputs.
+  std::vector<int64_t> reference(int op) const {
+    const OpShape& s = chain_.shapes[static_cast<std::size_t>(op)];
+    const int from = chain_.after[static_cast<std::size_t>(op)];
+    const std::vector<int64_t> prev = from >= 0 ? reference(from) : std::vector<int64_t>{};
+    std::vector<int64_t> y(static_cast<std::size_t>(m_ * s.n));
+    for (int t = 0; t < m_; ++t)
+      for (int64_t row = 0; row < s.n; ++row) {
+        int64_t v = 0;
+        for (int64_t k = 0; k < s.k; ++k) {
+          const int64_t x = from >= 0 ? prev[static_cast<std::size_t>(t * chain_.shapes[from].n + k)] : input(t, k);
+          v += x * weight(op, row, k);
+        }
+        y[static_cast<std::size_t>(t * s.n + row)] = v;
+      }
+    return y;
+  }
+
+  const std::vector<int64_t>& out(int op) const { return out_[static_cast<std::size_t>(op)]; }
+  int ops() const { return static_cast<int>(chain_.shapes.size()); }
+  bool timed_out() const { return timed_out_.load(); }
+  int unpublished_reads() const { return unpublished_reads_.load(); }
+  bool counts_completed() const { return counts_completed_; }
+  uint32_t runs() const { return runs_.load(); }
+  bool counters_reset() const {
+    for (const auto& d : op_done_)
+      if (d.load() != 0) return false;
+    return ctas_done_.load() == 0;
+  }
+  bool scratch_empty() const {
+    for (const auto& s : scratch_)
+      if (s.load() != kEmpty) return false;
+    return true;
+  }
+  // The epoch the next run publishes into holds nothing.
+  bool next_epoch_empty() const {
+    const int64_t base = protocol::publish_epoch(runs_.load()) * layout_.epoch_elements;
+    for (int64_t i = 0; i < layout_.epoch_elements; ++i)
+      if (mailbox_[static_cast<std::size_t>(base + i)].load() != kEmpty) return false;
+    return true;
+  }
+  const Plan& plan() const { return plan_; }
+
+ private:
+  // A CTA's shared memory between its consumer and finisher: the sum of parts
+  // 1.. for part 0, and the hand-over counts (the kernel's mbarrier phases).
+  struct Cta {
+    std::vector<int64_t> pre;
+    std::atomic<int> pre_full{0}, pre_empty{0}, pub_full{0}, pub_empty{0}, consumer_done{0}, summer_done{0};
+  };
+
+  int64_t input(int t, int64_t k) const { return (run_ * 7 + t * 3 + k) % 5 - 2; }
+  static int64_t weight(int op, int64_t row, int64_t k) { return (op * 11 + row * 5 + k * 3) % 7 - 3; }
+
+  // Random yields and short sleeps, so that threads interleave differently each time.
+  void jitter(std::mt19937& rng) const {
+    const unsigned r = rng() % 64;
+    if (r < 8) std::this_thread::yield();
+    else if (r == 8) std::this_thread::sleep_for(std::chrono::microseconds(20 + rng() % 200));
+  }
+
+  // Waits until done() (bounded: past the deadline every wait of the run gives up).
+  template <class F>
+  bool wait_until(F&& done, std::mt19937& rng) {
+    const auto deadline = Clock::now() + std::chrono::milliseconds(bug_ == Bug::kNone ? 20000 : 400);
+    while (!done()) {
+      if (timed_out_.load() || Clock::now() > deadline) {
+        timed_out_.store(true);
+        return false;
+      }
+      jitter(rng);
+    }
+    return true;
+  }
+
+  std::atomic<int64_t>& word(uint32_t epoch, int64_t element) {
+    return mailbox_[static_cast<std::size_t>(epoch * layout_.epoch_elements + element)];
+  }
+  bool read_by_an_op(int op) const { return layout_.offset[static_cast<std::size_t>(op)] >= 0; }
+
+  // Token t's x at column col for op `op`: an input, or the producing op's word by
+  // the loaders' rule (polled until written while its count is short, copied after).
+  bool load_x(int op, int t, int64_t col, uint32_t epoch, bool& copies, int64_t& x, std::mt19937& rng) {
+    int from = chain_.after[static_cast<std::size_t>(op)];
+    if (from < 0) return x = input(t, col), true;
+    if (bug_ == Bug::kWaitOnLaterOp && op == 1) from = 2;  // op 1 waits on the op after it
+    const auto f = static_cast<std::size_t>(from);
+    const int64_t stride = layout_.stride[f];
+    std::atomic<int64_t>& w = word(epoch, protocol::mailbox_element(layout_.offset[f], stride, t, col));
+    if (bug_ == Bug::kMissingWait) copies = true;
+    if (!copies) copies = protocol::complete(op_done_[f].load(std::memory_order_acquire), plan_.blocks[f]);
+    if (copies) {  // a tensor-map copy: no check of the words
+      x = w.load(std::memory_order_relaxed);
+      if (x == kEmpty) unpublished_reads_.fetch_add(1), x = 0;  // counted; 0 keeps the sums off the sentinel
+      return true;
+    }
+    return wait_until([&] { return (x = w.load(std::memory_order_relaxed)) != kEmpty; }, rng);
+  }
+
+  void consumer(int c, Cta& cta) {
+    std::mt19937 rng(seed_ * 7919u + static_cast<unsigned>(run_ * 131 + c * 3));
+    const uint32_t epoch = protocol::publish_epoch(runs_.load());
+    const protocol::Range share = protocol::empty_share(layout_.epoch_elements / 8, c, ctas_);
+    for (int64_t piece = share.begin; piece < share.end; ++piece)
+      for (int e = 0; e < 8; ++e) word(epoch ^ 1u, piece * 8 + e).store(kEmpty, std::memory_order_relaxed);
+    int pre_taken = 0, published = 0;
+    for (int i = plan_.cta_begin[c]; i < plan_.cta_begin[c + 1]; ++i) {
+      const Unit& u = plan_.units[static_cast<std::size_t>(i)];
+      const OpShape& s = chain_.shapes[static_cast<std::size_t>(u.op)];
+      std::vector<int64_t> acc(static_cast<std::size_t>(m_ * kBlockRows), 0);
+      bool copies = false;
+      for (int step = u.step_begin; step < u.step_end; ++step) {
+        jitter(rng);
+        for (int t = 0; t < m_; ++t)
+          for (int64_t col = step * 64; col < (step + 1) * 64 && col < s.k; ++col) {
+            int64_t x = 0;
+            if (!load_x(u.op, t, col, epoch, copies, x, rng)) return finish(cta);
+            for (int r = 0; r < kBlockRows; ++r) {
+              const int64_t row = int64_t{u.block} * kBlockRows + r;
+              if (row < s.n) acc[static_cast<std::size_t>(t * kBlockRows + r)] += x * weight(u.op, row, col);
+            }
+          }
+      }
+      jitter(rng);
+      if (u.part > 0) {
+        for (int t = 0; t < m_; ++t)
+          for (int r = 0; r < kBlockRows; ++r)
+            scratch_[static_cast<std::size_t>(protocol::part_element(u.scratch, u.part, m_, t, r))].store(
+                acc[static_cast<std::size_t>(t * kBlockRows + r)], std::memory_order_relaxed);
+        continue;
+      }
+      if (protocol::finisher_sums(u)) {
+        if (!wait_until([&] { return cta.pre_full.load(std::memory_order_acquire) > pre_taken; }, rng))
+          return finish(cta);
+        for (std::size_t e = 0; e < acc.size(); ++e) acc[e] = cta.pre[e] + acc[e];
+        cta.pre_empty.store(++pre_taken, std::memory_order_release);
+      }
+      const bool read = read_by_an_op(u.op);
+      // Op 0's blocks published late: its readers start before them.
+      if (u.op == 0 && protocol::counted(u, read)) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+      for (int t = 0; t < m_; ++t)
+        for (int r = 0; r < kBlockRows; ++r) {
+          const int64_t row = int64_t{u.block} * kBlockRows + r;
+          if (row >= s.n) continue;
+          const int64_t v = acc[static_cast<std::size_t>(t * kBlockRows + r)];
+          out_[static_cast<std::size_t>(u.op)][static_cast<std::size_t>(t * s.n + row)] = v;
+          if (protocol::counted(u, read)) {
+            const auto o = static_cast<std::size_t>(u.op);
+            word(epoch, protocol::mailbox_element(layout_.offset[o], layout_.stride[o], t, row))
+                .store(v, std::memory_order_relaxed);
+          }
+        }
+      if (protocol::counted(u, read)) {
+        if (!wait_until([&] { return cta.pub_empty.load(std::memory_order_acquire) >= published; }, rng))
+          return finish(cta);
+        cta.pub_full.store(++published, std::memory_order_release);
+      }
+    }
+    finish(cta);
+  }
+  static void finish(Cta& cta) { cta.consumer_done.store(1, std::memory_order_release); }
+
+  // The summing warps: parts 1 .. parts-1 of each split block into pre, in order.
+  void summer(int c, Cta& cta) {
+    std::mt19937 rng(seed_ * 7919u + static_cast<unsigned>(run_ * 131 + c * 3 + 1));
+    int pre_given = 0;
+    for (int i = plan_.cta_begin[c]; i < plan_.cta_begin[c + 1] && !timed_out_.load(); ++i) {
+      const Unit& u = plan_.units[static_cast<std::size_t>(i)];
+      if (!protocol::finisher_sums(u)) continue;
+      if (!wait_until([&] { return cta.pre_empty.load(std::memory_order_acquire) >= pre_given; }, rng)) break;
+      for (int t = 0; t < m_; ++t)
+        for (int r = 0; r < kBlockRows; ++r) {
+          int64_t sum = 0;
+          for (int p = 1; p < u.parts; ++p) {
+            auto& slot = scratch_[static_cast<std::size_t>(protocol::part_element(u.scratch, p, m_, t, r))];
+            int64_t v = kEmpty;
+            if (!wait_until([&] { return (v = slot.load(std::memory_order_relaxed)) != kEmpty; }, rng)) break;
+            sum = p == 1 ? v : sum + v;
+            slot.store(kEmpty, std::memory_order_relaxed);  // for the next run
+          }
+          cta.pre[static_cast<std::size_t>(t * kBlockRows + r)] = sum;
+        }
+      jitter(rng);
+      cta.pre_full.store(++pre_given, std::memory_order_release);
+    }
+    cta.summer_done.store(1, std::memory_order_release);
+  }
+
+  // The counting warp: each published block counted; then the CTA's final barrier
+  // and the last CTA's reset.
+  void counter(int c, Cta& cta) {
+    std::mt19937 rng(seed_ * 7919u + static_cast<unsigned>(run_ * 131 + c * 3 + 2));
+    int counted_blocks = 0;
+    for (int i = plan_.cta_begin[c]; i < plan_.cta_begin[c + 1] && !timed_out_.load(); ++i) {
+      const Unit& u = plan_.units[static_cast<std::size_t>(i)];
+      if (!protocol::counted(u, read_by_an_op(u.op))) continue;
+      ++counted_blocks;
+      if (!wait_until([&] { return cta.pub_full.load(std::memory_order_acquire) >= counted_blocks; }, rng)) break;
+      jitter(rng);
+      if (!(bug_ == Bug::kCountNotAdvanced && u.op == 0))
+        op_done_[static_cast<std::size_t>(u.op)].fetch_add(1, std::memory_order_release);
+      cta.pub_empty.store(counted_blocks, std::memory_order_release);
+    }
+    wait_until([&] { return cta.consumer_done.load(std::memory_order_acquire) != 0; }, rng);
+    wait_until([&] { return cta.summer_done.load(std::memory_order_acquire) != 0; }, rng);
+    const uint32_t before = ctas_done_.fetch_add(1, std::memory_order_acq_rel);
+    if (protocol::last_to_finish(before, static_cast<uint32_t>(ctas_))) {
+      counts_completed_ = true;
+      for (int o = 0; o < ops(); ++o)
+        if (read_by_an_op(o) &&
+            !protocol::complete(op_done_[static_cast<std::size_t>(o)].load(), plan_.blocks[static_cast<std::size_t>(o)]))
+          counts_completed_ = false;
+      for (auto& d : op_done_) d.store(0, std::memory_order_relaxed);
+      ctas_done_.store(0, std::memory_order_relaxed);
+      if (bug_ != Bug::kStaleEpoch) runs_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+
+  Chain chain_;
+  int m_;
+  int ctas_;
+  Bug bug_;
+  unsigned seed_;
+  Plan plan_;
+  MailboxLayout layout_;
+  std::vector<std::atomic<int64_t>> mailbox_;
+  std::vector<std::atomic<int64_t>> scratch_;
+  std::vector<std::atomic<uint32_t>> op_done_;
+  std::vector<std::vector<int64_t>> out_;  // per op, [m, n]
+  std::atomic<uint32_t> ctas_done_{0};
+  std::atomic<uint32_t> runs_{0};
+  std::atomic<bool> timed_out_{false};
+  std::atomic<int> unpublished_reads_{0};
+  bool counts_completed_ = false;
+  int run_ = 0;
+};
+
+// Runs 0 .. runs-1 and names the first check that fails ("" when none does).
+std::string first_failure(Model& model, int runs) {
+  for (int r = 0; r < runs; ++r) {
+    model.run(r);
+    const std::string run = " (run " + std::to_string(r) + ")";
+    if (model.timed_out()) return "a wait hung" + run;
+    if (model.unpublished_reads() > 0) return "a copy read an unpublished value" + run;
+    for (int o = 0; o < model.ops(); ++o)
+      if (model.out(o) != model.reference(o)) return "op " + std::to_string(o) + "'s outputs" + run;
+    if (!model.counts_completed()) return "a count short at the end" + run;
+    if (!model.counters_reset()) return "counters not reset" + run;
+    if (!model.scratch_empty()) return "scratch not emptied" + run;
+    if (model.runs() != static_cast<uint32_t>(r + 1)) return "the run counter not advanced" + run;
+    if (!model.next_epoch_empty()) return "the next epoch not empty" + run;
+  }
+  return "";
+}
+
+TEST(ProgramProtocol, ChainsRunCorrectlyBackToBack) {
+  for (int m : {1, 3})
+    for (int ctas : {7, 12})
+      for (unsigned seed : {1u, 2u}) {
+        SCOPED_TRACE(testing::Message() << "m " << m << ", " << ctas << " CTAs, seed " << seed);
+        Model model(test_chain(), m, ctas, Bug::kNone, seed);
+        int split = 0;
+        for (const Unit& u : model.plan().units) split += u.parts > 1 ? 1 : 0;
+        EXPECT_GT(split, 0) << "the chain should split blocks across CTAs";
+        EXPECT_EQ(first_failure(model, 5), "");
+      }
+}
+
+// Each planted bug fails, by the check that names it.
+TEST(ProgramProtocol, PlantedBugsFail) {
+  const std::vector<std::pair<Bug, std::string>> bugs = {
+      {Bug::kMissingWait, "a copy read an unpublished value"},
+      {Bug::kWaitOnLaterOp, "a wait hung"},
+      {Bug::kCountNotAdvanced, "a count short at the end"},
+      {Bug::kStaleEpoch, "the run counter not advanced"}};
+  for (const auto& [bug, symptom] : bugs) {
+    Model model(test_chain(), 3, 12, bug, 3);
+    const std::string failure = first_failure(model, 4);
+    EXPECT_EQ(failure.substr(0, symptom.size()), symptom) << "bug " << static_cast<int>(bug) << ": " << failure;
+  }
+}
+
+}  // namespace
+}  // namespace tpdecode::program
