@@ -102,7 +102,8 @@ struct ActivationLoader {
         const int p = first + j * 32 + lane;
         const int d = p / (8 * a.m), t = (p / 8) % a.m, q = p % 8;
         const int64_t col = (static_cast<int64_t>(at.step) * kDepth + d) * wgmma::kChunkK + q * 8;
-        src[j] = p < pieces && col < op.k ? box + protocol::mailbox_element(op.x_mailbox, op.x_stride, t, col) : nullptr;
+        src[j] = p < pieces && col < op.k ? box + protocol::mailbox_element(op.x_mailbox, op.x_stride, t, col)
+                                          : nullptr;
         offset[j] = p < pieces ? d * Ring::kXChunkBytes + t * 128 + ((q ^ (t % 8)) * 16) : -1;
         v[j] = src[j] != nullptr ? load_relaxed16(src[j]) : uint4{0, 0, 0, 0};
       }

@@ -4,16 +4,17 @@
 // about 3 us long (a device trace of the program: part 0 spent ~3 us loading the
 // other parts' partials, written microseconds before, and ~1 us in the release of
 // its count, per op and CTA). The finisher walks the CTA's units in order:
-//  - its summing warps, for part 0 of a split block (its CTA's last unit of the
-//    op): the other parts' partials summed in order 1, 2, ..., parts-1 into shared
-//    memory (`pre`), each value polled until written (from the end of the
-//    previous sum, so often ops ahead of part 0) and its slot emptied for the next
-//    run; the consumers add part 0 to that sum.
-//  - its counting warp, for every block an op reads, once the consumers have
-//    stored and published it: the count in op_done with release (cumulative: the
-//    consumers' stores precede its wait on their arrival). Why a warp of its own:
-//    the release waits for the SM's outstanding traffic (~1 us), which would hold
-//    the next sum behind it.
+//  - for part 0 of a split block (its CTA's last unit of the op): the other parts'
+//    partials summed in order 1, 2, ..., parts-1 into shared memory (`pre`), each
+//    value polled until written (from the end of the previous sum, so often ops
+//    ahead of part 0) and its slot emptied for the next run; the consumers add
+//    part 0 to that sum.
+//  - for every block an op reads, once the consumers have stored and published it:
+//    the count in op_done with release, by the finisher's thread 0 (cumulative: the
+//    consumers' stores precede its wait on their arrival). The release waits for
+//    the SM's outstanding traffic (~1 us), which can hold warp 0's next sum; a
+//    counting warp of its own (3 summing) measured slower above 16 tokens
+//    (docs/performance.md).
 #pragma once
 
 #include <cuda/atomic>
@@ -28,13 +29,11 @@
 namespace tpdecode::program {
 
 // The kernel's warps: the consumer warpgroup, the weight producer's warp, the
-// activation loaders, the finisher's warps (3 summing, 1 counting). The SM's
-// quarters hold 3 warps each at 168 registers, with 9 warps or 12; one summing warp
-// ran 64 tokens 1.7x slower (a part of 64 tokens is 8 batches of one warp's loads).
-inline constexpr int kSumWarps = 3;
-inline constexpr int kFinisherWarps = kSumWarps + 1;
+// activation loaders, the finisher's warps. The SM's quarters hold 3 warps each at
+// 168 registers, with 9 warps or 12; one finisher warp ran 64 tokens 1.7x slower
+// (a part of 64 tokens is 8 batches of one warp's loads), 3 summing warps 1.2x.
+inline constexpr int kFinisherWarps = 4;
 inline constexpr int kFinisherWarp = wgmma::kWeightWarp + 1 + kLoaderWarps;  // the first
-inline constexpr int kSumThreads = 32 * kSumWarps;
 inline constexpr int kFinisherThreads = 32 * kFinisherWarps;
 inline constexpr int kProgramThreads = 32 * kFinisherWarp + kFinisherThreads;
 // The named barrier of the consumers and the finisher at the end (this kernel uses
@@ -54,10 +53,10 @@ struct Handoff {
   float* pre;
   // One arrival per warp, by lane 0 after __syncwarp (which orders the lanes'
   // accesses before it). One per thread measured 5 % slower at TP 8 M 1.
-  uint64_t* pre_full;   // the summing warps
+  uint64_t* pre_full;   // the finisher's warps
   uint64_t* pre_empty;  // the consumer warps
   uint64_t* pub_full;   // the consumer warps, after their stores
-  uint64_t* pub_empty;  // 1 arrival: the counting warp's lane 0
+  uint64_t* pub_empty;  // 1 arrival: the finisher's thread 0
 };
 
 // The phases a role has waited for on the handoff's barriers.
@@ -85,14 +84,14 @@ struct Finisher {
   const Handoff& h;
   int thread;  // of the finisher's threads
 
-  // pre = parts 1, 2, ..., parts-1 of unit u's block, summed in that order: summing
-  // thread t owns the 16-byte pieces t, t + kSumThreads, ... of a part's m x 64
-  // floats and walks (part, piece) in part order, kBatch loads in flight.
+  // pre = parts 1, 2, ..., parts-1 of unit u's block, summed in that order: thread
+  // t owns the 16-byte pieces t, t + kFinisherThreads, ... of a part's m x 64 floats
+  // and walks (part, piece) in part order, kBatch loads in flight.
   __device__ void sum_other_parts(const Unit& u) const {
     const int pieces = a.m * kBlockRows / 4;
-    const int mine = (pieces - thread + kSumThreads - 1) / kSumThreads;  // per part
+    const int mine = (pieces - thread + kFinisherThreads - 1) / kFinisherThreads;  // per part
     const int total = (u.parts - 1) * mine;
-    auto piece = [&](int e) { return thread + kSumThreads * (e % mine); };
+    auto piece = [&](int e) { return thread + kFinisherThreads * (e % mine); };
     auto src = [&](int e) {
       const int first = 4 * piece(e);  // of the part's [m, 64] floats
       return reinterpret_cast<uint32_t*>(a.scratch) +
@@ -135,17 +134,16 @@ struct Finisher {
 
   __device__ void run() const {
     HandoffPhases ph;
-    const bool sums = thread < kSumThreads;
     for (int j = 0; j < units.count(); ++j) {
       const Unit& u = units[j];
-      if (sums && protocol::finisher_sums(u)) {
+      if (protocol::finisher_sums(u)) {
         dev::mbar_wait(h.pre_empty, ph.pre ^ 1);
         sum_other_parts(u);
         __syncwarp();
         if (thread % 32 == 0) dev::mbar_arrive(h.pre_full);
         ph.pre ^= 1;
       }
-      if (thread == kSumThreads && counted(a, u)) {
+      if (thread == 0 && counted(a, u)) {
         dev::mbar_wait(h.pub_full, ph.pub);
         cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(a.counters.op_done[u.op])
             .fetch_add(1, cuda::memory_order_release);

@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
     dev::mbar_init(ring.empty + tid, wgmma::kConsumerWarps);
   }
   if (tid == 0) {
-    dev::mbar_init(handoff.pre_full, kSumWarps);
+    dev::mbar_init(handoff.pre_full, kFinisherWarps);
     dev::mbar_init(handoff.pre_empty, wgmma::kConsumerWarps);
     dev::mbar_init(handoff.pub_full, wgmma::kConsumerWarps);
     dev::mbar_init(handoff.pub_empty, 1);
@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
     // and the consumers' reads of the epoch and the loaders' waits (before the
     // consumers' last MMAs) precede the barrier.
     dev::named_barrier_sync(kFinishBarrier, kConsumerThreads + kFinisherThreads);
-    if (tid == 32 * kFinisherWarp + kSumThreads) {
+    if (tid == 32 * kFinisherWarp) {
       Atomic done(*a.counters.ctas_done);
       if (protocol::last_to_finish(done.fetch_add(1, cuda::memory_order_acq_rel), gridDim.x)) {
         for (int o = 0; o < a.op_count; ++o) Atomic(a.counters.op_done[o]).store(0, cuda::memory_order_relaxed);

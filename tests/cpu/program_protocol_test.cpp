@@ -2,10 +2,10 @@
 // run by host threads over a real plan (plan_program) and mailbox layout: each CTA
 // a consumer thread (which also loads x, as the loader warps do: polling the
 // mailbox's words until the producing op's count is complete, copying without a
-// check after) and the finisher's two roles, a summing and a counting thread (as
-// its summing and counting warps); the mailbox, scratch slots and counters are
-// atomics; random delays at every step; exact integer products and fresh inputs
-// every run, run after run with nothing reset in between. It checks every output,
+// check after) and a finisher thread (which sums split blocks' other parts and
+// counts published blocks, as the finisher's warps); the mailbox, scratch slots
+// and counters are atomics; random delays at every step; exact integer products
+// and fresh inputs every run, run after run with nothing reset in between. It checks every output,
 // that no copy reads a value not yet published, that the counts complete and reset,
 // that the epochs alternate and leave the next run's epoch empty, and that no wait
 // hangs; and that planted bugs (a missing wait, a wait on a later op, a count not
@@ -75,8 +75,7 @@ class Model {
       Cta& cta = ctas[static_cast<std::size_t>(c)];
       cta.pre.assign(static_cast<std::size_t>(m_ * kBlockRows), 0);
       threads.emplace_back([this, c, &cta] { consumer(c, cta); });
-      threads.emplace_back([this, c, &cta] { summer(c, cta); });
-      threads.emplace_back([this, c, &cta] { counter(c, cta); });
+      threads.emplace_back([this, c, &cta] { finisher(c, cta); });
     }
     for (std::thread& t : threads) t.join();
   }
@@ -129,7 +128,7 @@ class Model {
   // 1.. for part 0, and the hand-over counts (the kernel's mbarrier phases).
   struct Cta {
     std::vector<int64_t> pre;
-    std::atomic<int> pre_full{0}, pre_empty{0}, pub_full{0}, pub_empty{0}, consumer_done{0}, summer_done{0};
+    std::atomic<int> pre_full{0}, pre_empty{0}, pub_full{0}, pub_empty{0}, consumer_done{0};
   };
 
   int64_t input(int t, int64_t k) const { return (run_ * 7 + t * 3 + k) % 5 - 2; }
@@ -181,7 +180,7 @@ class Model {
   }
 
   void consumer(int c, Cta& cta) {
-    std::mt19937 rng(seed_ * 7919u + static_cast<unsigned>(run_ * 131 + c * 3));
+    std::mt19937 rng(seed_ * 7919u + static_cast<unsigned>(run_ * 131 + c * 2));
     const uint32_t epoch = protocol::publish_epoch(runs_.load());
     const protocol::Range share = protocol::empty_share(layout_.epoch_elements / 8, c, ctas_);
     for (int64_t piece = share.begin; piece < share.end; ++piece)
@@ -243,49 +242,41 @@ class Model {
   }
   static void finish(Cta& cta) { cta.consumer_done.store(1, std::memory_order_release); }
 
-  // The summing warps: parts 1 .. parts-1 of each split block into pre, in order.
-  void summer(int c, Cta& cta) {
-    std::mt19937 rng(seed_ * 7919u + static_cast<unsigned>(run_ * 131 + c * 3 + 1));
-    int pre_given = 0;
+  // The finisher: for each split block's part 0, parts 1 .. parts-1 into pre in
+  // order; each published block counted; then the CTA's final barrier and the last
+  // CTA's reset.
+  void finisher(int c, Cta& cta) {
+    std::mt19937 rng(seed_ * 7919u + static_cast<unsigned>(run_ * 131 + c * 2 + 1));
+    int pre_given = 0, counted_blocks = 0;
     for (int i = plan_.cta_begin[c]; i < plan_.cta_begin[c + 1] && !timed_out_.load(); ++i) {
       const Unit& u = plan_.units[static_cast<std::size_t>(i)];
-      if (!protocol::finisher_sums(u)) continue;
-      if (!wait_until([&] { return cta.pre_empty.load(std::memory_order_acquire) >= pre_given; }, rng)) break;
-      for (int t = 0; t < m_; ++t)
-        for (int r = 0; r < kBlockRows; ++r) {
-          int64_t sum = 0;
-          for (int p = 1; p < u.parts; ++p) {
-            auto& slot = scratch_[static_cast<std::size_t>(protocol::part_element(u.scratch, p, m_, t, r))];
-            int64_t v = kEmpty;
-            if (!wait_until([&] { return (v = slot.load(std::memory_order_relaxed)) != kEmpty; }, rng)) break;
-            sum = p == 1 ? v : sum + v;
-            slot.store(kEmpty, std::memory_order_relaxed);  // for the next run
+      if (protocol::finisher_sums(u)) {
+        if (!wait_until([&] { return cta.pre_empty.load(std::memory_order_acquire) >= pre_given; }, rng)) break;
+        for (int t = 0; t < m_; ++t)
+          for (int r = 0; r < kBlockRows; ++r) {
+            int64_t sum = 0;
+            for (int p = 1; p < u.parts; ++p) {
+              auto& slot = scratch_[static_cast<std::size_t>(protocol::part_element(u.scratch, p, m_, t, r))];
+              int64_t v = kEmpty;
+              if (!wait_until([&] { return (v = slot.load(std::memory_order_relaxed)) != kEmpty; }, rng)) break;
+              sum = p == 1 ? v : sum + v;
+              slot.store(kEmpty, std::memory_order_relaxed);  // for the next run
+            }
+            cta.pre[static_cast<std::size_t>(t * kBlockRows + r)] = sum;
           }
-          cta.pre[static_cast<std::size_t>(t * kBlockRows + r)] = sum;
-        }
-      jitter(rng);
-      cta.pre_full.store(++pre_given, std::memory_order_release);
-    }
-    cta.summer_done.store(1, std::memory_order_release);
-  }
-
-  // The counting warp: each published block counted; then the CTA's final barrier
-  // and the last CTA's reset.
-  void counter(int c, Cta& cta) {
-    std::mt19937 rng(seed_ * 7919u + static_cast<unsigned>(run_ * 131 + c * 3 + 2));
-    int counted_blocks = 0;
-    for (int i = plan_.cta_begin[c]; i < plan_.cta_begin[c + 1] && !timed_out_.load(); ++i) {
-      const Unit& u = plan_.units[static_cast<std::size_t>(i)];
-      if (!protocol::counted(u, read_by_an_op(u.op))) continue;
-      ++counted_blocks;
-      if (!wait_until([&] { return cta.pub_full.load(std::memory_order_acquire) >= counted_blocks; }, rng)) break;
-      jitter(rng);
-      if (!(bug_ == Bug::kCountNotAdvanced && u.op == 0))
-        op_done_[static_cast<std::size_t>(u.op)].fetch_add(1, std::memory_order_release);
-      cta.pub_empty.store(counted_blocks, std::memory_order_release);
+        jitter(rng);
+        cta.pre_full.store(++pre_given, std::memory_order_release);
+      }
+      if (protocol::counted(u, read_by_an_op(u.op))) {
+        ++counted_blocks;
+        if (!wait_until([&] { return cta.pub_full.load(std::memory_order_acquire) >= counted_blocks; }, rng)) break;
+        jitter(rng);
+        if (!(bug_ == Bug::kCountNotAdvanced && u.op == 0))
+          op_done_[static_cast<std::size_t>(u.op)].fetch_add(1, std::memory_order_release);
+        cta.pub_empty.store(counted_blocks, std::memory_order_release);
+      }
     }
     wait_until([&] { return cta.consumer_done.load(std::memory_order_acquire) != 0; }, rng);
-    wait_until([&] { return cta.summer_done.load(std::memory_order_acquire) != 0; }, rng);
     const uint32_t before = ctas_done_.fetch_add(1, std::memory_order_acq_rel);
     if (protocol::last_to_finish(before, static_cast<uint32_t>(ctas_))) {
       counts_completed_ = true;
