@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Mutation check of the mailbox protocol: each deliberate bug below is applied (sed)
-# to a copy of src/, include/ and tests/ in a temporary directory, never to the
-# working tree; the protocol tests are built there and run, and a table says which
-# tests failed. A mutant that fails no test is a finding (docs/protocol.md keeps
-# the last table). Not run by CI.
+# Mutation check of the protocols: each deliberate bug below is applied (sed) to a
+# copy of src/, include/ and tests/ in a temporary directory, never to the working
+# tree; the protocol's tests are built there and run, and a table per protocol says
+# which tests failed. A mutant that fails no test is a finding (docs/protocol.md
+# keeps the last tables). Not run by CI. Two protocols: the mailbox collectives'
+# (src/comm; Protocol.*, TwoShotProtocol.*) and the GEMM program's rules
+# (src/program/program_protocol.hpp; ProgramProtocol.*, which runs them under host
+# threads).
 #   bash scripts/mutants.sh [mutant-name...]   (default: every mutant; ~15-20 min on 2 cores)
 # Why not the whole cpu_tests target: it links the library, whose CUDA objects
 # include the mutated headers (minutes per mutant on 2 cores). The protocol tests
@@ -19,10 +22,9 @@ trap 'rm -rf "$WORK"' EXIT
 # the deterministic races (a slow owner, one parity) do not depend on the count.
 export TPDECODE_PROTOCOL_TIMEOUT_MS=${TPDECODE_PROTOCOL_TIMEOUT_MS:-2000}
 export TPDECODE_PROTOCOL_ROUNDS=${TPDECODE_PROTOCOL_ROUNDS:-2000}
-FILTER='Protocol.*:TwoShotProtocol.*'
 
 # name|file under src/comm|sed script|what the bug is
-MUTANTS=(
+COMM_MUTANTS=(
   "one-parity|protocol.hpp|s/return box.parities == 2 ? \*epoch \& 1u : \*epoch % static_cast<uint32_t>(box.parities);/return 0u;/|every call uses parity 0 (epoch % 1)"
   "first-word-only|protocol.hpp|s/return f.w\[0\] != kSentinel && f.w\[1\] != kSentinel && f.w\[2\] != kSentinel && f.w\[3\] != kSentinel;/return f.w[0] != kSentinel;/|published() checks the first word only (a torn fragment passes)"
   "no-abort-in-polls|memory.hpp|s/load_word(abort_word) != 0) return PollCheck::kAborted;/false) return PollCheck::kAborted;/|polls never read the abort word (only their own deadline ends them)"
@@ -42,6 +44,17 @@ MUTANTS=(
   "two-shot-sum-to-one-rank|collectives.hpp|/^TPD_HD bool two_shot_reduce/,/^}/s/push_to_all<kRanks>(/push_to_all<1>(/|two-shot: the owner stores its sum into rank 0's gather row only"
   "two-shot-short-gather-deadline|collectives.hpp|s/^  mem.extend_deadline(team.timeout_ns);/  (void)mem, (void)team;/|two-shot: the gather half waits no longer than the reduce"
 )
+# name|file under src/program|sed script|what the bug is
+PROGRAM_MUTANTS=(
+  "finisher-never-sums|program_protocol.hpp|s/{ return u.part == 0 \&\& u.parts > 1; }/{ return false \&\& u.parts > 1; }/|part 0 of a split block is not handed the other parts' sum"
+  "every-part-counted|program_protocol.hpp|s/return u.part == 0 \&\& read_by_an_op;/return read_by_an_op;/|every part of a split block publishes and counts it"
+  "complete-one-early|program_protocol.hpp|s/return counted_blocks >= /return counted_blocks + 1 >= /|an op counts as complete one block early (copies start)"
+  "one-epoch|program_protocol.hpp|s/{ return runs \& 1u; }/{ return 0u * runs; }/|every run publishes into epoch 0"
+  "no-last-cta|program_protocol.hpp|s/return before == ctas - 1;/return before == ctas;/|no CTA resets the counters or advances the run"
+  "tokens-share-a-row|program_protocol.hpp|s/return offset + token \* stride + row;/return offset + 0 * token * stride + row;/|every token of an op publishes into one mailbox row"
+  "parts-share-a-slot|program_protocol.hpp|s/(static_cast<int64_t>(part) \* m + token)/(static_cast<int64_t>(part) * 0 * m + token)/|the parts of a split block share one scratch slot"
+  "half-emptied|program_protocol.hpp|s/return {pieces \* cta \/ ctas, pieces \* (cta + 1) \/ ctas};/return {pieces * cta \/ ctas, pieces * cta \/ ctas + (pieces \/ ctas) \/ 2};/|each CTA empties half its share of the next run's epoch"
+)
 
 SELECTED=("$@")
 selected() {
@@ -49,21 +62,29 @@ selected() {
   local s; for s in "${SELECTED[@]}"; do [[ $s == "$1" ]] && return 0; done; return 1
 }
 
-# build DIR: the protocol tests of the tree at DIR into DIR/protocol_tests.
-build() {
+# build_comm DIR / build_program DIR: a protocol's tests of the tree at DIR into DIR/bin.
+build_comm() {
   local dir=$1 tu pids=()
   for tu in protocol_test two_shot_protocol_test; do
     "$CXX" -std=c++20 -O2 -pthread -I"$dir/src" -I"$dir/include" -I"$dir/tests" -c "$dir/tests/cpu/$tu.cpp" \
       -o "$dir/$tu.o" 2> "$dir/$tu.log" & pids+=($!)
   done
   local ok=0; for p in "${pids[@]}"; do wait "$p" || ok=1; done
-  [[ $ok -eq 0 ]] && "$CXX" "$dir"/*.o -lgtest -lgtest_main -pthread -o "$dir/protocol_tests"
+  [[ $ok -eq 0 ]] && "$CXX" "$dir"/*.o -lgtest -lgtest_main -pthread -o "$dir/bin"
+}
+# The program's rules run over its real plan (program_plan.cpp, which formats its
+# errors with fmt, header-only here).
+build_program() {
+  local dir=$1
+  "$CXX" -std=c++20 -O2 -pthread -DFMT_HEADER_ONLY -I"$dir/src" -I"$dir/include" -I"$dir/tests" \
+    "$dir/tests/cpu/program_protocol_test.cpp" "$dir/src/program/program_plan.cpp" -lgtest -lgtest_main -pthread \
+    -o "$dir/bin" 2> "$dir/build.log"
 }
 
-# run DIR: the failed tests, one per line (or a line saying how the run ended).
+# run DIR FILTER: the failed tests, one per line (or a line saying how the run ended).
 run() {
   local dir=$1 rc
-  timeout 900 "$dir/protocol_tests" --gtest_filter="$FILTER" > "$dir/run.log" 2>&1; rc=$?
+  timeout 900 "$dir/bin" --gtest_filter="$2" > "$dir/run.log" 2>&1; rc=$?
   grep -oE '^\[  FAILED  \] [A-Za-z]+\.[A-Za-z]+' "$dir/run.log" | sed 's/^\[  FAILED  \] //' | sort -u
   if [[ $rc -ne 0 ]] && ! grep -q 'listed below' "$dir/run.log"; then echo "(ended with rc $rc before finishing)"; fi
 }
@@ -77,36 +98,50 @@ cell() {
 mkdir -p "$WORK/base"
 cp -r src include tests "$WORK/base/"
 start=$SECONDS
-echo "baseline (no mutation) ..." >&2
-cp -r "$WORK/base" "$WORK/baseline"
-build "$WORK/baseline" || { echo "the unmutated protocol tests do not build" >&2; exit 1; }
-failed=$(run "$WORK/baseline")
-if [[ -n $failed ]]; then echo "the unmutated protocol tests fail: $failed" >&2; exit 1; fi
-
-echo "| mutant | file | the bug | one-shot and gather tests that fail (Protocol.*) | two-shot tests that fail (TwoShotProtocol.*) |"
-echo "| --- | --- | --- | --- | --- |"
 uncaught=0
-for m in "${MUTANTS[@]}"; do
-  IFS='|' read -r name file script what <<< "$m"
-  selected "$name" || continue
-  echo "$name ... ($((SECONDS - start)) s)" >&2
-  dir="$WORK/$name"
-  cp -r "$WORK/base" "$dir"
-  sed -i -e "$script" "$dir/src/comm/$file"
-  if cmp -s "$WORK/base/src/comm/$file" "$dir/src/comm/$file"; then
-    echo "| $name | $file | $what | NOT APPLIED (the sed matched nothing: fix the script) | |"
-    uncaught=$((uncaught + 1)); continue
-  fi
-  if ! build "$dir"; then
-    echo "| $name | $file | $what | does not compile | |"; uncaught=$((uncaught + 1)); continue
-  fi
-  failed=$(run "$dir")
-  if [[ -z $failed ]]; then
-    echo "| $name | $file | $what | **none: a finding** | **none** |"; uncaught=$((uncaught + 1))
-  else
-    echo "| $name | $file | $what | $(cell Protocol <<< "$failed") | $(cell TwoShotProtocol <<< "$failed") |"
-  fi
-  rm -rf "$dir"
-done
+
+# mutate NAME SUBDIR MUTANTS BUILD "SUITE:heading ..."; the protocol's table on stdout.
+mutate() {
+  local group=$1 subdir=$2 build=$3 suites=$4; local -n mutants=$5
+  local filter="" heading="| mutant | file | the bug |" rule="| --- | --- | --- |" suite m any=0
+  for m in "${mutants[@]}"; do selected "${m%%|*}" && any=1; done
+  [[ $any -eq 1 ]] || return 0
+  for suite in $suites; do filter+="${filter:+:}${suite%%=*}.*"; done
+  echo "baseline of the $group tests (no mutation) ..." >&2
+  rm -rf "$WORK/baseline" && cp -r "$WORK/base" "$WORK/baseline"
+  $build "$WORK/baseline" || { echo "the unmutated $group tests do not build" >&2; exit 1; }
+  local failed; failed=$(run "$WORK/baseline" "$filter")
+  if [[ -n $failed ]]; then echo "the unmutated $group tests fail: $failed" >&2; exit 1; fi
+  for suite in $suites; do heading+=" $(tr _ ' ' <<< "${suite#*=}") (${suite%%=*}.*) |"; rule+=" --- |"; done
+  echo; echo "$heading"; echo "$rule"
+  local name file script what dir row
+  for m in "${mutants[@]}"; do
+    IFS='|' read -r name file script what <<< "$m"
+    selected "$name" || continue
+    echo "$name ... ($((SECONDS - start)) s)" >&2
+    dir="$WORK/$name"
+    cp -r "$WORK/base" "$dir"
+    sed -i -e "$script" "$dir/src/$subdir/$file"
+    if cmp -s "$WORK/base/src/$subdir/$file" "$dir/src/$subdir/$file"; then
+      echo "| $name | $file | $what | NOT APPLIED (the sed matched nothing: fix the script) |"
+      uncaught=$((uncaught + 1)); continue
+    fi
+    if ! $build "$dir"; then
+      echo "| $name | $file | $what | does not compile |"; uncaught=$((uncaught + 1)); continue
+    fi
+    failed=$(run "$dir" "$filter")
+    if [[ -z $failed ]]; then
+      echo "| $name | $file | $what | **none: a finding** |"; uncaught=$((uncaught + 1))
+    else
+      row="| $name | $file | $what |"
+      for suite in $suites; do row+=" $(cell "${suite%%=*}" <<< "$failed") |"; done
+      echo "$row"
+    fi
+    rm -rf "$dir"
+  done
+}
+
+mutate mailbox comm build_comm "Protocol=one-shot_and_gather_tests_that_fail TwoShotProtocol=two-shot_tests_that_fail" COMM_MUTANTS
+mutate program program build_program "ProgramProtocol=program_tests_that_fail" PROGRAM_MUTANTS
 echo "$uncaught mutant(s) not caught; $((SECONDS - start)) s" >&2
 exit $((uncaught > 0))
