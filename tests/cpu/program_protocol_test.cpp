@@ -36,12 +36,31 @@ using Clock = std::chrono::steady_clock;
 
 struct Chain {
   std::vector<OpShape> shapes;
-  std::vector<int> after;  // -1: x is an input; else x is that op's out, columns [0, k)
+  std::vector<int> after;      // -1: x is an input; else x is a window of that op's out
+  std::vector<int64_t> column;  // the window's first column
 };
 
-// Ops 1 and 3 read the op before; op 2 is an input of the program; op 4 reads op 3.
+// Op 1 reads op 0's columns from 8, op 3 all of op 2's (an input of the program in
+// the middle), op 4 op 3's from 64.
 Chain test_chain() {
-  return {{{448, 256}, {256, 256}, {320, 256}, {128, 320}, {192, 128}}, {-1, 0, -1, 2, 3}};
+  return {{{448, 256}, {256, 256}, {320, 256}, {256, 320}, {192, 128}}, {-1, 0, -1, 2, 3}, {0, 8, 0, 0, 64}};
+}
+
+// The windows as the program's checks find them (check_buffers) in buffers laid out
+// as a caller would: every out contiguous, each x a window of its producer's out.
+std::vector<int64_t> windows_of(const Chain& chain, int m) {
+  std::vector<OpBuffers> buffers;
+  for (std::size_t i = 0; i < chain.shapes.size(); ++i) {
+    const OpShape& s = chain.shapes[i];
+    const Matrix out{0x1000000u * (i + 1), m, s.n, s.n};
+    Matrix x{0x40000000u + 0x1000000u * i, m, s.k, s.k};
+    if (chain.after[i] >= 0) {
+      const Matrix& from = buffers[static_cast<std::size_t>(chain.after[i])].out;
+      x = {from.data + static_cast<uintptr_t>(chain.column[i]) * 2, m, s.k, from.row_stride};
+    }
+    buffers.push_back({x, out, chain.after[i]});
+  }
+  return check_buffers(buffers);
 }
 
 class Model {
@@ -54,6 +73,7 @@ class Model {
         seed_(seed),
         plan_(plan_program(chain_.shapes, ctas, m, 1)),
         layout_(mailbox_layout(chain_.shapes, chain_.after, m)),
+        window_(windows_of(chain_, m)),
         mailbox_(static_cast<std::size_t>(2 * layout_.epoch_elements)),
         scratch_(static_cast<std::size_t>(plan_.scratch_floats)),
         op_done_(chain_.shapes.size()) {
@@ -90,7 +110,9 @@ class Model {
       for (int64_t row = 0; row < s.n; ++row) {
         int64_t v = 0;
         for (int64_t k = 0; k < s.k; ++k) {
-          const int64_t x = from >= 0 ? prev[static_cast<std::size_t>(t * chain_.shapes[from].n + k)] : input(t, k);
+          const int64_t x = from >= 0 ? prev[static_cast<std::size_t>(t * chain_.shapes[from].n +
+                                                                      chain_.column[static_cast<std::size_t>(op)] + k)]
+                                      : input(t, k);
           v += x * weight(op, row, k);
         }
         y[static_cast<std::size_t>(t * s.n + row)] = v;
@@ -168,7 +190,8 @@ class Model {
     if (bug_ == Bug::kWaitOnLaterOp && op == 1) from = 2;  // op 1 waits on the op after it
     const auto f = static_cast<std::size_t>(from);
     const int64_t stride = layout_.stride[f];
-    std::atomic<int64_t>& w = word(epoch, protocol::mailbox_element(layout_.offset[f], stride, t, col));
+    const int64_t first = layout_.offset[f] + window_[static_cast<std::size_t>(op)];  // the kernel's x_mailbox
+    std::atomic<int64_t>& w = word(epoch, protocol::mailbox_element(first, stride, t, col));
     if (bug_ == Bug::kMissingWait) copies = true;
     if (!copies) copies = protocol::complete(op_done_[f].load(std::memory_order_acquire), plan_.blocks[f]);
     if (copies) {  // a tensor-map copy: no check of the words
@@ -297,6 +320,7 @@ class Model {
   unsigned seed_;
   Plan plan_;
   MailboxLayout layout_;
+  std::vector<int64_t> window_;  // per op, its x's first column in the producer's out
   std::vector<std::atomic<int64_t>> mailbox_;
   std::vector<std::atomic<int64_t>> scratch_;
   std::vector<std::atomic<uint32_t>> op_done_;
