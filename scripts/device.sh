@@ -5,8 +5,8 @@
 #   bash scripts/device.sh [steps...]
 #   steps: build test nccl-nop2p sanitize sanitize-gemm tune bench-gemm bench-chain bench-comm
 #          bench-comm-nccl drafter peers info all; two-shot, oproj, oproj-sanitize, oproj-bench,
-#          adopt, crossover, adopt-python, install-decode and python, stress-delays, lab-loads, before and
-#          before-drafter (only when named)
+#          adopt, crossover, adopt-python, install-decode and python, stress-delays, lab-loads, before,
+#          before-drafter and program (only when named)
 #   TESTS='regex'   which tests `test` runs (ctest -R); default: all
 #   GEMM_ARGS, CHAIN_ARGS, TUNE_ARGS, COMM_ARGS, NCCL_COMM_ARGS, OPROJ_ARGS, DRAFTER_ARGS: extra arguments of those steps
 #   OPROJ_DRAFTER=1   oproj-bench also runs the drafter with producer-consumer forced, and without
@@ -101,6 +101,28 @@ if has peers && [[ -d .tools ]]; then
   # The peers' figures in the same call (../shared/tools, carried as .tools).
   [[ $GPUS -ge 2 ]] && OUT=$LOG step peer-comm 300 torchrun --nproc-per-node 2 .tools/peer_comm.py
   step cublas-chain 300 python3 .tools/cublas_chain.py
+fi
+
+# The GEMM program in one call (named explicitly): its GPU tests at full counts,
+# memcheck and racecheck on them, the chain at every TP and M the tables use, and
+# the persistent-chain limit beside it (../shared/tools carried as .tools).
+if [[ " $steps " == *" program "* ]]; then
+  (cd "$BUILD" && timeout 300 ctest --output-on-failure -R 'GemmProgram|ProgramProtocol' -j1 --timeout 200) \
+    > "$LOG/program_ctest.log" 2>&1
+  echo "== program ctest rc=$?"; grep -E "tests passed|tests failed|\(Failed\)" "$LOG/program_ctest.log" | tail -5
+  export TPDECODE_QUICK=1
+  step program-memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/gpu_tests" \
+    --gtest_filter='GemmProgram.*'
+  step program-racecheck 120 compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/gpu_tests" \
+    --gtest_filter='GemmProgram.IndependentOps:GemmProgram.WindowsOfAnEarlierOut'
+  unset TPDECODE_QUICK
+  step program-chain 300 $CLI bench chain --tp 8 --tp 4 --tp 2 --tp 1 --m 1 --m 8 --m 16 --m 28 --m 64 \
+    --layers 5 --json "$LOG/program_chain.json"
+  if [[ -f .tools/persistent_chain.cu ]]; then
+    nvcc -O3 -std=c++17 -arch=sm_90a -o "$LOG/persistent_chain" .tools/persistent_chain.cu &&
+      step persistent-chain 120 "$LOG/persistent_chain"
+    rm -f "$LOG/persistent_chain"
+  fi
 fi
 
 # The stress test with random delays inside the all-reduce kernel (named explicitly):
