@@ -70,12 +70,6 @@ __device__ __forceinline__ bool counted(const Args& a, const Unit& u) {
   return protocol::counted(u, a.ops[u.op].out_mailbox >= 0);
 }
 
-__device__ __forceinline__ void store_relaxed16(void* p, uint4 v) {
-  asm volatile("st.relaxed.gpu.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
-               "r"(v.w)
-               : "memory");
-}
-
 struct Finisher {
   static constexpr int kBatch = 16;  // 16-byte loads a lane keeps in flight
 

@@ -101,6 +101,13 @@ struct Chain {
       check_op(x, dims[i], w_host[i], got, dims[i + 1], m);
     }
   }
+  // One run of `program` on `stream`, checked against FP64; its bits.
+  std::vector<std::vector<uint16_t>> checked_run(const GemmProgram& program, cudaStream_t stream) {
+    program.run(stream);
+    TPD_CUDA(cudaStreamSynchronize(stream));
+    check_values();
+    return bits();
+  }
 };
 
 void check_chain(int m, const std::vector<int64_t>& dims, bool independent, std::mt19937_64& rng) {
@@ -108,10 +115,7 @@ void check_chain(int m, const std::vector<int64_t>& dims, bool independent, std:
   Chain c(m, dims, independent, rng);
   GemmProgram program(c.gemms, m);
   c.fresh(rng);
-  program.run(nullptr);
-  TPD_CUDA(cudaDeviceSynchronize());
-  c.check_values();
-  const auto first = c.bits();
+  const auto first = c.checked_run(program, nullptr);
   // Again, back to back with PDL (the second run's start overlaps the first's tail).
   for (std::size_t i = 0; i < c.gemms.size(); ++i) poison(c.out(i));
   program.run(nullptr, true);
@@ -137,34 +141,42 @@ TEST(GemmProgram, IndependentOps) {
   for (int m : {2, 24, 64}) check_chain(m, {512, 3072, 128, 64, 2304}, true, rng);
 }
 
+// Two runs of a program captured in a CUDA graph, on a stream of their own (which
+// the eager runs of a test use too).
+struct TwoRunGraph {
+  cudaStream_t stream = nullptr;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  explicit TwoRunGraph(const GemmProgram& program) {
+    TPD_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    TPD_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    program.run(stream);
+    program.run(stream);
+    TPD_CUDA(cudaStreamEndCapture(stream, &graph));
+    TPD_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  }
+  ~TwoRunGraph() {
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
+  void launch() const { TPD_CUDA(cudaGraphLaunch(exec, stream)); }
+};
+
 TEST(GemmProgram, GraphReplaysGiveTheEagerBits) {
   TPD_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
   Chain c(7, {2048, 4096, 1024, 2048}, false, rng);
   GemmProgram program(c.gemms, 7);
-  cudaStream_t stream;
-  TPD_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  TPD_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  program.run(stream);
-  program.run(stream);
-  TPD_CUDA(cudaStreamEndCapture(stream, &graph));
-  TPD_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  const TwoRunGraph g(program);
   for (int replay = 0; replay < 3; ++replay) {
     c.fresh(rng);
-    program.run(stream);
-    TPD_CUDA(cudaStreamSynchronize(stream));
-    c.check_values();
-    const auto eager = c.bits();
-    for (std::size_t i = 1; i < c.acts.size(); ++i) poison(c.acts[i], stream);  // ordered before the replay
-    TPD_CUDA(cudaGraphLaunch(exec, stream));
-    TPD_CUDA(cudaStreamSynchronize(stream));
+    const auto eager = c.checked_run(program, g.stream);
+    for (std::size_t i = 1; i < c.acts.size(); ++i) poison(c.acts[i], g.stream);  // ordered before the replay
+    g.launch();
+    TPD_CUDA(cudaStreamSynchronize(g.stream));
     EXPECT_TRUE(c.bits() == eager) << "replay " << replay;
   }
-  TPD_CUDA(cudaGraphExecDestroy(exec));
-  TPD_CUDA(cudaGraphDestroy(graph));
-  TPD_CUDA(cudaStreamDestroy(stream));
 }
 
 // 10,000 runs back to back (a graph of two runs replayed 5,000 times, nothing
@@ -175,28 +187,14 @@ TEST(GemmProgram, TenThousandRunsBackToBack) {
   std::mt19937_64 rng(fresh_seed());
   Chain c(7, {2048, 4096, 1024, 2048}, false, rng);
   GemmProgram program(c.gemms, 7);
-  cudaStream_t stream;
-  TPD_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const TwoRunGraph g(program);
   c.fresh(rng);
-  program.run(stream);
-  TPD_CUDA(cudaStreamSynchronize(stream));
-  c.check_values();
-  const auto eager = c.bits();
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  TPD_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  program.run(stream);
-  program.run(stream);
-  TPD_CUDA(cudaStreamEndCapture(stream, &graph));
-  TPD_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  for (std::size_t i = 1; i < c.acts.size(); ++i) poison(c.acts[i], stream);
+  const auto eager = c.checked_run(program, g.stream);
+  for (std::size_t i = 1; i < c.acts.size(); ++i) poison(c.acts[i], g.stream);
   const int replays = quick() ? 100 : 5000;
-  for (int replay = 0; replay < replays; ++replay) TPD_CUDA(cudaGraphLaunch(exec, stream));
-  TPD_CUDA(cudaStreamSynchronize(stream));
+  for (int replay = 0; replay < replays; ++replay) g.launch();
+  TPD_CUDA(cudaStreamSynchronize(g.stream));
   EXPECT_TRUE(c.bits() == eager) << 2 * replays << " runs";
-  TPD_CUDA(cudaGraphExecDestroy(exec));
-  TPD_CUDA(cudaGraphDestroy(graph));
-  TPD_CUDA(cudaStreamDestroy(stream));
 }
 
 // x as column windows of an earlier op's out, as a layer's q_a / kv_a split reads
