@@ -65,6 +65,13 @@ struct HandoffPhases {
   uint32_t pub = 0;
 };
 
+// The finisher's warps that sum at m rows: the last ones, as many as a part's
+// 16-byte pieces need (warp 0, whose thread 0 counts, only from 7 rows), so that a
+// count's release does not hold the sum at few rows.
+__device__ __forceinline__ int summing_warps(int m) {
+  return min(kFinisherWarps, (m * kBlockRows / 4 + 31) / 32);
+}
+
 // Whether the finisher counts unit u's block once it is published.
 __device__ __forceinline__ bool counted(const Args& a, const Unit& u) {
   return protocol::counted(u, a.ops[u.op].out_mailbox >= 0);
@@ -83,9 +90,10 @@ struct Finisher {
   // and walks (part, piece) in part order, kBatch loads in flight.
   __device__ void sum_other_parts(const Unit& u) const {
     const int pieces = a.m * kBlockRows / 4;
-    const int mine = (pieces - thread + kFinisherThreads - 1) / kFinisherThreads;  // per part
+    const int first_piece = kFinisherThreads - 1 - thread;  // from the last warp
+    const int mine = (pieces - first_piece + kFinisherThreads - 1) / kFinisherThreads;  // per part
     const int total = (u.parts - 1) * mine;
-    auto piece = [&](int e) { return thread + kFinisherThreads * (e % mine); };
+    auto piece = [&](int e) { return first_piece + kFinisherThreads * (e % mine); };
     auto src = [&](int e) {
       const int first = 4 * piece(e);  // of the part's [m, 64] floats
       return reinterpret_cast<uint32_t*>(a.scratch) +
@@ -128,9 +136,10 @@ struct Finisher {
 
   __device__ void run() const {
     HandoffPhases ph;
+    const bool sums = thread / 32 >= kFinisherWarps - summing_warps(a.m);
     for (int j = 0; j < units.count(); ++j) {
       const Unit& u = units[j];
-      if (protocol::finisher_sums(u)) {
+      if (sums && protocol::finisher_sums(u)) {
         dev::mbar_wait(h.pre_empty, ph.pre ^ 1);
         sum_other_parts(u);
         __syncwarp();

@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
     dev::mbar_init(ring.empty + tid, wgmma::kConsumerWarps);
   }
   if (tid == 0) {
-    dev::mbar_init(handoff.pre_full, kFinisherWarps);
+    dev::mbar_init(handoff.pre_full, summing_warps(a.m));
     dev::mbar_init(handoff.pre_empty, wgmma::kConsumerWarps);
     dev::mbar_init(handoff.pub_full, wgmma::kConsumerWarps);
     dev::mbar_init(handoff.pub_empty, 1);
