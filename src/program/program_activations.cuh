@@ -83,7 +83,10 @@ inline constexpr int kLoaderWarps = 3;
 template <int kTokens, int kDepth>
 struct ActivationLoader {
   using Ring = wgmma::Ring<1, kTokens, kDepth>;
-  static constexpr int kBatch = 8;  // 16-byte pieces a lane holds per round of polled loads
+  // 16-byte pieces a lane holds per round of polled loads. 4: more polls in flight
+  // ran slower (8: TP 8 M 1 +5 %, M 28 +8 %; 16: +45 %), as did two stages polled
+  // at once (docs/performance.md).
+  static constexpr int kBatch = 4;
 
   const Args& a;
   const CtaUnits& units;
