@@ -1,9 +1,11 @@
 // The store of a normalised row fragment (8 BF16 values, one thread's): as it is,
 // or quantised to e4m3 with a static scale or one scale per 128 columns
 // (ArNormQuant), in the norm's own kernel. The math is reference/fp8_quant.hpp's,
-// operation for operation: the BF16 values quantised, 1 / scale and the group
-// scale rounded once (__fdiv_rn), the products and quotients rounded once, e4m3 by
-// the hardware's cvt.rn.satfinite (round to nearest even, saturating, NaN kept).
+// value for value: the BF16 values quantised, 1 / scale and the group scale rounded
+// once (__fdiv_rn), the products and quotients rounded once (a quotient by a finite
+// group scale as Markstein's correction from its rounded reciprocal,
+// core/exact_quotient.hpp: equal to the division, and cheaper), e4m3 by the
+// hardware's cvt.rn.satfinite (round to nearest even, saturating, NaN kept).
 //
 // Geometry (row_norm.cuh): thread t of CTA c holds fragment c · H/64 + t of its
 // row, so a group of 128 columns is 16 consecutive lanes of one warp when H is a
@@ -16,6 +18,7 @@
 #include "comm/kernels.hpp"
 #include "comm/memory.hpp"
 #include "core/bf16.hpp"
+#include "core/exact_quotient.hpp"
 
 namespace tpdecode::rowquant {
 
@@ -33,15 +36,35 @@ __device__ __forceinline__ uint2 e4m3x8(const float (&v)[8]) {
   return make_uint2(half[0] | (half[1] << 16), half[2] | (half[3] << 16));
 }
 
-// The fragment's 8 values times m (kDivide: divided by m), each rounded once.
-template <bool kDivide>
+// The fragment's 8 values times m, each rounded once.
 __device__ __forceinline__ uint2 scaled_e4m3(const Fragment& f, float m) {
   float v[8];
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    const float lo = bf16::low_of(f.w[j]), hi = bf16::high_of(f.w[j]);
-    v[2 * j] = kDivide ? __fdiv_rn(lo, m) : __fmul_rn(lo, m);
-    v[2 * j + 1] = kDivide ? __fdiv_rn(hi, m) : __fmul_rn(hi, m);
+    v[2 * j] = __fmul_rn(bf16::low_of(f.w[j]), m);
+    v[2 * j + 1] = __fmul_rn(bf16::high_of(f.w[j]), m);
+  }
+  return e4m3x8(v);
+}
+
+// The fragment's 8 values divided by a group scale s, each rounded once: from its
+// rounded reciprocal while s is finite (the division's bits, cheaper), by division
+// otherwise (an infinite or NaN amax).
+__device__ __forceinline__ uint2 divided_e4m3(const Fragment& f, float s) {
+  float v[8];
+  if (isfinite(s)) {
+    const float r = __frcp_rn(s);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      v[2 * j] = quotient_by_reciprocal(bf16::low_of(f.w[j]), s, r);
+      v[2 * j + 1] = quotient_by_reciprocal(bf16::high_of(f.w[j]), s, r);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      v[2 * j] = __fdiv_rn(bf16::low_of(f.w[j]), s);
+      v[2 * j + 1] = __fdiv_rn(bf16::high_of(f.w[j]), s);
+    }
   }
   return e4m3x8(v);
 }
@@ -95,7 +118,7 @@ struct RowStore {
         if (active) static_cast<Fragment*>(out)[at] = v;
         return;
       case ArNormQuant::kStatic:
-        if (active) static_cast<uint2*>(out)[at] = scaled_e4m3<false>(v, inverse);
+        if (active) static_cast<uint2*>(out)[at] = scaled_e4m3(v, inverse);
         return;
       case ArNormQuant::kGroup:
       case ArNormQuant::kGroupUe8m0: {
@@ -105,7 +128,7 @@ struct RowStore {
         // Why a product for UE8M0: dividing by a power of two and multiplying by its
         // reciprocal (exact) round the same real number, and the product is cheaper.
         static_cast<uint2*>(out)[at] =
-            ue8m0 ? scaled_e4m3<false>(v, __frcp_rn(scale)) : scaled_e4m3<true>(v, scale);
+            ue8m0 ? scaled_e4m3(v, __frcp_rn(scale)) : divided_e4m3(v, scale);
         if (threadIdx.x % kGroupLanes == 0) q.scale[at / kGroupLanes] = scale;
         return;
       }
