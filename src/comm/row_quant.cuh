@@ -9,7 +9,7 @@
 //
 // Geometry (row_norm.cuh): thread t of CTA c holds fragment c · H/64 + t of its
 // row, so a group of 128 columns is 16 consecutive lanes of one warp when H is a
-// multiple of 1024 (ar_norm_group_quant_served); its amax is a 16-lane butterfly.
+// multiple of 1024 (ar_norm_group_quant_served); its amax is a half-warp reduction.
 // Threads past the row's fragments form whole 16-lane groups of their own.
 #pragma once
 
@@ -75,9 +75,12 @@ __device__ __forceinline__ float group_amax(const Fragment& f) {
   uint32_t m = 0;
 #pragma unroll
   for (int j = 0; j < 4; ++j) m = max(m, max(f.w[j] & 0x7fffu, (f.w[j] >> 16) & 0x7fffu));
-#pragma unroll
-  for (int offset = kGroupLanes / 2; offset >= 1; offset /= 2) m = max(m, __shfl_xor_sync(0xffffffffu, m, offset));
-  return bf16::to_float(static_cast<bf16::Bits>(m));
+  // Two independent warp reductions (redux.sync) rather than a 4-step butterfly:
+  // each half's lanes see the other half as 0, below every magnitude.
+  const bool low = threadIdx.x % 32 < kGroupLanes;
+  const uint32_t lo = __reduce_max_sync(0xffffffffu, low ? m : 0u);
+  const uint32_t hi = __reduce_max_sync(0xffffffffu, low ? 0u : m);
+  return bf16::to_float(static_cast<bf16::Bits>(low ? lo : hi));
 }
 
 // max(amax, 1e-10) / 448 (a NaN kept), and for UE8M0 the smallest power of two at
@@ -106,8 +109,8 @@ struct RowStore {
       if (q.kind == ArNormQuant::kStatic) inverse = __fdiv_rn(1.0f, *q.scale);
   }
 
-  // Every thread of the CTA (the group amax is a shuffle); `at`: the fragment's index
-  // in [rows, H / 8]; only `active` threads store.
+  // Every thread of the CTA (the group amax is a warp reduction); `at`: the
+  // fragment's index in [rows, H / 8]; only `active` threads store.
   __device__ __forceinline__ void store(void* out, long at, const Fragment& v, bool active) const {
     if constexpr (!kQuantized) {
       if (active) static_cast<Fragment*>(out)[at] = v;
