@@ -12,7 +12,8 @@
 //  - for every block an op reads, once the consumers have stored and published it:
 //    the count in op_done with release, by the finisher's thread 0 (cumulative: the
 //    consumers' stores precede its wait on their arrival). The release waits for
-//    the SM's outstanding traffic (~1 us), which can hold warp 0's next sum; a
+//    the SM's outstanding traffic (~1 us), which would hold warp 0's next sum: so
+//    up to 6 rows warp 0 does not sum (summing_warps); from 7 rows it does, as a
 //    counting warp of its own (3 summing) measured slower above 16 tokens
 //    (docs/performance.md).
 #pragma once
