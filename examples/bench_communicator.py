@@ -5,7 +5,13 @@ extension's calls alone (outputs given, no Python checks) show what of the host 
 is not Python's.
 
     python examples/bench_communicator.py                         # a local team of 2 on one GPU
+    python examples/bench_communicator.py --ranks 1               # one rank: a process's own launch, as on an NCCL team
     torchrun --nproc-per-node 2 examples/bench_communicator.py    # the world's NCCL team
+
+A local team of n > 1 drives its n ranks from one thread (n launches, the stream
+fork and join); a rank of an NCCL team, like a local team of 1, launches once on the
+caller's stream. The rows "torch.empty_like" and "Communicator.refusal" are two of
+the Communicator's own steps alone.
 """
 
 import argparse
@@ -38,6 +44,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--hidden", type=int, default=7168)
     p.add_argument("--rows", type=int, nargs="+", default=[1, 8])
+    p.add_argument("--ranks", type=int, default=2, help="the local team's ranks (without torchrun)")
     args = p.parse_args()
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         local = int(os.environ["LOCAL_RANK"])
@@ -46,7 +53,9 @@ def main():
         comm = tpdecode.Communicator(hidden=args.hidden, rows=max(args.rows))
         lead = ()
     else:
-        comm = tpdecode.Communicator.local(2, hidden=args.hidden, rows=max(args.rows))
+        # Why max_bytes for one rank: the size-cap table has no world size 1.
+        comm = tpdecode.Communicator.local(args.ranks, hidden=args.hidden, rows=max(args.rows),
+                                           max_bytes=(64 << 20) if args.ranks == 1 else None)
         lead = (comm.team.size,)
     if comm.disabled:
         raise SystemExit(f"communicator disabled: {comm.disabled_reason}")
@@ -62,6 +71,8 @@ def main():
         calls = {
             "extension all_reduce": lambda: handle.all_reduce(x, given[0]),
             "extension ar_norm": lambda: handle.ar_norm(x, residual, weight, 1e-6, given[1], given[2], "none", None),
+            "torch.empty_like": lambda: torch.empty_like(x),
+            "Communicator.refusal": lambda: comm.refusal("all_reduce", x),
             "Communicator.all_reduce": lambda: comm.all_reduce(x),
             "Team.all_reduce": lambda: team.all_reduce(x),
             "Communicator.fused_add_rms_norm": lambda: comm.fused_add_rms_norm(x, residual, weight, 1e-6),
@@ -70,13 +81,14 @@ def main():
             "fused_add_rms_norm, group FP8": lambda: comm.fused_add_rms_norm(x, residual, weight, 1e-6, quant="group"),
         }
         for name, fn in calls.items():
-            lines.append((rows, name, host_us(fn), in_graph_us(fn)))
+            host_only = name in ("torch.empty_like", "Communicator.refusal")  # nothing to launch
+            lines.append((rows, name, host_us(fn), None if host_only else in_graph_us(fn)))
     team.check_errors()
     if team.rank == 0:
         print(f"{team!r} on {torch.cuda.get_device_name()}, hidden {args.hidden}")
         print(f"{'rows':>4}  {'call':<34} {'host us/call':>12} {'graph us/call':>14}")
         for rows, name, host, graph in lines:
-            print(f"{rows:>4}  {name:<34} {host:>12.2f} {graph:>14.2f}")
+            print(f"{rows:>4}  {name:<34} {host:>12.2f} {'-' if graph is None else f'{graph:.2f}':>14}")
         print("host: eager calls queued back to back (median per call over batches of 100); graph: GPU time per "
               "call inside a torch CUDA graph of 50")
     comm.close()

@@ -182,7 +182,8 @@ fi
 #  crossover     the sweep the crossover table is fitted to (local TP 2/4/8, widths
 #                2048-16384): --fit prints the entries to paste into src/comm/crossover.hpp,
 #                its JSON goes to tests/data/bench_comm/
-#  adopt-python  the package (as `python`), its tests, the communicator's host cost and
+#  adopt-python  the package (as `python`), its tests, the communicator's host cost (a
+#                local team of 2, and of 1: one launch, as a rank of an NCCL team) and
 #                where an eager linear's host time goes (examples/bench_linear.py)
 #  install-decode  the package and examples/install_decode.py (eager and graph mode)
 if [[ " $steps " == *" adopt "* ]]; then
@@ -205,6 +206,7 @@ if [[ " $steps " == *" adopt-python "* ]]; then
   install_package 300
   step pytest-adopt 150 python3 -m pytest -q -rs tests/python
   step bench-communicator 60 python3 examples/bench_communicator.py
+  step bench-communicator-1 60 python3 examples/bench_communicator.py --ranks 1
   TAIL=14 step bench-linear 90 python3 examples/bench_linear.py
 fi
 # install_decode.py alone (a call of its own: with the package's build kept from an

@@ -67,7 +67,7 @@ struct Link {
 std::optional<GemmDecision> forced_decision(const std::string& name, const GemmShape& s, int m) {
   if (name == "cublas") return cublas_decision();
   if (name == "warp") {
-    if (!warp_eligible(s.n, s.k) || m > kWarpMaxRows) return std::nullopt;
+    if (!warp_eligible(s.n, s.k) || m > kWarpRuleMaxRows) return std::nullopt;
     int device = 0, sms = 0;
     TPD_CUDA(cudaGetDevice(&device));
     TPD_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -34,7 +35,8 @@ struct Options {
   std::vector<std::string> sets = {"tp8", "tp1", "mid"};
   std::vector<std::string> shapes;
   std::vector<int> ms = {1, 2, 4, 8, 16, 32, 48, 64};
-  bool batch_invariant = false;  // ours in batch-invariant mode
+  bool compare_invariant = false;  // also time the dispatch in batch-invariant mode
+  int invariant_rows = DecodeGemm::kInvariantDefaultRows;  // its hint
   int replays = 30;
   std::string json;
 };
@@ -52,6 +54,8 @@ struct Row {
   std::string chosen_tactic;
   double ours_us = 0;
   double read_us = 0;         // a plain streaming read of the same weight copies
+  std::optional<double> invariant_us;  // --compare-invariant: the batch-invariant decision
+  std::string invariant_tactic;
   std::vector<Timed> forced;  // every candidate, forced
 
   double best(bool (*keep)(GemmPath)) const {
@@ -106,13 +110,17 @@ void bench_shape(const GemmShape& s, const Options& o, const Gpu& gpu, cudaStrea
   DeviceBuffer pool(bytes * static_cast<std::size_t>(copies));  // [copies, N, K] bf16
   fill_uniform_bf16(pool.get(), static_cast<int64_t>(bytes / 2) * copies, 42, 1.0f, stream);
   auto cublas = std::make_shared<CublasContext>();
-  // One dispatching and one forced DecodeGemm per copy, on one context and the process's tuner.
-  std::vector<std::unique_ptr<DecodeGemm>> ours, forced;
+  // One dispatching, one forced (and one batch-invariant) DecodeGemm per copy, on one
+  // context and the process's tuner.
+  std::vector<std::unique_ptr<DecodeGemm>> ours, forced, invariant;
   for (int c = 0; c < copies; ++c) {
     const TensorView w = TensorView::bf16(pool.as<char>() + bytes * static_cast<std::size_t>(c), s.n, s.k);
     ours.push_back(std::make_unique<DecodeGemm>(w, cublas));
     forced.push_back(std::make_unique<DecodeGemm>(w, cublas));
-    if (o.batch_invariant && ours.back()->engine_eligible()) ours.back()->set_batch_invariant(true);
+    if (o.compare_invariant && ours.back()->engine_eligible()) {
+      invariant.push_back(std::make_unique<DecodeGemm>(w, cublas));
+      invariant.back()->set_batch_invariant(true, o.invariant_rows);
+    }
   }
   const int max_m = *std::max_element(o.ms.begin(), o.ms.end());
   DeviceBuffer x(static_cast<std::size_t>(max_m * s.k) * 2);  // [max_m, K] bf16
@@ -134,15 +142,19 @@ void bench_shape(const GemmShape& s, const Options& o, const Gpu& gpu, cudaStrea
     for (auto& g : ours) g->prepare(m, stream);  // the first tunes; the others find its decision
     if (ours[0]->prepared(m)) {
       r.chosen = ours[0]->decision(m);
-      r.chosen_tactic = tactic_of(r.chosen, s.n, s.k, m, gpu.sms);
+      r.chosen_tactic = tactic_of(r.chosen, s.n, s.k, m);
     } else {
       r.chosen_tactic = "cublas default (no engine takes this row)";
     }
     r.ours_us = time(ours);
+    if (!invariant.empty() && m <= kGemmMaxRows) {
+      r.invariant_us = time(invariant);
+      r.invariant_tactic = tactic_of(invariant[0]->decision(m), s.n, s.k, m);
+    }
     std::vector<GemmDecision> candidates;
     if (forced[0]->engine_eligible() && m <= kGemmMaxRows) candidates = forced[0]->candidates(m);
     for (const GemmDecision& d : candidates) {
-      Timed t{d, tactic_of(d, s.n, s.k, m, gpu.sms), std::numeric_limits<double>::infinity()};
+      Timed t{d, tactic_of(d, s.n, s.k, m), std::numeric_limits<double>::infinity()};
       try {
         for (auto& g : forced) g->force(m, d);
         t.us = time(forced);
@@ -226,6 +238,31 @@ void print_table(const std::vector<Row>& rows, const bench::ReadCeiling& ceiling
               [](const Row& r) { return r.shape.bytes() >= 7e6 && r.shape.bytes() < 32e6; });
 }
 
+// The batch-invariant decision against the default dispatch (target: at most 1.05 x
+// at M <= 8, docs/performance.md "Targets").
+void print_invariant(const std::vector<Row>& rows) {
+  constexpr double kTarget = 1.05;
+  int count = 0, above = 0;
+  double worst = 0;
+  for (const Row& r : rows) {
+    if (!r.invariant_us) continue;
+    if (count++ == 0)
+      fmt::print("\nBatch-invariant mode: µs of the default dispatch and of the invariant decision\n{:<6} {:<12} {:>3} "
+                 "{:>8} {:>9} {:>6}  {}\n",
+                 "set", "linear", "M", "default", "invariant", "ratio", "invariant decision");
+    const double ratio = *r.invariant_us / r.ours_us;
+    if (r.m <= 8) {
+      above += ratio > kTarget;
+      worst = std::max(worst, ratio);
+    }
+    fmt::print("{:<6} {:<12} {:>3} {:>8.2f} {:>9.2f} {:>6.3f}  {}\n", r.shape.set, r.shape.name, r.m, r.ours_us,
+               *r.invariant_us, ratio, r.invariant_tactic);
+  }
+  if (count)
+    fmt::print("target invariant <= {:.2f} x the default at M <= 8: {} rows above; worst {:.3f}\n", kTarget, above,
+               worst);
+}
+
 void write_json(const std::string& path, const std::vector<Row>& rows, const bench::ReadCeiling& ceiling,
                 const Gpu& gpu, const Options& o) {
   nlohmann::json j;
@@ -263,6 +300,10 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const ben
                          {"ours_tb_per_s", tbps(b, r.ours_us)},
                          {"percent_of_ceiling", 100.0 * tbps(b, r.ours_us) / ceiling.tb_per_s},
                          {"forced", forced}});
+    if (r.invariant_us) {
+      j["rows"].back()["invariant_us"] = *r.invariant_us;
+      j["rows"].back()["invariant_tactic"] = r.invariant_tactic;
+    }
   }
   std::ofstream(path) << j.dump(2) << "\n";
 }
@@ -284,6 +325,7 @@ void run(const Options& o) {
   }
   TPD_CUDA(cudaStreamDestroy(stream));
   print_table(rows, ceiling);
+  print_invariant(rows);
   if (!o.json.empty()) write_json(o.json, rows, ceiling, gpu, o);
 }
 
@@ -295,8 +337,10 @@ void register_bench_gemm(CLI::App& app) {
   auto o = std::make_shared<Options>();
   cmd->add_option("--set", o->sets, "shape sets: tp8 tp4 tp2 tp1 mid none (repeatable; default tp8 tp1 mid)");
   cmd->add_option("--shape", o->shapes, "extra shape NxK (repeatable)");
-  cmd->add_flag("--batch-invariant", o->batch_invariant,
-                "the dispatch in batch-invariant mode (one wgmma split for every M; DecodeGemm::set_batch_invariant)");
+  cmd->add_flag("--compare-invariant", o->compare_invariant,
+                "also time the batch-invariant decision (DecodeGemm::set_batch_invariant) against the dispatch");
+  cmd->add_option("--invariant-rows", o->invariant_rows, "the batch-invariant decision's row hint (1..64)")
+      ->capture_default_str();
   cmd->add_option("--m", o->ms, "rows per call (repeatable; default 1 2 4 8 16 32 48 64)");
   cmd->add_option("--replays", o->replays, "timed graph replays per measurement")->capture_default_str();
   cmd->add_option("--json", o->json, "also write the rows as JSON to this file");

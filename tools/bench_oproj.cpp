@@ -292,14 +292,10 @@ void measure(Team& team, const std::string& team_name, const Options& o, bool re
           r.cells[name].why = "not asked for (--kind)";
       }
       r.cells["stock"].us = time_calls(team, [&](int copy) { w.stock(comm, epilogue_of(e), copy, m, streams); }, w.copies(), o);
-      for (auto& g : gemms) g->prepare(std::min(m, kWarpMaxRows), team.stream(0));
+      for (auto& g : gemms) g->prepare(m, team.stream(0));
       r.cells["gemm"].us = time_calls(team, [&](int copy) { w.gemm(gemms, copy, m, streams); }, w.copies(), o);
-      if (m <= kWarpMaxRows) {
-        for (auto& g : engines) g->force(m, warp_decision(ops[0]->producer_split(m)));
-        r.cells["engine"].us = time_calls(team, [&](int copy) { w.gemm(engines, copy, m, streams); }, w.copies(), o);
-      } else {
-        r.cells["engine"].why = "DecodeGemm's warp engine takes at most 32 rows";
-      }
+      for (auto& g : engines) g->force(m, warp_decision(ops[0]->producer_split(m)));
+      r.cells["engine"].us = time_calls(team, [&](int copy) { w.gemm(engines, copy, m, streams); }, w.copies(), o);
       for (auto& op : ops) op->set_kind(std::nullopt);
       r.chosen = oproj_kind_name(ops[0]->plan(m).kind);
       if (record) out.push_back(r);

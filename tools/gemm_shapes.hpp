@@ -37,6 +37,6 @@ struct Gpu {
 Gpu require_gpu(const char* command);
 
 // e.g. "warp 33 blocks x split 8, 1 token tile", "cublaslt algo 21 tile 18 split-K 1".
-std::string tactic_of(const GemmDecision& d, int64_t n, int64_t k, int m, int sms);
+std::string tactic_of(const GemmDecision& d, int64_t n, int64_t k, int m);
 
 }  // namespace tpdecode::cli

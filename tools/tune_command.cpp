@@ -75,7 +75,7 @@ void run(const Options& o) {
     for (int m : o.ms) {
       if (gemm.prepared(m)) continue;  // an earlier M of the same bucket
       gemm.prepare(m, stream);
-      Row r{s, gemm.key(m), gemm.decision(m), tactic_of(gemm.decision(m), s.n, s.k, m, gpu.sms)};
+      Row r{s, gemm.key(m), gemm.decision(m), tactic_of(gemm.decision(m), s.n, s.k, m)};
       if (o.fresh) file->insert(r.key, r.decision);
       total_ms += r.decision.tune_ms;
       rows.push_back(r);

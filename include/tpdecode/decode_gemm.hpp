@@ -93,17 +93,24 @@ class DecodeGemm {
   // warp_split_for_shared_gpu keeps. Changing it drops the decisions made so far.
   void set_sharing(int ranks);
   int sharing() const { return sharing_; }
-  // Batch-invariant mode (default off): every row count 1 .. kGemmMaxRows runs the
-  // wgmma engine at one split fixed for the shape (invariant_split), so a row's bits
-  // do not depend on how many rows the call has (the engine's summation order
-  // depends on the split alone; its ring and tile sizes, which each bucket keeps
-  // its own, do not change the bits). No tuning. Prepares every bucket now (host
-  // only, never under capture; InvalidArgument where the wgmma engine does not take
-  // the weight). Turning it off drops the decisions. What engines' batch-invariant
-  // modes need; calls of more rows run cuBLAS, so callers split them (the Python
-  // linear op does).
-  void set_batch_invariant(bool on);
+  // Batch-invariant mode (default off): every row count 1 .. kGemmMaxRows runs one
+  // engine at one split fixed for the shape, so a row's bits do not depend on how
+  // many rows the call has (an engine's summation order depends on its split alone;
+  // its token tiles, ring and tile sizes, which each bucket keeps its own, do not
+  // change the bits). `rows` (1 .. kGemmMaxRows) only says which engine: the row
+  // count the caller's calls mostly have (invariant_decision: the warp engine where
+  // the static rule prefers it at that many rows, which it never does above 16;
+  // else the wgmma engine). Decode-sized calls run as fast as the default on the
+  // warp engine, which is 1.5-3 x slower than the default at 32-64 rows
+  // (docs/performance.md). No tuning. Prepares every bucket now (host only, never
+  // under capture; InvalidArgument where neither engine takes the weight);
+  // set_sharing prepares them again. Turning it off drops the decisions. What
+  // engines' batch-invariant modes need; calls of more rows run cuBLAS, so callers
+  // split them (the Python linear op does).
+  void set_batch_invariant(bool on, int rows = kInvariantDefaultRows);
+  static constexpr int kInvariantDefaultRows = 8;
   bool batch_invariant() const { return invariant_; }
+  int batch_invariant_rows() const { return invariant_rows_; }  // the hint it was set with
   // A team's agreement (see gemm_tuner.hpp), called once per bucket at prepare.
   // With it set, an unprepared bucket under capture runs the static rule (the same
   // on every rank) rather than this rank's cache.
@@ -122,6 +129,7 @@ class DecodeGemm {
   bool lt_runs(const GemmDecision& d, const TensorView& x, const TensorView& out, bool stored) const;
   void adopt(int m, GemmDecision d);  // validates, prepares and stores for m's bucket
   void forget_decisions();            // every bucket's, and what was verified of them
+  void adopt_invariant_decisions();   // every bucket's batch-invariant decision
   struct TileMaps;  // the weight's tensor maps for the wgmma engine (gemm_paths.hpp)
 
   TensorView weight_;
@@ -132,6 +140,7 @@ class DecodeGemm {
   bool pdl_ = true;
   bool chain_ = false;
   bool invariant_ = false;
+  int invariant_rows_ = kInvariantDefaultRows;
   int sharing_ = 1;
   int device_ = 0;
   int sms_ = 0;

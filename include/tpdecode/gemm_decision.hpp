@@ -61,8 +61,7 @@ struct GemmEngines {
 };
 
 // ---- M buckets -------------------------------------------------------------------
-// Most rows DecodeGemm's engines take in one call (the wgmma engine; the warp
-// engine takes 32); more rows always run cuBLAS.
+// Most rows DecodeGemm's engines take in one call; more rows always run cuBLAS.
 inline constexpr int kGemmMaxRows = 64;
 // Decisions are made per bucket of row counts: 1, 2, 3-4, 5-8, 9-12, 13-16, 17-24,
 // 25-32, 33-48, 49-64. A bucket never straddles the engines' token tiles (8, 16, 32,

@@ -2,6 +2,7 @@
 
 #include <tvm/ffi/reflection/registry.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 
@@ -68,10 +69,10 @@ void DecodeGemmObj::set_chain(bool on) {
   translated([&] { gemm_->set_chain(on); });
 }
 
-void DecodeGemmObj::set_batch_invariant(bool on) {
+void DecodeGemmObj::set_batch_invariant(bool on, int64_t rows) {
   translated([&] {
     DeviceScope scope(static_cast<int>(device));
-    gemm_->set_batch_invariant(on);
+    gemm_->set_batch_invariant(on, static_cast<int>(std::clamp<int64_t>(rows, 0, kGemmMaxRows + 1)));
   });
 }
 

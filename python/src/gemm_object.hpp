@@ -35,7 +35,7 @@ class DecodeGemmObj : public tvm::ffi::Object {
   // chain of PDL kernels; changing it drops the decisions made so far.
   void set_chain(bool on);
   bool chain() const { return gemm_->chain(); }
-  void set_batch_invariant(bool on);
+  void set_batch_invariant(bool on, int64_t rows);
   bool batch_invariant() const { return gemm_->batch_invariant(); }
 
   static constexpr bool _type_mutable = true;

@@ -42,7 +42,7 @@ def _gemm_for(weight: torch.Tensor, batch_invariant: bool = False) -> Optional[D
         except ValueError:
             if not batch_invariant:
                 raise
-            return None  # the wgmma engine does not take this weight
+            return None  # neither engine takes this weight
         _gemms[key] = gemm
     return gemm
 

@@ -83,25 +83,34 @@ void DecodeGemm::set_chain(bool on) {
   if (!invariant_) forget_decisions();  // a batch-invariant GEMM's decisions depend on nothing else
 }
 
-void DecodeGemm::set_batch_invariant(bool on) {
-  if (on == invariant_) return;
+void DecodeGemm::set_batch_invariant(bool on, int rows) {
+  check(rows >= 1 && rows <= kGemmMaxRows, "decode_gemm: batch-invariant mode for {} rows (1..{})", rows,
+        kGemmMaxRows);
+  if (on == invariant_ && (!on || rows == invariant_rows_)) return;
   forget_decisions();
   invariant_ = false;
   if (!on) return;
-  check(engines_.wgmma, "decode_gemm: batch-invariant mode needs the wgmma engine, which does not take a {}x{} weight",
-        n(), k());
+  invariant_rows_ = rows;
+  adopt_invariant_decisions();
+  invariant_ = true;
+}
+
+void DecodeGemm::adopt_invariant_decisions() {
+  check(engines_.warp || engines_.wgmma,
+        "decode_gemm: batch-invariant mode needs one of the engines, and neither takes a {}x{} weight", n(), k());
   for (int b = 0; b < kGemmBuckets; ++b) {
     const int m = gemm_bucket_max(b);
-    adopt(m, invariant_decision(n(), k(), m, sms_));
+    adopt(m, invariant_decision(n(), k(), m, sms_, engines_, sharing_ > 1, invariant_rows_));
   }
-  invariant_ = true;
 }
 
 void DecodeGemm::set_sharing(int ranks) {
   check(ranks >= 1 && ranks <= 64, "decode_gemm: {} ranks sharing the GPU (1..64)", ranks);
   if (ranks == sharing_) return;
   sharing_ = ranks;
-  if (!invariant_) forget_decisions();
+  forget_decisions();
+  // Why again: the invariant engine and split depend on whether ranks share the GPU.
+  if (invariant_) adopt_invariant_decisions();
 }
 
 std::vector<GemmDecision> DecodeGemm::candidates(int m) {
@@ -126,7 +135,7 @@ void DecodeGemm::prepare(int m, cudaStream_t stream) {
   const int rows = gemm_bucket_max(gemm_m_bucket(m));  // what the bucket is timed and prepared at
   const GemmDecision rule = rule_decision(n(), k(), rows, sms_, engines_, sharing_ > 1);
   const GemmMeasure measure = [&](const std::vector<GemmDecision>& c) {
-    std::unique_ptr<GemmTiming> t = time_paths(c, weight_, rows, sms_, *cublas_, pdl_, stream,
+    std::unique_ptr<GemmTiming> t = time_paths(c, weight_, rows, *cublas_, pdl_, stream,
                                                [this](const std::string& message) { tuner_->warn(message); });
     return chain_ ? charge_chain_boundaries(c, std::move(t)) : std::move(t);
   };
@@ -208,12 +217,11 @@ bool DecodeGemm::lt_runs(const GemmDecision& d, const TensorView& x, const Tenso
 }
 
 GemmPath DecodeGemm::runnable(const GemmDecision& d, const TensorView& x, const TensorView& out, bool stored) const {
-  const int m = static_cast<int>(x.rows);
   if (d.path == GemmPath::kCublasLt) return lt_runs(d, x, out, stored) ? GemmPath::kCublasLt : GemmPath::kCublas;
   const bool mapped = d.path != GemmPath::kWgmma || maps_->find(d);
-  return path_prepared(d) && mapped && m <= (d.path == GemmPath::kWarpSplitK ? kWarpMaxRows : kGemmMaxRows)
-             ? d.path
-             : GemmPath::kCublas;
+  // Why no row check: both engines take every row count up to kGemmMaxRows.
+  static_assert(kWarpMaxRows == kGemmMaxRows);
+  return path_prepared(d) && mapped ? d.path : GemmPath::kCublas;
 }
 
 GemmPath DecodeGemm::path(int m) const {
@@ -237,7 +245,7 @@ void DecodeGemm::check_operands(const TensorView& x, const TensorView& out) cons
   check(out.rows == x.rows, "decode_gemm: out has {} rows, x has {}", out.rows, x.rows);
 }
 
-bool DecodeGemm::engine_takes(const TensorView& x) const { return engine_eligible() && wgmma_activations_ok(x); }
+bool DecodeGemm::engine_takes(const TensorView& x) const { return engine_eligible() && engine_activations_ok(x); }
 
 GemmPath DecodeGemm::run(const TensorView& x, const TensorView& out, cudaStream_t stream) {
   check_operands(x, out);
@@ -252,7 +260,7 @@ GemmPath DecodeGemm::run(const TensorView& x, const TensorView& out, cudaStream_
   const GemmPath p = runnable(d, x, out, stored);
   const CUtensorMap* map =
       p == GemmPath::kWgmma ? maps_->find(d) : nullptr;
-  launch_path(p == d.path ? d : cublas_decision(), weight_, x, out, sms_, *cublas_, pdl_, stream, map);
+  launch_path(p == d.path ? d : cublas_decision(), weight_, x, out, *cublas_, pdl_, stream, map);
   return p;
 }
 

@@ -58,8 +58,8 @@ double distance(const std::vector<uint16_t>& a, const std::vector<uint16_t>& ref
 // last, after the graphs, buffers and stream are gone.
 class PathTiming final : public GemmTiming {
  public:
-  PathTiming(const std::vector<GemmDecision>& candidates, const TensorView& weight, int m, int sms, CublasContext& ctx,
-             bool pdl, cudaStream_t stream, const GemmWarning& warn);
+  PathTiming(const std::vector<GemmDecision>& candidates, const TensorView& weight, int m, CublasContext& ctx, bool pdl,
+             cudaStream_t stream, const GemmWarning& warn);
   std::vector<std::vector<double>> time(const std::vector<std::size_t>& which, int replays) override;
   int replays() const override { return replays_; }
 
@@ -71,7 +71,7 @@ class PathTiming final : public GemmTiming {
   int replays_ = kRounds;
 };
 
-PathTiming::PathTiming(const std::vector<GemmDecision>& candidates, const TensorView& weight, int m, int sms,
+PathTiming::PathTiming(const std::vector<GemmDecision>& candidates, const TensorView& weight, int m,
                        CublasContext& ctx, bool pdl, cudaStream_t stream, const GemmWarning& warn) {
   TPD_CUDA(cudaStreamSynchronize(stream));
   const int64_t n = weight.rows;
@@ -119,7 +119,7 @@ PathTiming::PathTiming(const std::vector<GemmDecision>& candidates, const Tensor
     try {
       const GemmDecision launched = prepare_path(candidates[i], weight, m);
       graphs_[i].emplace(
-          s_.s, [&](cudaStream_t st, int c) { launch_path(launched, copy(c), xv, ov, sms, ctx, pdl, st); }, calls);
+          s_.s, [&](cudaStream_t st, int c) { launch_path(launched, copy(c), xv, ov, ctx, pdl, st); }, calls);
       TPD_CUDA(cudaMemsetAsync(out_.get(), 0xff, out_.bytes(), s_.s));  // NaN: an unwritten element shows
       graphs_[i]->launch(s_.s);                                         // warm-up
       TPD_CUDA(cudaMemcpyAsync(got.data(), out_.get(), out_.bytes(), cudaMemcpyDeviceToHost, s_.s));
@@ -154,9 +154,8 @@ std::vector<std::vector<double>> PathTiming::time(const std::vector<std::size_t>
 }  // namespace
 
 std::unique_ptr<GemmTiming> time_paths(const std::vector<GemmDecision>& candidates, const TensorView& weight, int m,
-                                       int sms, CublasContext& ctx, bool pdl, cudaStream_t stream,
-                                       const GemmWarning& warn) {
-  return std::make_unique<PathTiming>(candidates, weight, m, sms, ctx, pdl, stream, warn);
+                                       CublasContext& ctx, bool pdl, cudaStream_t stream, const GemmWarning& warn) {
+  return std::make_unique<PathTiming>(candidates, weight, m, ctx, pdl, stream, warn);
 }
 
 }  // namespace tpdecode

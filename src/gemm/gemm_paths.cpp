@@ -19,7 +19,7 @@ DeviceSet warp_devices;
 
 GemmDecision prepare_path(const GemmDecision& d, const TensorView& weight, int m) {
   if (d.path == GemmPath::kWarpSplitK && !warp_devices.has_current()) {
-    for (int tiles : {1, 2, 4}) prepare_warp_splitk(tiles);
+    for (int tiles : {1, 2, 4, 8}) prepare_warp_splitk(tiles);
     warp_devices.add_current();
   }
   if (d.path != GemmPath::kWgmma) return d;
@@ -44,7 +44,7 @@ bool path_prepared(const GemmDecision& d) {
   return false;
 }
 
-void launch_path(const GemmDecision& d, const TensorView& weight, const TensorView& x, const TensorView& out, int sms,
+void launch_path(const GemmDecision& d, const TensorView& weight, const TensorView& x, const TensorView& out,
                  CublasContext& ctx, bool pdl, cudaStream_t stream, const CUtensorMap* w_map) {
   const int m = static_cast<int>(x.rows);
   switch (d.path) {
@@ -57,7 +57,7 @@ void launch_path(const GemmDecision& d, const TensorView& weight, const TensorVi
                                .n = weight.rows,
                                .k = weight.cols,
                                .out_stride = out.row_stride};
-      launch_warp_splitk(p, tactic_with_split(weight.rows, weight.cols, m, sms, d.split), pdl, stream);
+      launch_warp_splitk(p, warp_launch_tactic(weight.rows, weight.cols, m, d.split), pdl, stream);
       return;
     }
     case GemmPath::kWgmma: {

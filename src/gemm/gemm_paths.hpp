@@ -41,7 +41,7 @@ bool path_prepared(const GemmDecision& d);
 // Launches `d` (from prepare_path) for out = x * weight^T on `stream`. w_map: the
 // weight's tile map for a wgmma decision (wgmma_tile_map at its sub-tiles' rows),
 // or null to encode it here.
-void launch_path(const GemmDecision& d, const TensorView& weight, const TensorView& x, const TensorView& out, int sms,
+void launch_path(const GemmDecision& d, const TensorView& weight, const TensorView& x, const TensorView& out,
                  CublasContext& ctx, bool pdl, cudaStream_t stream, const CUtensorMap* w_map = nullptr);
 
 // The tuner's timing of the candidates on m rows of `weight`: CUDA graphs of
@@ -55,7 +55,6 @@ void launch_path(const GemmDecision& d, const TensorView& weight, const TensorVi
 // only; never under capture; made, used and destroyed on one thread (it holds that
 // thread in relaxed capture mode), within the lifetime of `weight` and `ctx`.
 std::unique_ptr<GemmTiming> time_paths(const std::vector<GemmDecision>& candidates, const TensorView& weight, int m,
-                                       int sms, CublasContext& ctx, bool pdl, cudaStream_t stream,
-                                       const GemmWarning& warn);
+                                       CublasContext& ctx, bool pdl, cudaStream_t stream, const GemmWarning& warn);
 
 }  // namespace tpdecode

@@ -46,11 +46,7 @@ int64_t resident_clusters(int token_tiles, int split, int sms) {
 }
 
 GemmTactic model(int64_t n, int64_t k, int m, int sms, int split) {
-  GemmTactic t;
-  t.token_tiles = warp_token_tiles(m);
-  t.split = split;
-  t.blocks = ceil_div(n, kWarpCtaRows);
-  t.ctas = t.blocks * split;
+  GemmTactic t = warp_launch_tactic(n, k, m, split);
   // Rounds of resident clusters; in each, HBM is shared by its CTAs, each streaming
   // at most kCtaBytesPerUs.
   const int64_t resident = resident_clusters(t.token_tiles, split, sms);
@@ -83,16 +79,9 @@ bool warp_weight_ok(const TensorView& weight) {
          warp_eligible(weight.rows, weight.cols) && (weight.rows + kWarpCtaRows - 1) / kWarpCtaRows <= 65535;
 }
 
-// Why: the engine reads x in 16-byte pieces of contiguous rows; it writes out one
-// element at a time, so any row stride of out is fine.
-bool warp_activations_ok(const TensorView& x) {
-  return x.data != nullptr && x.dtype == DType::kBF16 && x.rows >= 1 && x.rows <= kWarpMaxRows && x.contiguous() &&
-         x.aligned(16);
-}
-
 int warp_token_tiles(int m) {
   check(m >= 1 && m <= kWarpMaxRows, "decode gemm engines: {} rows (1..{})", m, kWarpMaxRows);
-  return m <= 8 ? 1 : m <= 16 ? 2 : 4;
+  return m <= 8 ? 1 : m <= 16 ? 2 : m <= 32 ? 4 : 8;
 }
 
 int warp_smem_bytes(int token_tiles) {
@@ -104,10 +93,22 @@ int warp_smem_bytes(int token_tiles) {
 
 int warp_ctas_per_sm(int token_tiles) { return kSmemPerSm / (warp_smem_bytes(token_tiles) + kSmemReservedPerCta); }
 
+GemmTactic warp_launch_tactic(int64_t n, int64_t k, int m, int split) {
+  check(warp_eligible(n, k), "warp split-K: shape {}x{} is not eligible", n, k);
+  check(warp_split_ok(k, split), "warp split-K: split {} for K {}", split, k);
+  GemmTactic t;
+  t.token_tiles = warp_token_tiles(m);
+  t.split = split;
+  t.blocks = ceil_div(n, kWarpCtaRows);
+  t.ctas = t.blocks * split;
+  return t;
+}
+
 GemmTactic tactic_with_split(int64_t n, int64_t k, int m, int sms, int split) {
   check(warp_eligible(n, k), "warp split-K: shape {}x{} is not eligible", n, k);
   check(sms >= 1, "warp split-K: no SMs");
   check(warp_split_ok(k, split), "warp split-K: split {} for K {}", split, k);
+  check(m >= 1 && m <= kWarpRuleMaxRows, "warp split-K rule: {} rows (1..{})", m, kWarpRuleMaxRows);
   return model(n, k, m, sms, split);
 }
 
@@ -214,7 +215,7 @@ bool wgmma_weight_ok(const TensorView& weight) {
          wgmma_eligible(weight.rows, weight.cols);
 }
 
-bool wgmma_activations_ok(const TensorView& x) {
+bool engine_activations_ok(const TensorView& x) {
   return x.data != nullptr && x.dtype == DType::kBF16 && x.rows >= 1 && x.rows <= kGemmMaxRows && x.contiguous() &&
          x.aligned(16);
 }
@@ -239,18 +240,26 @@ std::vector<GemmDecision> wgmma_candidates(int64_t n, int64_t k, int m) {
   return out;
 }
 
-int invariant_split(int64_t n, int64_t k, int sms) {
+int invariant_split(int64_t n, int64_t k, int sms, bool powers_of_two) {
   const int64_t blocks = (n + wgmma::kTileRows - 1) / wgmma::kTileRows;
+  auto next = [&](int s) { return powers_of_two ? 2 * s : s + 1; };
   int split = 1;
-  while (split < kWarpMaxSplit && blocks * split < sms && wgmma_split_ok(k, split + 1)) ++split;
+  while (next(split) <= kWarpMaxSplit && blocks * split < sms && wgmma_split_ok(k, next(split))) split = next(split);
   return split;
 }
 
-GemmDecision invariant_decision(int64_t n, int64_t k, int m, int sms) {
-  check(wgmma_eligible(n, k) && m >= 1 && m <= kGemmMaxRows, "batch-invariant decode gemm: {}x{} at {} rows", n, k,
-        m);
-  GemmDecision d = wgmma_decision(invariant_split(n, k, sms), 1,
-                                  wgmma::stages_within(1, wgmma::token_tile(m), kWgmmaHalfBudget));
+GemmDecision invariant_decision(int64_t n, int64_t k, int m, int sms, GemmEngines engines, bool shared_gpu,
+                                int rows) {
+  check(m >= 1 && m <= kGemmMaxRows && rows >= 1 && rows <= kGemmMaxRows && sms >= 1,
+        "batch-invariant decode gemm: {} rows (for {}), {} SMs", m, rows, sms);
+  const bool warp = engines.warp && warp_eligible(n, k);
+  const bool wgmma = engines.wgmma && wgmma_eligible(n, k);
+  check(warp || wgmma, "batch-invariant decode gemm: neither engine takes a {}x{} weight", n, k);
+  const GemmTactic t = warp ? choose_tactic(n, k, std::min(rows, kWarpRuleMaxRows), sms, shared_gpu) : GemmTactic{};
+  GemmDecision d = warp && (t.engine_preferred || !wgmma)
+                       ? warp_decision(t.split)
+                       : wgmma_decision(invariant_split(n, k, sms, shared_gpu), 1,
+                                        wgmma::stages_within(1, wgmma::token_tile(m), kWgmmaHalfBudget));
   d.source = GemmSource::kRule;
   return d;
 }
@@ -268,7 +277,7 @@ std::vector<GemmDecision> engine_candidates(int64_t n, int64_t k, int m, GemmEng
 }
 
 GemmDecision rule_decision(int64_t n, int64_t k, int m, int sms, GemmEngines engines, bool shared_gpu) {
-  if (engines.warp && warp_eligible(n, k) && m <= kWarpMaxRows) {
+  if (engines.warp && warp_eligible(n, k) && m <= kWarpRuleMaxRows) {
     const GemmTactic t = choose_tactic(n, k, m, sms, shared_gpu);
     if (t.engine_preferred) return warp_decision(t.split);
   }

@@ -19,8 +19,11 @@ inline constexpr int kSmemPerCtaMax = 227 * 1024;  // the most one CTA may ask f
 inline constexpr int kSmemReservedPerCta = 1024;   // the runtime's share of each CTA
 
 // ---- The warp split-K engine ---------------------------------------------------
-// Most activation rows the engines take in one launch (four 8-token MMA tiles).
-inline constexpr int kWarpMaxRows = 32;
+// Most activation rows the engine takes in one launch (eight 8-token MMA tiles).
+inline constexpr int kWarpMaxRows = 64;
+// Most rows the rule's model covers (its residency tables are measured at 2 and 3
+// CTAs per SM, 1 to 4 token tiles); above, the rule picks cuBLAS.
+inline constexpr int kWarpRuleMaxRows = 32;
 // K is streamed in chunks of this many columns (one ring stage per warp).
 inline constexpr int kWarpChunkK = 128;
 inline constexpr int kWarpMaxSplit = 8;  // CTAs of a cluster (the portable cluster size)
@@ -32,12 +35,10 @@ bool warp_eligible(int64_t n, int64_t k);
 // The weight suits the engine: bf16, contiguous, 16-byte aligned, an eligible
 // shape, at most 65535 blocks of 64 rows (the grid's y limit).
 bool warp_weight_ok(const TensorView& weight);
-// The activations suit the engines: 1..32 rows, contiguous, 16-byte aligned.
-bool warp_activations_ok(const TensorView& x);
 
 // Launch shape of one engine call.
 struct GemmTactic {
-  int token_tiles = 1;  // 8-token MMA tiles per CTA: 1, 2 or 4 (M <= 8, 16, 32)
+  int token_tiles = 1;  // 8-token MMA tiles per CTA: 1, 2, 4 or 8 (M <= 8, 16, 32, 64)
   int split = 1;        // CTAs per 64-row block (a cluster), each a K range; 1 .. 8
   int64_t blocks = 0;   // ceil(N / 64)
   int64_t ctas = 0;     // blocks * split
@@ -52,7 +53,7 @@ inline constexpr int kWarpCtaRows = 64;       // W rows per CTA
 inline constexpr int kWarpStages = 4;         // ring stages
 inline constexpr int kWarpStageBytes = 4096;  // [16 rows, 128] bf16 per warp and stage
 
-// Token tiles for m rows (1 <= m <= kWarpMaxRows).
+// Token tiles for m rows (1 <= m <= kWarpMaxRows): 1, 2, 4 or 8.
 int warp_token_tiles(int m);
 
 // Dynamic shared memory of one CTA: the W and x rings plus the FP32 partials.
@@ -69,6 +70,7 @@ int warp_ctas_per_sm(int token_tiles);
 // idle: a K split across a cluster fills them; a split whose clusters do not all fit
 // adds a mostly empty round. engine_preferred: M <= 16 and the model's time at most
 // cuBLAS's (5 us + N*K*2 / 3.8 TB/s). The constants are fitted to measurements.
+// 1 <= m <= kWarpRuleMaxRows.
 GemmTactic choose_tactic(int64_t n, int64_t k, int m, int sms, bool powers_of_two = false);
 // A split the engine runs for K: 1 .. 8 CTAs per cluster, each with at least two
 // 128-column chunks when split > 1. The tuner times every one of them.
@@ -78,6 +80,9 @@ bool warp_split_ok(int64_t k, int split);
 // drafter shapes, but beside seven other ranks' GEMMs they were slower
 // (docs/history/performance-2026-11.md, "Every split 1–8").
 bool warp_split_for_shared_gpu(int split);
+// The launch shape of a warp-engine call (no prediction): any m up to
+// kWarpMaxRows; split must be legal.
+GemmTactic warp_launch_tactic(int64_t n, int64_t k, int m, int split);
 // The rule's tactic with the split forced (benchmarks, tests); split must be legal.
 GemmTactic tactic_with_split(int64_t n, int64_t k, int m, int sms, int split);
 
@@ -87,8 +92,6 @@ GemmTactic tactic_with_split(int64_t n, int64_t k, int m, int sms, int split);
 bool wgmma_eligible(int64_t n, int64_t k);
 // The weight suits the engine: bf16, contiguous, 16-byte aligned, an eligible shape.
 bool wgmma_weight_ok(const TensorView& weight);
-// The activations suit the engine: 1..64 rows, contiguous, 16-byte aligned.
-bool wgmma_activations_ok(const TensorView& x);
 // A split the engine runs for K: 1 .. 8 CTAs per cluster, each with at least two
 // 64-column chunks when split > 1.
 bool wgmma_split_ok(int64_t k, int split);
@@ -102,14 +105,27 @@ inline constexpr int kWgmmaHalfBudget = kSmemPerSm / 2 - kSmemReservedPerCta;
 // budget that holds kMinStages stages.
 std::vector<GemmDecision> wgmma_candidates(int64_t n, int64_t k, int m);
 
-// The split a batch-invariant DecodeGemm keeps at every row count: the fewest CTAs
-// per cluster whose 64-row blocks times the split fill the SMs, at most 8 and legal
-// for K (the same on every rank of a team: a function of the shape and SM count).
-int invariant_split(int64_t n, int64_t k, int sms);
-// Its decision for m rows: that split, 64-row tiles, the half-SM ring (clusters 0).
-GemmDecision invariant_decision(int64_t n, int64_t k, int m, int sms);
+// What a batch-invariant DecodeGemm runs at every row count 1 .. kGemmMaxRows: one
+// engine at one split per shape, so that a row's summation order (the split's K
+// ranges, each walked in order, the partials summed in rank order) never depends on
+// how many rows the call has. The same on every rank of a team: a function of the
+// shape, the SM count, the engines that take the weight, whether ranks share the
+// GPU and `rows`, the row count the calls mostly have (1..kGemmMaxRows). The warp
+// engine where the static rule prefers it at `rows` rows (at the rule's split for
+// them; never above 16 rows), or where the wgmma engine does not take the weight:
+// it runs decode-sized calls as fast as the default. Else the wgmma engine at
+// invariant_split, 64-row tiles and the half-SM ring.
+GemmDecision invariant_decision(int64_t n, int64_t k, int m, int sms, GemmEngines engines, bool shared_gpu,
+                                int rows);
+// The wgmma engine's invariant split: the fewest CTAs per cluster whose 64-row
+// blocks times the split fill the SMs, at most 8 and legal for K (powers of two
+// only where ranks share the GPU).
+int invariant_split(int64_t n, int64_t k, int sms, bool powers_of_two = false);
 
 // ---- Candidates and the static rule -------------------------------------------
+// The activations suit both engines: 1..64 rows, contiguous, 16-byte aligned (each
+// reads x in 16-byte pieces of whole rows, or TMA boxes of them; out any stride).
+bool engine_activations_ok(const TensorView& x);
 // Every engine tactic that can run (N, K, m), then stock cuBLAS: what the tuner
 // times (DecodeGemm adds cuBLASLt's heuristic algorithms on the GPU).
 std::vector<GemmDecision> engine_candidates(int64_t n, int64_t k, int m, GemmEngines engines);

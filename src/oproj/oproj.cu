@@ -27,7 +27,6 @@ namespace {
 using lamport::Fragment;
 using oproj::with_epilogue;
 using oproj::with_ranks;
-using oproj::with_tiles;
 
 template <int kTiles, int kRanks>
 __global__ void __launch_bounds__(warp_splitk::kThreads) oproj_producer_kernel(const OprojParams p) {
@@ -73,8 +72,6 @@ const void* consumer_symbol() {
 
 }  // namespace
 
-int oproj_token_tiles(int m) { return m <= 8 ? 1 : m <= 16 ? 2 : m <= 32 ? 4 : 8; }
-
 void launch_oproj_producer(const RankContext& ctx, cudaStream_t stream, const OprojParams& p) {
   LaunchShape s;
   s.grid = dim3(static_cast<unsigned>(p.split), static_cast<unsigned>(p.gemm.n / kWarpCtaRows));
@@ -83,7 +80,7 @@ void launch_oproj_producer(const RankContext& ctx, cudaStream_t stream, const Op
   s.cluster = p.split;
   s.pdl = ctx.pdl;
   with_ranks(ctx.size, [&](auto ranks) {
-    with_tiles(p.token_tiles, [&](auto tiles) {
+    with_token_tiles(p.token_tiles, [&](auto tiles) {
       launch_kernel(oproj_producer_kernel<decltype(tiles)::value, decltype(ranks)::value>, s, stream, p);
     });
   });
@@ -120,7 +117,7 @@ void launch_attn_res(cudaStream_t stream, bool pdl, const void* y, const AttnRes
 
 void prepare_oproj_producer(int team_size, int tiles) {
   with_ranks(team_size, [&](auto ranks) {
-    with_tiles(tiles, [&](auto t) {
+    with_token_tiles(tiles, [&](auto t) {
       TPD_CUDA(cudaFuncSetAttribute(oproj_producer_kernel<decltype(t)::value, decltype(ranks)::value>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, warp_smem_bytes(tiles)));
     });

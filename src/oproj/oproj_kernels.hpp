@@ -13,9 +13,6 @@
 
 namespace tpdecode {
 
-// Token tiles of the producer's GEMM for m rows (8 rows each): 1, 2, 4 or 8.
-int oproj_token_tiles(int m);
-
 // The AttnRes epilogue's tensors (attn_res.cuh has the math; [rows, H] unless said).
 struct AttnResTail {
   const void* partial;      // p (unused when new_block)

@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "comm/row_collective.cuh"
+#include "gemm/token_tiles.hpp"
 #include "gemm/warp_splitk.cuh"
 #include "oproj/attn_res.cuh"
 #include "oproj/oproj_kernels.hpp"
@@ -28,7 +29,8 @@ namespace tpdecode::oproj {
 
 using lamport::Fragment;
 
-// Team sizes and token tiles the kernels are built for (TP 1 has no mailbox).
+// Team sizes the kernels are built for (TP 1 has no mailbox); their token tiles are
+// the warp engine's (gemm/token_tiles.hpp).
 template <class F>
 decltype(auto) with_ranks(int n, F&& f) {
   switch (n) {
@@ -37,16 +39,6 @@ decltype(auto) with_ranks(int n, F&& f) {
     case 8: return f(std::integral_constant<int, 8>{});
     case 16: return f(std::integral_constant<int, 16>{});
     default: throw InvalidArgument("oproj: team size " + std::to_string(n) + " has no kernels (2, 4, 8 or 16)");
-  }
-}
-template <class F>
-decltype(auto) with_tiles(int tiles, F&& f) {
-  switch (tiles) {
-    case 1: return f(std::integral_constant<int, 1>{});
-    case 2: return f(std::integral_constant<int, 2>{});
-    case 4: return f(std::integral_constant<int, 4>{});
-    case 8: return f(std::integral_constant<int, 8>{});
-    default: throw InvalidArgument("oproj: token tiles must be 1, 2, 4 or 8");
   }
 }
 template <class F>

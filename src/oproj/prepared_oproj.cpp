@@ -160,7 +160,7 @@ class PreparedOproj::Impl {
     const bool engine = warp_eligible(limits_.hidden, limits_.k);
     if (engine) s.split = producer_split(m, sms);
     if (engine && limits_.team_size > 1 && limits_.shares_memory) {
-      const int tiles = oproj_token_tiles(m);
+      const int tiles = warp_token_tiles(m);
       s.fused_ctas = oproj_fused_grid_ctas(limits_.hidden, s.split, m);
       for (int i = 0; i < team_.driven(); ++i) {
         TPD_CUDA(cudaSetDevice(team_.device(i)));
@@ -225,7 +225,7 @@ class PreparedOproj::Impl {
   int producer_split(int m, int sms) const {
     const DecodeGemm& g = *ranks_[0].gemm;
     if (g.prepared(m) && g.decision(m).path == GemmPath::kWarpSplitK) return g.decision(m).split;
-    return choose_tactic(limits_.hidden, limits_.k, std::min(m, kWarpMaxRows), sms, true).split;
+    return choose_tactic(limits_.hidden, limits_.k, std::min(m, kWarpRuleMaxRows), sms, true).split;
   }
 
   template <class Io>
@@ -251,7 +251,7 @@ class PreparedOproj::Impl {
                               .k = limits_.k,
                               .out_stride = 0};
     p.split = s.split;
-    p.token_tiles = oproj_token_tiles(m);
+    p.token_tiles = warp_token_tiles(m);
     p.hidden = static_cast<int>(limits_.hidden);
     p.trigger_early = ctx.ranks_on_device == 1;
     p.system_fence = comm_.config().system_fence;

@@ -44,8 +44,10 @@ TEST(GemmRules, TokenTilesCoverRows) {
   EXPECT_EQ(warp_token_tiles(16), 2);
   EXPECT_EQ(warp_token_tiles(17), 4);
   EXPECT_EQ(warp_token_tiles(32), 4);
+  EXPECT_EQ(warp_token_tiles(33), 8);
+  EXPECT_EQ(warp_token_tiles(64), 8);
   EXPECT_THROW(warp_token_tiles(0), InvalidArgument);
-  EXPECT_THROW(warp_token_tiles(33), InvalidArgument);
+  EXPECT_THROW(warp_token_tiles(65), InvalidArgument);
 }
 
 TEST(GemmRules, SeveralCtasFitOnAnSm) {
@@ -53,6 +55,11 @@ TEST(GemmRules, SeveralCtasFitOnAnSm) {
     EXPECT_LE(warp_smem_bytes(tiles), 227 * 1024);
     EXPECT_GE(warp_ctas_per_sm(tiles), 2) << tiles;
   }
+  // 64 rows: one CTA per SM, outside the rule's model (its residency tables).
+  EXPECT_LE(warp_smem_bytes(8), 227 * 1024);
+  EXPECT_EQ(warp_ctas_per_sm(8), 1);
+  EXPECT_THROW(choose_tactic(2112, 7168, kWarpRuleMaxRows + 1, kH200Sms), InvalidArgument);
+  EXPECT_EQ(rule_decision(2112, 7168, kWarpRuleMaxRows + 1, kH200Sms, {true}).path, GemmPath::kCublas);
 }
 
 TEST(GemmRules, TacticOnReferenceShapes) {
@@ -325,7 +332,6 @@ TEST(GemmRules, WgmmaCandidatesAreLegal) {
     std::set<std::tuple<int, int, int>> seen;
     for (const GemmDecision& d : c) {
       EXPECT_TRUE(engine_decision_legal(d, n, k, m, kH200Sms, engines)) << describe(d);
-      if (m > kWarpMaxRows) EXPECT_NE(d.path, GemmPath::kWarpSplitK);
       if (d.path != GemmPath::kWgmma) continue;
       ++wgmmas;
       EXPECT_EQ(d.clusters, 0);
@@ -352,27 +358,63 @@ TEST(GemmRules, WgmmaCandidatesAreLegal) {
   EXPECT_FALSE(engine_decision_legal(wgmma_decision(1, 1, 8), 2112, 7168, 65, kH200Sms, {true, true}));
 }
 
-// A batch-invariant GEMM keeps one split at every row count; its decisions are
-// legal, on the half-SM ring.
-TEST(GemmRules, InvariantDecisionsKeepOneSplit) {
+// A batch-invariant GEMM keeps one engine at one split at every row count: the
+// warp engine where the rule prefers it at the rows the calls mostly have, else the
+// wgmma engine on the half-SM ring; its decisions are legal.
+TEST(GemmRules, InvariantDecisionsKeepOneEngineAndSplit) {
   EXPECT_EQ(invariant_split(2112, 7168, kH200Sms), 4);  // 33 blocks x 4 fill 132 SMs
   EXPECT_EQ(invariant_split(7168, 1536, kH200Sms), 2);  // 112 blocks
   EXPECT_EQ(invariant_split(20480, 7168, kH200Sms), 1);
   EXPECT_EQ(invariant_split(1000, 640, kH200Sms), 5);   // 10 chunks: two per CTA at most 5
+  EXPECT_EQ(invariant_split(1000, 640, kH200Sms, true), 4);
   EXPECT_EQ(invariant_split(896, 35840, kH200Sms), 8);  // 14 blocks: the largest split
-  for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{{2112, 7168}, {1000, 640}, {896, 35840}}) {
-    const int split = invariant_split(n, k, kH200Sms);
+  struct Case {
+    int64_t n, k;
+    GemmEngines engines;
+    bool shared;
+    int rows;
+    GemmPath path;
+  };
+  const std::vector<Case> cases = {
+      {2112, 7168, {true, true}, false, 8, GemmPath::kWarpSplitK},  // fused_qkv_a: the rule's warp split 8
+      {2112, 7168, {true, true}, false, 1, GemmPath::kWarpSplitK},
+      {2112, 7168, {true, true}, false, 17, GemmPath::kWgmma},     // the rule: cuBLAS above 16 rows
+      {2112, 7168, {true, true}, false, 64, GemmPath::kWgmma},
+      {7168, 2304, {true, true}, false, 8, GemmPath::kWarpSplitK},
+      {7168, 2304, {true, true}, true, 8, GemmPath::kWarpSplitK},
+      {896, 35840, {true, true}, false, 8, GemmPath::kWgmma},       // the rule prefers cuBLAS
+      {896, 35840, {true, false}, false, 8, GemmPath::kWarpSplitK},  // no wgmma: the warp engine all the same
+      {896, 35840, {true, false}, false, 64, GemmPath::kWarpSplitK},
+      {2112, 7168, {false, true}, false, 8, GemmPath::kWgmma},
+      {1000, 640, {false, true}, false, 8, GemmPath::kWgmma},       // N % 16: not the warp engine's
+      {1000, 640, {false, true}, true, 8, GemmPath::kWgmma},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(testing::Message() << c.n << "x" << c.k << (c.shared ? " shared" : "") << " for " << c.rows);
+    const GemmDecision first = invariant_decision(c.n, c.k, 1, kH200Sms, c.engines, c.shared, c.rows);
+    EXPECT_EQ(first.path, c.path);
+    if (c.path == GemmPath::kWarpSplitK)
+      EXPECT_EQ(first.split, choose_tactic(c.n, c.k, std::min(c.rows, kWarpRuleMaxRows), kH200Sms, c.shared).split);
+    else
+      EXPECT_EQ(first.split, invariant_split(c.n, c.k, kH200Sms, c.shared));
+    if (c.shared) EXPECT_TRUE(warp_split_for_shared_gpu(first.split)) << int{first.split};
     for (int m = 1; m <= kGemmMaxRows; ++m) {
-      const GemmDecision d = invariant_decision(n, k, m, kH200Sms);
-      EXPECT_EQ(d.path, GemmPath::kWgmma);
-      EXPECT_EQ(d.split, split);
-      EXPECT_EQ(d.sub_tiles, 1);
-      EXPECT_EQ(d.stages, wgmma::stages_within(1, wgmma::token_tile(m), kWgmmaHalfBudget));
-      EXPECT_TRUE(engine_decision_legal(d, n, k, m, kH200Sms, {false, true})) << m;
+      const GemmDecision d = invariant_decision(c.n, c.k, m, kH200Sms, c.engines, c.shared, c.rows);
+      EXPECT_EQ(d.path, first.path) << m;
+      EXPECT_EQ(d.split, first.split) << m;
+      EXPECT_EQ(d.source, GemmSource::kRule);
+      if (d.path == GemmPath::kWgmma) {
+        EXPECT_EQ(d.sub_tiles, 1);
+        EXPECT_EQ(d.stages, wgmma::stages_within(1, wgmma::token_tile(m), kWgmmaHalfBudget));
+      }
+      EXPECT_TRUE(engine_decision_legal(d, c.n, c.k, m, kH200Sms, c.engines)) << m;
     }
   }
-  EXPECT_THROW(invariant_decision(256, 1000, 1, kH200Sms), InvalidArgument);
-  EXPECT_THROW(invariant_decision(2112, 7168, 65, kH200Sms), InvalidArgument);
+  EXPECT_THROW(invariant_decision(256, 1000, 1, kH200Sms, {true, true}, false, 8), InvalidArgument);  // neither engine
+  EXPECT_THROW(invariant_decision(2112, 7168, 1, kH200Sms, {}, false, 8), InvalidArgument);
+  EXPECT_THROW(invariant_decision(2112, 7168, 65, kH200Sms, {true, true}, false, 8), InvalidArgument);
+  EXPECT_THROW(invariant_decision(2112, 7168, 1, kH200Sms, {true, true}, false, 0), InvalidArgument);
+  EXPECT_THROW(invariant_decision(2112, 7168, 1, kH200Sms, {true, true}, false, 65), InvalidArgument);
 }
 
 alignas(16) uint16_t host[64 * 1024];
@@ -388,22 +430,19 @@ TEST(GemmRules, OperandsTheEngineTakes) {
   EXPECT_FALSE(warp_weight_ok(TensorView::f32(host, 32, 256)));
   EXPECT_FALSE(warp_weight_ok(TensorView::bf16(nullptr, 32, 256)));
 
-  EXPECT_TRUE(warp_activations_ok(TensorView::bf16(host, 1, 256)));
-  EXPECT_TRUE(warp_activations_ok(TensorView::bf16(host, 32, 256)));
-  EXPECT_FALSE(warp_activations_ok(TensorView::bf16(host, 33, 256)));  // M > 32
-  EXPECT_FALSE(warp_activations_ok(TensorView::bf16(host + 4, 4, 256)));  // 8-byte aligned only
+  EXPECT_TRUE(engine_activations_ok(TensorView::bf16(host, 1, 256)));
+  EXPECT_TRUE(engine_activations_ok(TensorView::bf16(host, 64, 256)));
+  EXPECT_FALSE(engine_activations_ok(TensorView::bf16(host, 65, 256)));
+  EXPECT_FALSE(engine_activations_ok(TensorView::bf16(host + 4, 4, 256)));  // 8-byte aligned only
+  EXPECT_FALSE(engine_activations_ok(TensorView::f32(host, 4, 256)));
   TensorView xs = TensorView::bf16(host, 4, 256);
   xs.row_stride = 384;
-  EXPECT_FALSE(warp_activations_ok(xs));
+  EXPECT_FALSE(engine_activations_ok(xs));
 
   EXPECT_TRUE(wgmma_weight_ok(TensorView::bf16(host, 24, 64)));  // any N, K % 64
   EXPECT_FALSE(wgmma_weight_ok(TensorView::bf16(host, 24, 96)));
   EXPECT_FALSE(wgmma_weight_ok(TensorView::bf16(host + 1, 32, 256)));
   EXPECT_FALSE(wgmma_weight_ok(strided));
-  EXPECT_TRUE(wgmma_activations_ok(TensorView::bf16(host, 64, 256)));
-  EXPECT_FALSE(wgmma_activations_ok(TensorView::bf16(host, 65, 256)));
-  EXPECT_FALSE(wgmma_activations_ok(TensorView::bf16(host + 4, 4, 256)));
-  EXPECT_FALSE(wgmma_activations_ok(xs));
 }
 
 std::vector<uint16_t> bf16_of(std::initializer_list<float> v) {

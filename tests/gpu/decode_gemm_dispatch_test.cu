@@ -234,7 +234,7 @@ TEST(DecodeGemm, BadInputIsRefused) {
   EXPECT_EQ(gemm.path(65), GemmPath::kCublas);
   EXPECT_THROW(gemm.force(4, warp_decision(5)), InvalidArgument);  // 8 chunks of K: two per CTA at most split 4
   EXPECT_THROW(gemm.force(4, warp_decision(9)), InvalidArgument);  // clusters hold 8 CTAs at most
-  EXPECT_THROW(gemm.force(33, warp_decision(1)), InvalidArgument);  // the warp engine takes 32 rows
+  EXPECT_THROW(gemm.force(65, warp_decision(1)), InvalidArgument);  // the engines take 64 rows
   EXPECT_THROW(gemm.force(65, wgmma_decision(1, 1, 4)), InvalidArgument);
   EXPECT_THROW(gemm.force(20, wgmma_decision(1, 4, 5)), InvalidArgument);  // 4 sub-tiles: 16 tokens at most
   gemm.force(40, wgmma_decision(2, 1, 4));
@@ -267,23 +267,36 @@ TEST(DecodeGemm, StaticRuleWithoutTuning) {
 
 // Batch-invariant mode: a row's bits are the same whether it runs alone or at any
 // position of a call of up to 64 rows, eagerly and in a graph; every row count runs
-// the wgmma engine at one split.
+// one engine at one split (the warp engine where the rule prefers it at the rows
+// hinted, else the wgmma engine).
 TEST(DecodeGemm, BatchInvariantRowsKeepTheirBits) {
   TPD_REQUIRE_GPU();
   std::mt19937_64 rng(test::fresh_seed());
-  for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{{2112, 7168}, {7168, 1536}, {1000, 640}}) {
-    SCOPED_TRACE(testing::Message() << n << "x" << k);
+  struct Case {
+    int64_t n, k;
+    int rows;
+    GemmPath path;
+  };
+  for (const auto& [n, k, rows, path] : std::vector<Case>{{2112, 7168, 8, GemmPath::kWarpSplitK},
+                                                          {2112, 7168, 64, GemmPath::kWgmma},
+                                                          {7168, 1536, 8, GemmPath::kWarpSplitK},
+                                                          {896, 35840, 8, GemmPath::kWgmma},  // the rule: cuBLAS
+                                                          {1000, 640, 8, GemmPath::kWgmma}}) {  // N % 16
+    SCOPED_TRACE(testing::Message() << n << "x" << k << " for " << rows << " rows");
     Problem p(n, k, rng);
     DecodeGemm gemm(p.weight(), nullptr, private_tuner(true));
-    gemm.set_batch_invariant(true);
+    gemm.set_batch_invariant(true, rows == 8 ? 1 : 8);
+    gemm.set_batch_invariant(true, rows);  // a new hint: decided again
     ASSERT_TRUE(gemm.batch_invariant());
+    ASSERT_EQ(gemm.batch_invariant_rows(), rows);
+    EXPECT_EQ(gemm.decision(1).path, path);
     EXPECT_THROW(gemm.force(4, warp_decision(1)), InvalidArgument);
     // Each row alone: the reference bits.
     std::vector<std::vector<uint16_t>> alone(kProblemRows);
     DeviceBuffer one(static_cast<std::size_t>(n) * 2);
     for (int r = 0; r < kProblemRows; ++r) {
       const TensorView row = TensorView::bf16(p.x.as<uint16_t>() + r * k, 1, k);
-      ASSERT_EQ(gemm.run(row, TensorView::bf16(one.get(), 1, n), nullptr), GemmPath::kWgmma);
+      ASSERT_EQ(gemm.run(row, TensorView::bf16(one.get(), 1, n), nullptr), path);
       alone[static_cast<std::size_t>(r)] = to_host<uint16_t>(one, static_cast<std::size_t>(n));
     }
     const int split = gemm.decision(1).split;
@@ -291,7 +304,7 @@ TEST(DecodeGemm, BatchInvariantRowsKeepTheirBits) {
       EXPECT_EQ(gemm.decision(m).split, split) << m;
       DeviceBuffer out(static_cast<std::size_t>(m * n) * 2);
       poison(out);
-      ASSERT_EQ(gemm.run(p.rows(m), TensorView::bf16(out.get(), m, n), nullptr), GemmPath::kWgmma) << m;
+      ASSERT_EQ(gemm.run(p.rows(m), TensorView::bf16(out.get(), m, n), nullptr), path) << m;
       TPD_CUDA(cudaDeviceSynchronize());
       const std::vector<uint16_t> got = to_host<uint16_t>(out, static_cast<std::size_t>(m * n));
       for (int r = 0; r < m; ++r)
@@ -306,7 +319,7 @@ TEST(DecodeGemm, BatchInvariantRowsKeepTheirBits) {
     DeviceBuffer captured(static_cast<std::size_t>(40 * n) * 2);
     cudaGraph_t graph;
     TPD_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    EXPECT_EQ(gemm.run(p.rows(40), TensorView::bf16(captured.get(), 40, n), stream), GemmPath::kWgmma);
+    EXPECT_EQ(gemm.run(p.rows(40), TensorView::bf16(captured.get(), 40, n), stream), path);
     TPD_CUDA(cudaStreamEndCapture(stream, &graph));
     cudaGraphExec_t exec;
     TPD_CUDA(cudaGraphInstantiate(&exec, graph, 0));
@@ -324,7 +337,7 @@ TEST(DecodeGemm, BatchInvariantRowsKeepTheirBits) {
     gemm.set_batch_invariant(false);
     EXPECT_FALSE(gemm.prepared(4));
   }
-  // A weight the wgmma engine does not take is refused.
+  // A weight neither engine takes is refused.
   DeviceBuffer w(256 * 1000 * 2);
   DecodeGemm odd(TensorView::bf16(w.get(), 256, 1000), nullptr, private_tuner(false));
   EXPECT_THROW(odd.set_batch_invariant(true), InvalidArgument);

@@ -25,8 +25,8 @@ std::vector<int> row_counts() {
   return ms;
 }
 
-// The engine decisions checked for (shape, m): the warp engine (up to 32 rows) at
-// the rule's split and at another legal split, and two of the wgmma engine's
+// The engine decisions checked for (shape, m): the warp engine at the rule's split
+// (its split for 32 rows above 32) and at another legal split, and two of the wgmma engine's
 // tactics (different ones from M to M, so that every tactic meets every token tile).
 std::vector<GemmDecision> engine_decisions(int64_t n, int64_t k, int m) {
   std::vector<GemmDecision> out;
@@ -34,7 +34,7 @@ std::vector<GemmDecision> engine_decisions(int64_t n, int64_t k, int m) {
     std::vector<int> legal;
     for (int split = 1; split <= kWarpMaxSplit; ++split)
       if (warp_split_ok(k, split)) legal.push_back(split);
-    const int rule = choose_tactic(n, k, m, sm_count()).split;
+    const int rule = choose_tactic(n, k, std::min(m, kWarpRuleMaxRows), sm_count()).split;
     const int other = legal[static_cast<std::size_t>(m + n / 16) % legal.size()];
     out.push_back(warp_decision(rule));
     if (other != rule) out.push_back(warp_decision(other));

@@ -74,8 +74,8 @@ TpComm make_comm(Team& team, int64_t hidden) {
 std::vector<OprojKind> check_every_kind(Team& team, PreparedOproj& op, OprojCase& c) {
   const OprojShapeArgs& s = c.shape();
   const OprojOutputs fp64 = c.fp64_reference();
-  std::optional<OprojOutputs> same;  // the reference from the producer's own partials
-  if (s.m <= kWarpMaxRows) same = c.gpu_partials_reference(op.producer_split(s.m));
+  // The reference from the producer's own partials.
+  const OprojOutputs same = c.gpu_partials_reference(op.producer_split(s.m));  // from the producer's own partials
   std::optional<OprojOutputs> mailbox_bits;
   std::vector<OprojKind> ran;
   for (OprojKind kind : kKinds) {
@@ -92,13 +92,11 @@ std::vector<OprojKind> check_every_kind(Team& team, PreparedOproj& op, OprojCase
     EXPECT_LT(test::relative_error(got.first, fp64.first), kFp64Tolerance);
     EXPECT_LT(test::relative_error(got.out, fp64.out), kFp64Tolerance);
     if (kind == OprojKind::kUnfused) continue;
-    if (same) {
-      EXPECT_EQ(test::count_beyond(got.first, same->first, 0), 0) << "the new residual / p' is not bitwise";
-      EXPECT_EQ(test::count_beyond(got.out, same->out, 1, kOutScale), 0);
-      if (s.ahead) {
-        EXPECT_LT(test::relative_error(got.stats, same->stats), kFp32Tolerance);
-        EXPECT_LT(test::relative_error(got.mixture, same->mixture), kFp32Tolerance);
-      }
+    EXPECT_EQ(test::count_beyond(got.first, same.first, 0), 0) << "the new residual / p' is not bitwise";
+    EXPECT_EQ(test::count_beyond(got.out, same.out, 1, kOutScale), 0);
+    if (s.ahead) {
+      EXPECT_LT(test::relative_error(got.stats, same.stats), kFp32Tolerance);
+      EXPECT_LT(test::relative_error(got.mixture, same.mixture), kFp32Tolerance);
     }
     // Why two-shot too: its owners clean their sums, which changes a sum word only
     // where it is exactly (+0, -0), never for these random rows.
