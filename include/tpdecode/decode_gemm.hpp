@@ -2,7 +2,7 @@
 // fastest measured path. For 1 <= M <= kGemmMaxRows (64) with contiguous,
 // 16-byte-aligned operands and an eligible weight, the first eager call of an M
 // bucket (gemm_m_bucket) times the candidates on the real weight -- the wgmma
-// engine's tactics, the warp split-K engine at each split (up to 32 rows), cuBLAS's
+// engine's tactics, the warp split-K engine at each split, cuBLAS's
 // default and cuBLASLt's best few algorithms -- and keeps the fastest (GemmTuner:
 // shared by the process, optionally on disk). Everything else runs cuBLAS. BF16
 // operands, FP32 accumulation, one BF16 rounding; the engines' results are bitwise

@@ -12,7 +12,7 @@ namespace tpdecode {
 
 // ---- Paths and the decision record --------------------------------------------
 enum class GemmPath : uint8_t {
-  kWarpSplitK,  // the warp split-K engine (mma.sync, up to 32 rows)
+  kWarpSplitK,  // the warp split-K engine (mma.sync)
   kCublas,      // cublasGemmEx with cuBLAS's default algorithm (the stock path)
   kCublasLt,    // cublasLtMatmul with an algorithm the tuner measured
   kWgmma,       // the wgmma engine (TMA tiles, warpgroup MMA, up to 64 rows)
