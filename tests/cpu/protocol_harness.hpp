@@ -106,6 +106,12 @@ class HostTeam {
   }
 
   const lamport::ErrorRecord& error(int rank) const { return errors_.at(static_cast<std::size_t>(rank)); }
+  // Whether `rank` has reported a failure (its record complete), read while the
+  // ranks' threads run.
+  bool reported(int rank) const {
+    auto& flag = const_cast<uint32_t&>(errors_.at(static_cast<std::size_t>(rank)).flag);
+    return std::atomic_ref<uint32_t>(flag).load(std::memory_order_acquire) == 1;
+  }
   const lamport::ControlBlock& control(int rank) const { return control_.at(static_cast<std::size_t>(rank)); }
   // Every slot of every mailbox copy armed (nothing left published).
   bool all_armed() const {

@@ -185,10 +185,11 @@ TEST(Protocol, PollLeavesOnAPeersAbort) {
   EXPECT_EQ(team.error(0).slot, 1) << "names the rank that aborted";
 }
 
-// A late rank: rank 1 arrives late past the timeout once, then 5 ms slower
-// every round. Without a team-wide abort, rank 0 timed out once and then read
-// rank 1's late pushes as later rounds' data. Here every output is either correct
-// or not produced (poisoned), and both ranks report.
+// A late rank: rank 1 arrives late past the timeout once (in round 2 it waits until
+// rank 0 has reported its timeout), then 5 ms slower every round. Without a
+// team-wide abort, rank 0 timed out once and then read rank 1's late pushes as
+// later rounds' data. Here every output is either correct or not produced
+// (poisoned), and both ranks report.
 TEST(Protocol, LateRankNeverYieldsStaleData) {
   constexpr int kRanks = 2, kRounds = 8, kRuns = 100;
   constexpr auto kTimeout = std::chrono::milliseconds(20);
@@ -203,18 +204,24 @@ TEST(Protocol, LateRankNeverYieldsStaleData) {
         std::mt19937 rng(static_cast<unsigned>(run * 31 + rank));
         for (int u = 0; u < kRounds; ++u) {
           const bool late = rank == 1 && u >= 2;
-          // Why 3 x (the scenario had 1.5 x): on a loaded 2-core machine rank 0 itself
-          // may reach the round late; 3 x keeps rank 1 past the deadline regardless.
-          const auto delay = u == 2 ? kTimeout * 3 : std::chrono::milliseconds(5 * (u - 2));
+          // Why wait for the report rather than sleep past the deadline: on a loaded
+          // machine rank 0 itself may reach the round late, and a fixed sleep then
+          // lands inside its deadline (1 run in 100 did on a 2-core CI machine).
+          auto be_late = [&] {
+            if (u > 2) return std::this_thread::sleep_for(std::chrono::milliseconds(5 * (u - 2)));
+            const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+            while (!team.reported(0) && std::chrono::steady_clock::now() < give_up)
+              std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          };
           // Why both places: a late launch (before entry) and a slow kernel (after it).
           const bool before_entry = (rng() & 1u) != 0;
-          if (late && before_entry) std::this_thread::sleep_for(delay);
+          if (late && before_entry) be_late();
           lamport::Memory mem(static_cast<uint64_t>(std::chrono::nanoseconds(kTimeout).count()));
           const lamport::TeamRef t = team.team_ref(rank);
           const lamport::MailboxRef b = team.box_ref(box);
           const uint32_t entry = lamport::enter(mem, t, b, Op::kAllReduce, 1);
           if (entry == lamport::kAbortedEntry) continue;  // output poisoned, reported
-          if (late && !before_entry) std::this_thread::sleep_for(delay);
+          if (late && !before_entry) be_late();
           const Call call{Op::kAllReduce, static_cast<int>(entry)};
           lamport::one_shot_push<kRanks>(mem, t, b, call, 0, 0, round_data(u, rank, 0, 0));
           Fragment sum;
