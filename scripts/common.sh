@@ -32,14 +32,20 @@ configure_and_build() {
   cmake --build "$dir" --parallel "$(nproc)" ${1:+--target "$@"}
 }
 
-# python_tests VENV: README's commands in a fresh venv, `pip install '.[test]'` then
+# python_tests VENV: README's commands in a fresh venv, `pip install '.[test]'` and
+# torch and transformers ($TPDECODE_TEST_TORCH, pinned; empty: neither), then
 # `python -m pytest tests/python` (the CPU tests must run: pytest's "no tests
-# collected", exit 5, is a failure; the GPU tests skip without torch or a GPU).
+# collected", exit 5, is a failure; the GPU tests skip without a GPU). Why torch
+# without a GPU: the communicator's verdicts, the linear routing, the custom ops'
+# fake implementations and install() run on the CPU (about 2 minutes, 5 GB).
 python_tests() {
   local venv=$1
   rm -rf "$venv"
   python3 -m venv "$venv"
   CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$venv/bin/pip" install -q ".[test]"
+  local torch=${TPDECODE_TEST_TORCH-torch==2.15.0 transformers==5.24.0}
+  # shellcheck disable=SC2086 # the list splits into packages
+  [[ -z $torch ]] || "$venv/bin/pip" install -q $torch
   local rc=0
   "$venv/bin/python" -m pytest -q tests/python || rc=$?
   if [[ $rc -eq 5 ]]; then echo "pytest collected no Python tests" >&2; fi
