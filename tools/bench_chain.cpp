@@ -62,16 +62,16 @@ struct Link {
   std::unique_ptr<DecodeGemm> gemm;
 };
 
-// What --force NAME runs on a link: "warp" (the warp engine at the rule's split) or
-// "cublas"; none where it cannot.
+// What --force NAME runs on a link: "warp" (the warp engine at the rule's split, its
+// split for 32 rows above 32) or "cublas"; none where it cannot.
 std::optional<GemmDecision> forced_decision(const std::string& name, const GemmShape& s, int m) {
   if (name == "cublas") return cublas_decision();
   if (name == "warp") {
-    if (!warp_eligible(s.n, s.k) || m > kWarpRuleMaxRows) return std::nullopt;
+    if (!warp_eligible(s.n, s.k) || m > kWarpMaxRows) return std::nullopt;
     int device = 0, sms = 0;
     TPD_CUDA(cudaGetDevice(&device));
     TPD_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    return warp_decision(choose_tactic(s.n, s.k, m, sms).split);
+    return warp_decision(choose_tactic(s.n, s.k, std::min(m, kWarpCandidateMaxRows), sms).split);
   }
   return std::nullopt;
 }

@@ -339,7 +339,8 @@ void register_bench_gemm(CLI::App& app) {
   cmd->add_option("--shape", o->shapes, "extra shape NxK (repeatable)");
   cmd->add_flag("--compare-invariant", o->compare_invariant,
                 "also time the batch-invariant decision (DecodeGemm::set_batch_invariant) against the dispatch");
-  cmd->add_option("--invariant-rows", o->invariant_rows, "the batch-invariant decision's row hint (1..64)")
+  cmd->add_option("--invariant-rows", o->invariant_rows, "the batch-invariant decision's row hint")
+      ->check(CLI::Range(1, kGemmMaxRows))
       ->capture_default_str();
   cmd->add_option("--m", o->ms, "rows per call (repeatable; default 1 2 4 8 16 32 48 64)");
   cmd->add_option("--replays", o->replays, "timed graph replays per measurement")->capture_default_str();

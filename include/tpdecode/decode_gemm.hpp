@@ -90,23 +90,28 @@ class DecodeGemm {
   bool chain() const { return chain_; }
   // `ranks` ranks' GEMMs run on this GPU at once (a local team's driven ranks;
   // default 1): its buckets are decided under a key of their own, among the splits
-  // warp_split_for_shared_gpu keeps. Changing it drops the decisions made so far.
+  // warp_split_for_shared_gpu keeps. Changing it drops the decisions made so far
+  // (a batch-invariant GEMM prepares its own again: then host only, on the GEMM's
+  // device, never under capture).
   void set_sharing(int ranks);
   int sharing() const { return sharing_; }
   // Batch-invariant mode (default off): every row count 1 .. kGemmMaxRows runs one
   // engine at one split fixed for the shape, so a row's bits do not depend on how
   // many rows the call has (an engine's summation order depends on its split alone;
   // its token tiles, ring and tile sizes, which each bucket keeps its own, do not
-  // change the bits). `rows` (1 .. kGemmMaxRows) only says which engine: the row
-  // count the caller's calls mostly have (invariant_decision: the warp engine where
-  // the static rule prefers it at that many rows, which it never does above 16;
-  // else the wgmma engine). Decode-sized calls run as fast as the default on the
-  // warp engine, which is 1.5-3 x slower than the default at 32-64 rows
-  // (docs/performance.md). No tuning. Prepares every bucket now (host only, never
-  // under capture; InvalidArgument where neither engine takes the weight);
-  // set_sharing prepares them again. Turning it off drops the decisions. What
-  // engines' batch-invariant modes need; calls of more rows run cuBLAS, so callers
-  // split them (the Python linear op does).
+  // change the bits). `rows` (1 .. kGemmMaxRows; read when on) only says which
+  // engine: the row count the caller's calls mostly have (invariant_decision: the
+  // warp engine where the static rule prefers it at that many rows, which it never
+  // does above 16, or where the wgmma engine does not take the weight; else the
+  // wgmma engine). Decode-sized calls run as fast as the default on the warp
+  // engine, which is 1.5-3 x slower than the default at 32-64 rows
+  // (docs/performance.md). Another hint decides again, so a row's bits may change
+  // between hints, never between calls. No tuning. Prepares every bucket now (host
+  // only, never under capture; InvalidArgument where neither engine takes the
+  // weight; on any error the mode is off); set_sharing prepares them again.
+  // Turning it off drops the decisions. What engines' batch-invariant modes need;
+  // calls of more rows run cuBLAS, so callers split them (the Python linear op
+  // does).
   void set_batch_invariant(bool on, int rows = kInvariantDefaultRows);
   static constexpr int kInvariantDefaultRows = 8;
   bool batch_invariant() const { return invariant_; }
@@ -129,7 +134,9 @@ class DecodeGemm {
   bool lt_runs(const GemmDecision& d, const TensorView& x, const TensorView& out, bool stored) const;
   void adopt(int m, GemmDecision d);  // validates, prepares and stores for m's bucket
   void forget_decisions();            // every bucket's, and what was verified of them
-  void adopt_invariant_decisions();   // every bucket's batch-invariant decision
+  // Every bucket's batch-invariant decision for the row hint, or (on an error) none
+  // and the mode off.
+  void adopt_invariant_decisions(int rows);
   struct TileMaps;  // the weight's tensor maps for the wgmma engine (gemm_paths.hpp)
 
   TensorView weight_;

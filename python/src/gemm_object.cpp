@@ -72,6 +72,7 @@ void DecodeGemmObj::set_chain(bool on) {
 void DecodeGemmObj::set_batch_invariant(bool on, int64_t rows) {
   translated([&] {
     DeviceScope scope(static_cast<int>(device));
+    // Why the clamp: a value outside 1..64 stays outside it (and is refused) once narrowed.
     gemm_->set_batch_invariant(on, static_cast<int>(std::clamp<int64_t>(rows, 0, kGemmMaxRows + 1)));
   });
 }
@@ -91,6 +92,7 @@ TVM_FFI_STATIC_INIT_BLOCK() {
       .def("chain", &DecodeGemmObj::chain)
       .def("set_batch_invariant", &DecodeGemmObj::set_batch_invariant)
       .def("batch_invariant", &DecodeGemmObj::batch_invariant)
+      .def("batch_invariant_rows", &DecodeGemmObj::batch_invariant_rows)
       .def("decode_gemm", &DecodeGemmObj::run);
 }
 

@@ -37,6 +37,7 @@ class DecodeGemmObj : public tvm::ffi::Object {
   bool chain() const { return gemm_->chain(); }
   void set_batch_invariant(bool on, int64_t rows);
   bool batch_invariant() const { return gemm_->batch_invariant(); }
+  int64_t batch_invariant_rows() const { return gemm_->batch_invariant_rows(); }
 
   static constexpr bool _type_mutable = true;
   TVM_FFI_DECLARE_OBJECT_INFO_FINAL("tpdecode.DecodeGemm", DecodeGemmObj, tvm::ffi::Object);

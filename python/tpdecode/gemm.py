@@ -62,22 +62,33 @@ class DecodeGemm:
         """Batch-invariant mode: every row count 1 .. ``max_rows`` runs one engine at one
         split fixed for the shape, so a row's bits do not depend on how many rows a call
         has (no tuning; every bucket is prepared when it is turned on). Setting it
-        raises ValueError where neither engine takes the weight. Setting True is
-        ``set_batch_invariant(True)``: the engine chosen for calls of 8 rows."""
+        raises ValueError where neither engine takes the weight. Setting True where it
+        is off is ``set_batch_invariant(True)`` (the engine chosen for calls of 8
+        rows); where it is on, it keeps the hint."""
         return self._handle.batch_invariant()
 
     @batch_invariant.setter
     def batch_invariant(self, on: bool) -> None:
-        self.set_batch_invariant(on)
+        if not (on and self.batch_invariant):
+            self.set_batch_invariant(on)
+
+    @property
+    def batch_invariant_rows(self) -> int:
+        """The row hint batch-invariant mode was last set with (set_batch_invariant)."""
+        return self._handle.batch_invariant_rows()
 
     def set_batch_invariant(self, on: bool, rows: int = 8) -> None:
-        """Batch-invariant mode on or off; ``rows`` (1 .. 64), the row count the calls
-        mostly have, only picks the engine (the warp engine where its rule prefers it
-        at that many rows, never above 16: as fast as the default there, 1.5-3 x
-        slower at 32-64 rows; else the wgmma engine): every row count keeps the bits."""
+        """Batch-invariant mode on or off; ``rows`` (1 .. 64, read when on), the row
+        count the calls mostly have, only picks the engine (the warp engine where its
+        rule prefers it at that many rows, never above 16: as fast as the default
+        there, 1.5-3 x slower at 32-64 rows; else the wgmma engine): every row count
+        keeps one summation order. Another hint decides again (a row's bits may
+        change between hints, never between calls)."""
         if torch.cuda.is_current_stream_capturing():
             raise RuntimeError("DecodeGemm.batch_invariant under CUDA-graph capture: set it before capturing")
-        self._handle.set_batch_invariant(bool(on), int(rows))
+        if on and not 1 <= int(rows) <= self.max_rows:
+            raise ValueError(f"DecodeGemm.set_batch_invariant: rows {rows} (1..{self.max_rows})")
+        self._handle.set_batch_invariant(bool(on), int(rows) if on else 1)
 
     def __del__(self):
         _ops.unregister(getattr(self, "_id", 0))

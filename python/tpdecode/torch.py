@@ -116,8 +116,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
 
     batch_invariant: a row's result does not depend on how many rows the call has
     (what an engine's batch-invariant mode needs): the weight's batch-invariant
-    DecodeGemm in calls of at most ``max_rows`` rows, or, where the wgmma engine
-    does not take the weight, every row as its own one-row ``F.linear``."""
+    DecodeGemm in calls of at most ``max_rows`` rows, or, where neither engine
+    takes the weight, every row as its own one-row ``F.linear``."""
     if torch.compiler.is_compiling():
         return torch.ops.tpdecode.linear(x, weight, bias, batch_invariant)
     return _run(x, weight, bias, batch_invariant)

@@ -84,33 +84,46 @@ void DecodeGemm::set_chain(bool on) {
 }
 
 void DecodeGemm::set_batch_invariant(bool on, int rows) {
+  if (!on) {
+    if (invariant_) forget_decisions();
+    invariant_ = false;
+    return;
+  }
   check(rows >= 1 && rows <= kGemmMaxRows, "decode_gemm: batch-invariant mode for {} rows (1..{})", rows,
         kGemmMaxRows);
-  if (on == invariant_ && (!on || rows == invariant_rows_)) return;
-  forget_decisions();
-  invariant_ = false;
-  if (!on) return;
-  invariant_rows_ = rows;
-  adopt_invariant_decisions();
-  invariant_ = true;
+  if (invariant_ && rows == invariant_rows_) return;
+  adopt_invariant_decisions(rows);
 }
 
-void DecodeGemm::adopt_invariant_decisions() {
+void DecodeGemm::adopt_invariant_decisions(int rows) {
   check(engines_.warp || engines_.wgmma,
         "decode_gemm: batch-invariant mode needs one of the engines, and neither takes a {}x{} weight", n(), k());
-  for (int b = 0; b < kGemmBuckets; ++b) {
-    const int m = gemm_bucket_max(b);
-    adopt(m, invariant_decision(n(), k(), m, sms_, engines_, sharing_ > 1, invariant_rows_));
+  std::array<GemmDecision, kGemmBuckets> chosen;
+  for (int b = 0; b < kGemmBuckets; ++b)
+    chosen[static_cast<std::size_t>(b)] =
+        invariant_decision(n(), k(), gemm_bucket_max(b), sms_, engines_, sharing_ > 1, rows);
+  forget_decisions();
+  invariant_ = false;
+  try {
+    for (int b = 0; b < kGemmBuckets; ++b) adopt(gemm_bucket_max(b), chosen[static_cast<std::size_t>(b)]);
+  } catch (...) {
+    // Why: a GEMM is either batch-invariant in every bucket or in none.
+    forget_decisions();
+    throw;
   }
+  invariant_rows_ = rows;
+  invariant_ = true;
 }
 
 void DecodeGemm::set_sharing(int ranks) {
   check(ranks >= 1 && ranks <= 64, "decode_gemm: {} ranks sharing the GPU (1..64)", ranks);
   if (ranks == sharing_) return;
   sharing_ = ranks;
-  forget_decisions();
   // Why again: the invariant engine and split depend on whether ranks share the GPU.
-  if (invariant_) adopt_invariant_decisions();
+  if (invariant_)
+    adopt_invariant_decisions(invariant_rows_);
+  else
+    forget_decisions();
 }
 
 std::vector<GemmDecision> DecodeGemm::candidates(int m) {

@@ -108,7 +108,7 @@ GemmTactic tactic_with_split(int64_t n, int64_t k, int m, int sms, int split) {
   check(warp_eligible(n, k), "warp split-K: shape {}x{} is not eligible", n, k);
   check(sms >= 1, "warp split-K: no SMs");
   check(warp_split_ok(k, split), "warp split-K: split {} for K {}", split, k);
-  check(m >= 1 && m <= kWarpRuleMaxRows, "warp split-K rule: {} rows (1..{})", m, kWarpRuleMaxRows);
+  check(m >= 1 && m <= kWarpCandidateMaxRows, "warp split-K rule: {} rows (1..{})", m, kWarpCandidateMaxRows);
   return model(n, k, m, sms, split);
 }
 
@@ -255,7 +255,7 @@ GemmDecision invariant_decision(int64_t n, int64_t k, int m, int sms, GemmEngine
   const bool warp = engines.warp && warp_eligible(n, k);
   const bool wgmma = engines.wgmma && wgmma_eligible(n, k);
   check(warp || wgmma, "batch-invariant decode gemm: neither engine takes a {}x{} weight", n, k);
-  const GemmTactic t = warp ? choose_tactic(n, k, std::min(rows, kWarpRuleMaxRows), sms, shared_gpu) : GemmTactic{};
+  const GemmTactic t = warp ? choose_tactic(n, k, std::min(rows, kWarpCandidateMaxRows), sms, shared_gpu) : GemmTactic{};
   GemmDecision d = warp && (t.engine_preferred || !wgmma)
                        ? warp_decision(t.split)
                        : wgmma_decision(invariant_split(n, k, sms, shared_gpu), 1,
@@ -266,7 +266,7 @@ GemmDecision invariant_decision(int64_t n, int64_t k, int m, int sms, GemmEngine
 
 std::vector<GemmDecision> engine_candidates(int64_t n, int64_t k, int m, GemmEngines engines) {
   std::vector<GemmDecision> out;
-  if (engines.warp && warp_eligible(n, k) && m <= kWarpMaxRows)
+  if (engines.warp && warp_eligible(n, k) && m <= kWarpCandidateMaxRows)
     for (int split = 1; split <= kWarpMaxSplit; ++split)
       if (warp_split_ok(k, split)) out.push_back(warp_decision(split));
   if (engines.wgmma)
@@ -277,7 +277,7 @@ std::vector<GemmDecision> engine_candidates(int64_t n, int64_t k, int m, GemmEng
 }
 
 GemmDecision rule_decision(int64_t n, int64_t k, int m, int sms, GemmEngines engines, bool shared_gpu) {
-  if (engines.warp && warp_eligible(n, k) && m <= kWarpRuleMaxRows) {
+  if (engines.warp && warp_eligible(n, k) && m <= kWarpCandidateMaxRows) {
     const GemmTactic t = choose_tactic(n, k, m, sms, shared_gpu);
     if (t.engine_preferred) return warp_decision(t.split);
   }

@@ -21,9 +21,11 @@ inline constexpr int kSmemReservedPerCta = 1024;   // the runtime's share of eac
 // ---- The warp split-K engine ---------------------------------------------------
 // Most activation rows the engine takes in one launch (eight 8-token MMA tiles).
 inline constexpr int kWarpMaxRows = 64;
-// Most rows the rule's model covers (its residency tables are measured at 2 and 3
-// CTAs per SM, 1 to 4 token tiles); above, the rule picks cuBLAS.
-inline constexpr int kWarpRuleMaxRows = 32;
+// Most rows at which the engine is a candidate: of the rule's model (its residency
+// tables are measured at 2 and 3 CTAs per SM, 1 to 4 token tiles) and of the
+// tuner. Above, it runs where forced or batch-invariant only: at 64 rows it was
+// measured 1.5-3 x behind cuBLASLt on the TP 8 shapes (docs/performance.md).
+inline constexpr int kWarpCandidateMaxRows = 32;
 // K is streamed in chunks of this many columns (one ring stage per warp).
 inline constexpr int kWarpChunkK = 128;
 inline constexpr int kWarpMaxSplit = 8;  // CTAs of a cluster (the portable cluster size)
@@ -70,7 +72,7 @@ int warp_ctas_per_sm(int token_tiles);
 // idle: a K split across a cluster fills them; a split whose clusters do not all fit
 // adds a mostly empty round. engine_preferred: M <= 16 and the model's time at most
 // cuBLAS's (5 us + N*K*2 / 3.8 TB/s). The constants are fitted to measurements.
-// 1 <= m <= kWarpRuleMaxRows.
+// 1 <= m <= kWarpCandidateMaxRows.
 GemmTactic choose_tactic(int64_t n, int64_t k, int m, int sms, bool powers_of_two = false);
 // A split the engine runs for K: 1 .. 8 CTAs per cluster, each with at least two
 // 128-column chunks when split > 1. The tuner times every one of them.
@@ -126,8 +128,9 @@ int invariant_split(int64_t n, int64_t k, int sms, bool powers_of_two = false);
 // The activations suit both engines: 1..64 rows, contiguous, 16-byte aligned (each
 // reads x in 16-byte pieces of whole rows, or TMA boxes of them; out any stride).
 bool engine_activations_ok(const TensorView& x);
-// Every engine tactic that can run (N, K, m), then stock cuBLAS: what the tuner
-// times (DecodeGemm adds cuBLASLt's heuristic algorithms on the GPU).
+// Every engine tactic that can run (N, K, m) (the warp engine's up to
+// kWarpCandidateMaxRows), then stock cuBLAS: what the tuner times (DecodeGemm adds
+// cuBLASLt's heuristic algorithms on the GPU).
 std::vector<GemmDecision> engine_candidates(int64_t n, int64_t k, int m, GemmEngines engines);
 // The static rule (no measurement): the warp engine where choose_tactic prefers it
 // (at its split; among the powers of two where ranks share the GPU), else cuBLAS.

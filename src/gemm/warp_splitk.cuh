@@ -1,5 +1,5 @@
-// The warp split-K engine: out[M, N] = x[M, K] * W[N, K]^T for M <= 32 (and, for
-// the fused o-projection's producer, M <= 64).
+// The warp split-K engine: out[M, N] = x[M, K] * W[N, K]^T for M <= 64 (1, 2, 4 or
+// 8 token tiles of 8 rows).
 //
 // A CTA owns 64 rows of W (one 16-row tile per warp) and 1/split of K, streamed in
 // 128-column chunks through a 4-stage cp.async ring (all 4 in flight while a warp

@@ -225,7 +225,7 @@ class PreparedOproj::Impl {
   int producer_split(int m, int sms) const {
     const DecodeGemm& g = *ranks_[0].gemm;
     if (g.prepared(m) && g.decision(m).path == GemmPath::kWarpSplitK) return g.decision(m).split;
-    return choose_tactic(limits_.hidden, limits_.k, std::min(m, kWarpRuleMaxRows), sms, true).split;
+    return choose_tactic(limits_.hidden, limits_.k, std::min(m, kWarpCandidateMaxRows), sms, true).split;
   }
 
   template <class Io>

@@ -58,8 +58,8 @@ TEST(GemmRules, SeveralCtasFitOnAnSm) {
   // 64 rows: one CTA per SM, outside the rule's model (its residency tables).
   EXPECT_LE(warp_smem_bytes(8), 227 * 1024);
   EXPECT_EQ(warp_ctas_per_sm(8), 1);
-  EXPECT_THROW(choose_tactic(2112, 7168, kWarpRuleMaxRows + 1, kH200Sms), InvalidArgument);
-  EXPECT_EQ(rule_decision(2112, 7168, kWarpRuleMaxRows + 1, kH200Sms, {true}).path, GemmPath::kCublas);
+  EXPECT_THROW(choose_tactic(2112, 7168, kWarpCandidateMaxRows + 1, kH200Sms), InvalidArgument);
+  EXPECT_EQ(rule_decision(2112, 7168, kWarpCandidateMaxRows + 1, kH200Sms, {true}).path, GemmPath::kCublas);
 }
 
 TEST(GemmRules, TacticOnReferenceShapes) {
@@ -185,13 +185,13 @@ TEST(GemmRules, BucketsPartitionTheRowsWithinTokenTiles) {
     EXPECT_LE(gemm_bucket_min(b), m);
     EXPECT_GE(gemm_bucket_max(b), m);
     EXPECT_EQ(wgmma::token_tile(gemm_bucket_min(b)), wgmma::token_tile(gemm_bucket_max(b))) << "bucket " << b;
-    if (m <= kWarpMaxRows)
-      EXPECT_EQ(warp_token_tiles(gemm_bucket_min(b)), warp_token_tiles(gemm_bucket_max(b))) << "bucket " << b;
+    EXPECT_EQ(warp_token_tiles(gemm_bucket_min(b)), warp_token_tiles(gemm_bucket_max(b))) << "bucket " << b;
   }
   EXPECT_EQ(expected, kGemmBuckets - 1);
   EXPECT_EQ(gemm_m_bucket(7), gemm_m_bucket(8));    // 5-8
   EXPECT_NE(gemm_m_bucket(13), gemm_m_bucket(12));  // 13-16 vs 9-12
-  EXPECT_EQ(gemm_bucket_max(gemm_m_bucket(kWarpMaxRows)), kWarpMaxRows);  // no bucket straddles the warp engine
+  // No bucket straddles the rows where the warp engine is a candidate.
+  EXPECT_EQ(gemm_bucket_max(gemm_m_bucket(kWarpCandidateMaxRows)), kWarpCandidateMaxRows);
   EXPECT_THROW(gemm_m_bucket(0), InvalidArgument);
   EXPECT_THROW(gemm_m_bucket(kGemmMaxRows + 1), InvalidArgument);
   EXPECT_THROW(gemm_bucket_max(kGemmBuckets), InvalidArgument);
@@ -202,7 +202,7 @@ TEST(GemmRules, CandidatesAreLegalAndEndWithCublas) {
   for (int trial = 0; trial < 300; ++trial) {
     const int64_t n = 16 * static_cast<int64_t>(1 + rng() % 4096);
     const int64_t k = 128 * static_cast<int64_t>(1 + rng() % 300);
-    const int m = 1 + static_cast<int>(rng() % kWarpMaxRows);
+    const int m = 1 + static_cast<int>(rng() % kGemmMaxRows);
     const GemmEngines engines{warp_eligible(n, k)};
     const std::vector<GemmDecision> c = engine_candidates(n, k, m, engines);
     ASSERT_FALSE(c.empty());
@@ -214,8 +214,10 @@ TEST(GemmRules, CandidatesAreLegalAndEndWithCublas) {
     }
     // Every split up to 8 that leaves each cluster rank two chunks, odd ones too.
     const int64_t chunks = k / kWarpChunkK;
-    const int splits = engines.warp ? static_cast<int>(std::min<int64_t>(kWarpMaxSplit, std::max<int64_t>(1, chunks / 2))) : 0;
-    EXPECT_EQ(warps, splits) << n << "x" << k;
+    const int splits = engines.warp && m <= kWarpCandidateMaxRows
+                           ? static_cast<int>(std::min<int64_t>(kWarpMaxSplit, std::max<int64_t>(1, chunks / 2)))
+                           : 0;
+    EXPECT_EQ(warps, splits) << n << "x" << k << " M " << m;
     EXPECT_TRUE(engine_decision_legal(rule_decision(n, k, m, kH200Sms, engines), n, k, m, kH200Sms, engines));
   }
   // No engine: cuBLAS alone.
@@ -227,6 +229,8 @@ TEST(GemmRules, CandidatesAreLegalAndEndWithCublas) {
   bad.split = 2;
   EXPECT_FALSE(engine_decision_legal(bad, 2112, 7168, 4, kH200Sms, {false}));  // no engine takes the weight
   EXPECT_FALSE(engine_decision_legal(bad, 2112, 256, 4, kH200Sms, {true}));   // two chunks: split 1 only
+  EXPECT_TRUE(engine_decision_legal(bad, 2112, 7168, 64, kH200Sms, {true}));  // runs 64 rows where forced
+  EXPECT_FALSE(engine_decision_legal(bad, 2112, 7168, 65, kH200Sms, {true}));
 }
 
 TEST(GemmRules, RuleKeepsTheMeasuredWarpCases) {
@@ -332,6 +336,7 @@ TEST(GemmRules, WgmmaCandidatesAreLegal) {
     std::set<std::tuple<int, int, int>> seen;
     for (const GemmDecision& d : c) {
       EXPECT_TRUE(engine_decision_legal(d, n, k, m, kH200Sms, engines)) << describe(d);
+      if (m > kWarpCandidateMaxRows) EXPECT_NE(d.path, GemmPath::kWarpSplitK);
       if (d.path != GemmPath::kWgmma) continue;
       ++wgmmas;
       EXPECT_EQ(d.clusters, 0);
@@ -394,7 +399,7 @@ TEST(GemmRules, InvariantDecisionsKeepOneEngineAndSplit) {
     const GemmDecision first = invariant_decision(c.n, c.k, 1, kH200Sms, c.engines, c.shared, c.rows);
     EXPECT_EQ(first.path, c.path);
     if (c.path == GemmPath::kWarpSplitK)
-      EXPECT_EQ(first.split, choose_tactic(c.n, c.k, std::min(c.rows, kWarpRuleMaxRows), kH200Sms, c.shared).split);
+      EXPECT_EQ(first.split, choose_tactic(c.n, c.k, std::min(c.rows, kWarpCandidateMaxRows), kH200Sms, c.shared).split);
     else
       EXPECT_EQ(first.split, invariant_split(c.n, c.k, kH200Sms, c.shared));
     if (c.shared) EXPECT_TRUE(warp_split_for_shared_gpu(first.split)) << int{first.split};

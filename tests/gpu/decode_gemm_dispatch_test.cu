@@ -280,6 +280,7 @@ TEST(DecodeGemm, BatchInvariantRowsKeepTheirBits) {
   for (const auto& [n, k, rows, path] : std::vector<Case>{{2112, 7168, 8, GemmPath::kWarpSplitK},
                                                           {2112, 7168, 64, GemmPath::kWgmma},
                                                           {7168, 1536, 8, GemmPath::kWarpSplitK},
+                                                          {18432, 1536, 8, GemmPath::kWarpSplitK},  // split 1
                                                           {896, 35840, 8, GemmPath::kWgmma},  // the rule: cuBLAS
                                                           {1000, 640, 8, GemmPath::kWgmma}}) {  // N % 16
     SCOPED_TRACE(testing::Message() << n << "x" << k << " for " << rows << " rows");
@@ -341,6 +342,39 @@ TEST(DecodeGemm, BatchInvariantRowsKeepTheirBits) {
   DeviceBuffer w(256 * 1000 * 2);
   DecodeGemm odd(TensorView::bf16(w.get(), 256, 1000), nullptr, private_tuner(false));
   EXPECT_THROW(odd.set_batch_invariant(true), InvalidArgument);
+}
+
+// Where ranks share the GPU, a batch-invariant GEMM decides again among the powers
+// of two, and its rows keep their bits across row counts under the new decision.
+TEST(DecodeGemm, BatchInvariantDecidesAgainWhereRanksShareTheGpu) {
+  TPD_REQUIRE_GPU();
+  std::mt19937_64 rng(test::fresh_seed());
+  Problem p(7168, 2304, rng);
+  DecodeGemm gemm(p.weight(), nullptr, private_tuner(true));
+  gemm.set_batch_invariant(true);
+  ASSERT_EQ(gemm.decision(1).path, GemmPath::kWarpSplitK);
+  EXPECT_EQ(gemm.decision(1).split, 3);  // the rule's split at 8 rows
+  gemm.set_sharing(8);
+  ASSERT_TRUE(gemm.batch_invariant());
+  const int split = gemm.decision(1).split;
+  EXPECT_TRUE(warp_split_for_shared_gpu(split)) << split;
+  DeviceBuffer one(7168 * 2), many(17 * 7168 * 2);
+  for (int m = 1; m <= kGemmMaxRows; m += 8) EXPECT_EQ(gemm.decision(m).split, split) << m;
+  ASSERT_EQ(gemm.run(p.rows(1), TensorView::bf16(one.get(), 1, 7168), nullptr), GemmPath::kWarpSplitK);
+  poison(many);
+  ASSERT_EQ(gemm.run(p.rows(17), TensorView::bf16(many.get(), 17, 7168), nullptr), GemmPath::kWarpSplitK);
+  TPD_CUDA(cudaDeviceSynchronize());
+  const std::vector<uint16_t> alone = to_host<uint16_t>(one, 7168);
+  const std::vector<uint16_t> in_17 = to_host<uint16_t>(many, 17 * 7168);
+  EXPECT_TRUE(std::equal(alone.begin(), alone.end(), in_17.begin())) << "row 0 alone and among 17 differ";
+  EXPECT_LT(p.error(many, 17), 1e-2);
+  // A hint out of range changes nothing; turning the mode off reads no hint.
+  EXPECT_THROW(gemm.set_batch_invariant(true, kGemmMaxRows + 1), InvalidArgument);
+  EXPECT_TRUE(gemm.batch_invariant());
+  EXPECT_EQ(gemm.decision(1).split, split);
+  EXPECT_NO_THROW(gemm.set_batch_invariant(false, 0));
+  EXPECT_FALSE(gemm.batch_invariant());
+  EXPECT_FALSE(gemm.prepared(1));
 }
 
 }  // namespace

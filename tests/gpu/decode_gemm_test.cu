@@ -34,7 +34,7 @@ std::vector<GemmDecision> engine_decisions(int64_t n, int64_t k, int m) {
     std::vector<int> legal;
     for (int split = 1; split <= kWarpMaxSplit; ++split)
       if (warp_split_ok(k, split)) legal.push_back(split);
-    const int rule = choose_tactic(n, k, std::min(m, kWarpRuleMaxRows), sm_count()).split;
+    const int rule = choose_tactic(n, k, std::min(m, kWarpCandidateMaxRows), sm_count()).split;
     const int other = legal[static_cast<std::size_t>(m + n / 16) % legal.size()];
     out.push_back(warp_decision(rule));
     if (other != rule) out.push_back(warp_decision(other));

@@ -60,7 +60,7 @@ class OprojCase {
   // The reference from FP64 partials.
   OprojOutputs fp64_reference() const;
   // The reference from the warp engine's partials at `split` (every rank's
-  // computed on this thread's GPU); m <= 32.
+  // computed on this thread's GPU).
   OprojOutputs gpu_partials_reference(int split) const;
 
   // Device buffers of driven rank i's outputs (in-graph checks).

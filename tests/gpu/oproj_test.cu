@@ -74,7 +74,6 @@ TpComm make_comm(Team& team, int64_t hidden) {
 std::vector<OprojKind> check_every_kind(Team& team, PreparedOproj& op, OprojCase& c) {
   const OprojShapeArgs& s = c.shape();
   const OprojOutputs fp64 = c.fp64_reference();
-  // The reference from the producer's own partials.
   const OprojOutputs same = c.gpu_partials_reference(op.producer_split(s.m));  // from the producer's own partials
   std::optional<OprojOutputs> mailbox_bits;
   std::vector<OprojKind> ran;
