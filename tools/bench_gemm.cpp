@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <limits>
 #include <memory>
@@ -231,6 +232,22 @@ void print_table(const std::vector<Row>& rows, const bench::ReadCeiling& ceiling
                  percent, below, count, 100.0 * low->read_us / low->ours_us, low->shape.name, low->shape.n, low->shape.k,
                  low->m);
   };
+  // Why: a decision the tuner timed faster than it runs here is where the dispatch
+  // misses the fastest path (the tuner's context differs from this run's, or noise).
+  constexpr double kTunedSlack = 1.03;
+  const Row* off = nullptr;
+  int offs = 0;
+  auto off_by = [](const Row& r) { return r.ours_us / r.chosen.measured_us; };
+  for (const Row& r : rows) {
+    if (r.chosen.measured_us <= 0) continue;
+    if (off_by(r) > kTunedSlack || off_by(r) < 1 / kTunedSlack) ++offs;
+    if (!off || std::abs(std::log(off_by(r))) > std::abs(std::log(off_by(*off)))) off = &r;
+  }
+  if (off)
+    fmt::print("the tuner's median of its decision against ours here: {} rows beyond {:.0f} %; widest {:.3f} ({} {}x{} M "
+               "{}: tuned {:.2f} us)\n",
+               offs, 100 * (kTunedSlack - 1), off_by(*off), off->shape.name, off->shape.n, off->shape.k, off->m,
+               off->chosen.measured_us);
   ceiling_target("weights >= 64 MB at M <= 16", 92, [](const Row& r) { return r.shape.bytes() >= 64e6 && r.m <= 16; });
   read_target("weights >= 32 MB at M <= 16", 92, [](const Row& r) { return r.shape.bytes() >= 32e6 && r.m <= 16; });
   read_target("weights >= 32 MB at M <= 64", 90, [](const Row& r) { return r.shape.bytes() >= 32e6; });
@@ -285,6 +302,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const ben
                          {"source", gemm_source_name(r.chosen.source)},
                          {"tactic", r.chosen_tactic},
                          {"tune_ms", r.chosen.tune_ms},
+                         {"tuned_us", r.chosen.measured_us},
                          {"tune_finalists", r.chosen.tune_finalists},
                          {"tune_rounds", r.chosen.tune_rounds},
                          {"tune_stable", r.chosen.tune_stable},
