@@ -62,9 +62,12 @@ def _run(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], ba
     if batch_invariant:
         rows = x.reshape(-1, x.shape[-1])
         gemm = _gemm_for(weight, True)
-        if _rows_served(gemm, rows[:1], weight, bias) and rows.is_contiguous():
+        if _rows_served(gemm, rows[:1], weight, bias):
             # The batch-invariant DecodeGemm: one summation order at every row count,
             # so calls of more rows than it takes run as calls of at most max_rows.
+            # Why contiguous: a strided x would run cuBLAS inside the DecodeGemm, so
+            # a row's bits would depend on the layout of the batch.
+            rows = rows.contiguous()
             y = torch.cat([gemm(rows[i : i + gemm.max_rows]) for i in range(0, rows.shape[0], gemm.max_rows)])
             y = y.view(*x.shape[:-1], weight.shape[0])
             return y if bias is None else y.add_(bias)
@@ -132,21 +135,26 @@ def forget(weight: torch.Tensor) -> None:
 class _RoutedForward:
     """An installed linear's forward: tpdecode.torch.linear on its weight and bias,
     with the checks of an eager call on the DecodeGemm made at install done here
-    (the same conditions as ``linear``'s, without its lookups)."""
+    (the same conditions as ``linear``'s, without its lookups); batch-invariant:
+    ``linear(..., batch_invariant=True)`` itself (gemm: its DecodeGemm, or None where
+    neither engine takes the weight)."""
 
-    def __init__(self, module: nn.Linear, gemm: DecodeGemm):
+    def __init__(self, module: nn.Linear, gemm: Optional[DecodeGemm], batch_invariant: bool = False):
         self.module = module
         self.gemm = gemm
+        self.batch_invariant = batch_invariant
         # Why the dict: nn.Module.__getattr__ costs more per call than the checks below
         # (assigning module.weight replaces the entry, which the identity check sees).
         self._parameters = module._parameters
-        self._weight_ptr = gemm.weight.data_ptr()
+        self._weight_ptr = gemm.weight.data_ptr() if gemm is not None else 0
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if torch.compiler.is_compiling():
-            return linear(x, self.module.weight, self.module.bias)
+            return linear(x, self.module.weight, self.module.bias, batch_invariant=self.batch_invariant)
         weight = self._parameters["weight"]
         bias = self._parameters.get("bias")
+        if self.batch_invariant:
+            return _run(x, weight, bias, True)
         gemm = self.gemm
         if (weight is gemm.weight and weight.data_ptr() == self._weight_ptr and x.dtype == torch.bfloat16
                 and x.shape[-1] == gemm.k and x.get_device() == gemm.device_index
@@ -158,13 +166,17 @@ class _RoutedForward:
         return _run(x, weight, bias, False)
 
 
-def install(module: nn.Module, *, exclude: Iterable[str] = (), rows: Iterable[int] = range(1, 9)) -> int:
+def install(module: nn.Module, *, exclude: Iterable[str] = (), rows: Iterable[int] = range(1, 9),
+            batch_invariant: bool = False) -> int:
     """Routes every BF16 ``nn.Linear`` under ``module`` (2-D weight on a CUDA device)
     through ``linear``, except those whose qualified name matches a pattern in
     ``exclude`` (fnmatch, e.g. ``"lm_head"``, ``"*.kv_b_proj"``). Makes and prepares
     each weight's DecodeGemm for ``rows`` now, so a CUDA graph captured later finds
-    them ready. Returns how many linears were routed (already routed ones count
-    again; none is wrapped twice)."""
+    them ready. batch_invariant: through ``linear(..., batch_invariant=True)`` (a
+    row's result does not depend on the batch; each weight's batch-invariant
+    DecodeGemm, which prepares every row count). Returns how many linears were
+    routed (already routed ones count again; none is wrapped twice; one routed in the
+    other mode is routed again in this one)."""
     if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
         raise RuntimeError("install prepares DecodeGemms: call it before CUDA-graph capture")
     exclude = list(exclude)
@@ -175,11 +187,13 @@ def install(module: nn.Module, *, exclude: Iterable[str] = (), rows: Iterable[in
             continue
         if not _eligible(sub.weight):
             continue
-        if not hasattr(sub, _ATTR):
-            gemm = _gemm_for(sub.weight)
-            gemm.prepare(rows)
+        routed = sub.__dict__.get("forward")
+        if not isinstance(routed, _RoutedForward) or routed.batch_invariant != batch_invariant:
+            gemm = _gemm_for(sub.weight, batch_invariant)
+            if gemm is not None and not batch_invariant:
+                gemm.prepare(rows)
             setattr(sub, _ATTR, gemm)
-            sub.forward = _RoutedForward(sub, gemm)
+            sub.forward = _RoutedForward(sub, gemm, batch_invariant)
         count += 1
     return count
 
@@ -191,7 +205,8 @@ def uninstall(module: nn.Module) -> int:
     for sub in module.modules():
         if hasattr(sub, _ATTR):
             del sub.forward  # the instance attribute: the class's forward shows again
-            forget(getattr(sub, _ATTR).weight)
+            gemm = getattr(sub, _ATTR)
+            forget(gemm.weight if gemm is not None else sub.weight)
             delattr(sub, _ATTR)
             count += 1
     return count

@@ -70,6 +70,17 @@ def test_installed_forward_falls_back_where_linear_would_not_take_the_gemm():
     assert gemm.rows == [] and y.requires_grad
 
 
+@torch.inference_mode()
+def test_batch_invariant_forward_runs_linear_batch_invariant():
+    module, _, _ = routed()
+    forward = _RoutedForward(module, None, batch_invariant=True)  # no DecodeGemm (a CPU weight)
+    x = torch.randn(5, 64).to(torch.bfloat16)
+    want = torch.cat([torch.nn.functional.linear(x[i : i + 1], module.weight, module.bias) for i in range(5)])
+    assert torch.equal(forward(x), want)  # each row its own one-row F.linear
+    assert torch.equal(forward(x[2:3]), want[2:3])
+    assert torch.equal(forward(x.view(1, 5, 64)), want.view(1, 5, 32))
+
+
 def local_communicator(monkeypatch, **config):
     class FakeTeam:
         pass

@@ -105,6 +105,22 @@ def test_install_routes_bf16_linears_and_uninstall_restores():
 
 
 @torch.inference_mode()
+def test_batch_invariant_install_gives_a_row_the_same_bits_in_any_batch():
+    model = make_model()[:3]
+    x = torch.randn(130, 4096, device="cuda").to(torch.bfloat16)
+    assert install(model) == 2
+    assert install(model, batch_invariant=True) == 2  # routed again, in the invariant mode
+    alone = [model(x[i : i + 1]) for i in range(130)]
+    for m in (1, 3, 8, 17, 64, 65, 130):  # beyond 64 rows: calls of at most 64
+        y = model(x[:m])
+        for i in range(m):
+            assert torch.equal(y[i : i + 1], alone[i]), (m, i)
+    strided = x[:8].t().contiguous().t()  # the same rows, column-major
+    assert torch.equal(model(strided), torch.cat(alone[:8]))
+    assert uninstall(model) == 2
+
+
+@torch.inference_mode()
 def test_installed_model_in_a_cuda_graph():
     model = make_model()[:3]
     x = torch.randn(2, 3, 4096, device="cuda").to(torch.bfloat16)  # 6 rows
