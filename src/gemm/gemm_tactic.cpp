@@ -105,11 +105,9 @@ GemmTactic warp_launch_tactic(int64_t n, int64_t k, int m, int split) {
 }
 
 GemmTactic tactic_with_split(int64_t n, int64_t k, int m, int sms, int split) {
-  check(warp_eligible(n, k), "warp split-K: shape {}x{} is not eligible", n, k);
   check(sms >= 1, "warp split-K: no SMs");
-  check(warp_split_ok(k, split), "warp split-K: split {} for K {}", split, k);
   check(m >= 1 && m <= kWarpCandidateMaxRows, "warp split-K rule: {} rows (1..{})", m, kWarpCandidateMaxRows);
-  return model(n, k, m, sms, split);
+  return model(n, k, m, sms, split);  // the shape and split checked by warp_launch_tactic
 }
 
 GemmTactic choose_tactic(int64_t n, int64_t k, int m, int sms, bool powers_of_two) {
