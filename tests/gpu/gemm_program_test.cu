@@ -163,19 +163,33 @@ struct TwoRunGraph {
   void launch() const { TPD_CUDA(cudaGraphLaunch(exec, stream)); }
 };
 
+// The chain the graph tests replay: 7 rows through four chained ops, as one
+// program in a graph of two runs.
+struct ReplayedChain {
+  Chain c;
+  GemmProgram program;
+  TwoRunGraph g;
+  explicit ReplayedChain(std::mt19937_64& rng)
+      : c(7, {2048, 4096, 1024, 2048}, false, rng), program(c.gemms, 7), g(program) {}
+  // Fresh inputs and a checked eager run, whose bits it returns; then the outs
+  // poisoned on the graph's stream, ordered before the next replay.
+  std::vector<std::vector<uint16_t>> eager_then_poison(std::mt19937_64& rng) {
+    c.fresh(rng);
+    auto eager = c.checked_run(program, g.stream);
+    for (std::size_t i = 1; i < c.acts.size(); ++i) poison(c.acts[i], g.stream);
+    return eager;
+  }
+};
+
 TEST(GemmProgram, GraphReplaysGiveTheEagerBits) {
   TPD_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
-  Chain c(7, {2048, 4096, 1024, 2048}, false, rng);
-  GemmProgram program(c.gemms, 7);
-  const TwoRunGraph g(program);
+  ReplayedChain r(rng);
   for (int replay = 0; replay < 3; ++replay) {
-    c.fresh(rng);
-    const auto eager = c.checked_run(program, g.stream);
-    for (std::size_t i = 1; i < c.acts.size(); ++i) poison(c.acts[i], g.stream);  // ordered before the replay
-    g.launch();
-    TPD_CUDA(cudaStreamSynchronize(g.stream));
-    EXPECT_TRUE(c.bits() == eager) << "replay " << replay;
+    const auto eager = r.eager_then_poison(rng);
+    r.g.launch();
+    TPD_CUDA(cudaStreamSynchronize(r.g.stream));
+    EXPECT_TRUE(r.c.bits() == eager) << "replay " << replay;
   }
 }
 
@@ -185,16 +199,12 @@ TEST(GemmProgram, GraphReplaysGiveTheEagerBits) {
 TEST(GemmProgram, TenThousandRunsBackToBack) {
   TPD_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
-  Chain c(7, {2048, 4096, 1024, 2048}, false, rng);
-  GemmProgram program(c.gemms, 7);
-  const TwoRunGraph g(program);
-  c.fresh(rng);
-  const auto eager = c.checked_run(program, g.stream);
-  for (std::size_t i = 1; i < c.acts.size(); ++i) poison(c.acts[i], g.stream);
+  ReplayedChain r(rng);
+  const auto eager = r.eager_then_poison(rng);
   const int replays = quick() ? 100 : 5000;
-  for (int replay = 0; replay < replays; ++replay) g.launch();
-  TPD_CUDA(cudaStreamSynchronize(g.stream));
-  EXPECT_TRUE(c.bits() == eager) << 2 * replays << " runs";
+  for (int replay = 0; replay < replays; ++replay) r.g.launch();
+  TPD_CUDA(cudaStreamSynchronize(r.g.stream));
+  EXPECT_TRUE(r.c.bits() == eager) << 2 * replays << " runs";
 }
 
 // x as column windows of an earlier op's out, as a layer's q_a / kv_a split reads
