@@ -50,6 +50,25 @@ __device__ __forceinline__ bool has_empty(const uint4& v) {
   return v.x == kEmptyWord || v.y == kEmptyWord || v.z == kEmptyWord || v.w == kEmptyWord;
 }
 
+// Loads again every piece j of v that is `live(j)` and still holds an empty word,
+// from at(j), until none does: one L2 round trip a round. A bug's bound: traps after
+// kMbarTimeoutNs (the loaders' and the finisher's polls).
+template <int kBatch, class Live, class At>
+__device__ __forceinline__ void poll_until_published(uint4 (&v)[kBatch], Live&& live, At&& at) {
+  uint64_t start = 0;
+  for (;;) {
+    bool empty = false;
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) empty |= live(j) && has_empty(v[j]);
+    if (!empty) return;
+    if (start == 0) start = dev::global_timer_ns();
+    else if (dev::global_timer_ns() - start > dev::kMbarTimeoutNs) __trap();
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j)
+      if (live(j) && has_empty(v[j])) v[j] = load_relaxed16(at(j));
+  }
+}
+
 // The units of one CTA's share of the plan.
 struct CtaUnits {
   const Args* a;
@@ -115,19 +134,7 @@ struct ActivationLoader {
         offset[j] = p < pieces ? d * Ring::kXChunkBytes + t * 128 + ((q ^ (t % 8)) * 16) : -1;
         v[j] = src[j] != nullptr ? load_relaxed16(src[j]) : uint4{0, 0, 0, 0};
       }
-      // Every still-empty piece loaded again per round: one L2 round trip a round.
-      uint64_t start = 0;
-      for (;;) {
-        bool empty = false;
-#pragma unroll
-        for (int j = 0; j < kBatch; ++j) empty |= src[j] != nullptr && has_empty(v[j]);
-        if (!empty) break;
-        if (start == 0) start = dev::global_timer_ns();
-        else if (dev::global_timer_ns() - start > dev::kMbarTimeoutNs) __trap();
-#pragma unroll
-        for (int j = 0; j < kBatch; ++j)
-          if (src[j] != nullptr && has_empty(v[j])) v[j] = load_relaxed16(src[j]);
-      }
+      poll_until_published(v, [&](int j) { return src[j] != nullptr; }, [&](int j) { return src[j]; });
 #pragma unroll
       for (int j = 0; j < kBatch; ++j)
         if (offset[j] >= 0) *reinterpret_cast<uint4*>(x + offset[j]) = v[j];

@@ -105,18 +105,7 @@ struct Finisher {
 #pragma unroll
       for (int j = 0; j < kBatch; ++j)
         if (first + j < total) v[j] = load_relaxed16(src(first + j));
-      uint64_t start = 0;
-      for (;;) {
-        bool empty = false;
-#pragma unroll
-        for (int j = 0; j < kBatch; ++j) empty |= first + j < total && has_empty(v[j]);
-        if (!empty) break;
-        if (start == 0) start = dev::global_timer_ns();
-        else if (dev::global_timer_ns() - start > dev::kMbarTimeoutNs) __trap();
-#pragma unroll
-        for (int j = 0; j < kBatch; ++j)
-          if (first + j < total && has_empty(v[j])) v[j] = load_relaxed16(src(first + j));
-      }
+      poll_until_published(v, [&](int j) { return first + j < total; }, [&](int j) { return src(first + j); });
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) {
         const int e = first + j;
