@@ -254,10 +254,14 @@ GemmDecision invariant_decision(int64_t n, int64_t k, int m, int sms, GemmEngine
   const bool wgmma = engines.wgmma && wgmma_eligible(n, k);
   check(warp || wgmma, "batch-invariant decode gemm: neither engine takes a {}x{} weight", n, k);
   const GemmTactic t = warp ? choose_tactic(n, k, std::min(rows, kWarpCandidateMaxRows), sms, shared_gpu) : GemmTactic{};
+  // Why the full-SM ring at 64 tokens: the half-SM one holds 4 stages there, and
+  // 11 measured faster on every TP 8 shape at M 64 (lm_head 110.8 against 132.0 us;
+  // docs/performance.md). The ring does not change the bits.
+  const int tokens = wgmma::token_tile(m);
+  const int budget = tokens == 64 ? kWgmmaFullBudget : kWgmmaHalfBudget;
   GemmDecision d = warp && (t.engine_preferred || !wgmma)
                        ? warp_decision(t.split)
-                       : wgmma_decision(invariant_split(n, k, sms, shared_gpu), 1,
-                                        wgmma::stages_within(1, wgmma::token_tile(m), kWgmmaHalfBudget));
+                       : wgmma_decision(invariant_split(n, k, sms, shared_gpu), 1, wgmma::stages_within(1, tokens, budget));
   d.source = GemmSource::kRule;
   return d;
 }

@@ -116,7 +116,7 @@ std::vector<GemmDecision> wgmma_candidates(int64_t n, int64_t k, int m);
 // engine where the static rule prefers it at `rows` rows (at the rule's split for
 // them; never above 16 rows), or where the wgmma engine does not take the weight:
 // it runs decode-sized calls as fast as the default. Else the wgmma engine at
-// invariant_split, 64-row tiles and the half-SM ring.
+// invariant_split, 64-row tiles and the half-SM ring (the full one at 64 tokens).
 GemmDecision invariant_decision(int64_t n, int64_t k, int m, int sms, GemmEngines engines, bool shared_gpu,
                                 int rows);
 // The wgmma engine's invariant split: the fewest CTAs per cluster whose 64-row

@@ -365,7 +365,7 @@ TEST(GemmRules, WgmmaCandidatesAreLegal) {
 
 // A batch-invariant GEMM keeps one engine at one split at every row count: the
 // warp engine where the rule prefers it at the rows the calls mostly have, else the
-// wgmma engine on the half-SM ring; its decisions are legal.
+// wgmma engine on the half-SM ring (the full one at 64 tokens); its decisions are legal.
 TEST(GemmRules, InvariantDecisionsKeepOneEngineAndSplit) {
   EXPECT_EQ(invariant_split(2112, 7168, kH200Sms), 4);  // 33 blocks x 4 fill 132 SMs
   EXPECT_EQ(invariant_split(7168, 1536, kH200Sms), 2);  // 112 blocks
@@ -410,7 +410,8 @@ TEST(GemmRules, InvariantDecisionsKeepOneEngineAndSplit) {
       EXPECT_EQ(d.source, GemmSource::kRule);
       if (d.path == GemmPath::kWgmma) {
         EXPECT_EQ(d.sub_tiles, 1);
-        EXPECT_EQ(d.stages, wgmma::stages_within(1, wgmma::token_tile(m), kWgmmaHalfBudget));
+        const int tokens = wgmma::token_tile(m);
+        EXPECT_EQ(d.stages, wgmma::stages_within(1, tokens, tokens == 64 ? kWgmmaFullBudget : kWgmmaHalfBudget));
       }
       EXPECT_TRUE(engine_decision_legal(d, c.n, c.k, m, kH200Sms, c.engines)) << m;
     }
