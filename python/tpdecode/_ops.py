@@ -1,7 +1,7 @@
 """PyTorch custom ops, so torch.compile traces tpdecode calls and CUDA graphs capture
 them. Every op writes into tensors it is given (the fake implementations have nothing
 to infer) and names what runs it by the id ``register`` gave it: a team's runner
-(called with the op's name: the C++ call, or the fallback) or a DecodeGemm's call.
+(its method of the op's name: the C++ call, or the fallback) or a DecodeGemm's call.
 Eager calls skip the dispatcher and run the same thing directly."""
 
 import itertools
@@ -25,7 +25,7 @@ def unregister(i: int) -> None:
 
 @torch.library.custom_op("tpdecode::all_reduce", mutates_args=("out",))
 def _all_reduce(x: torch.Tensor, out: torch.Tensor, team: int) -> None:
-    objects[team]("all_reduce", x, out)
+    objects[team].all_reduce(x, out)
 
 
 @torch.library.custom_op("tpdecode::ar_norm", mutates_args=("out", "residual_out", "scales"))
@@ -42,12 +42,12 @@ def _ar_norm(
     team: int,
 ) -> None:
     # quant: "none", "static" (scale read) or "group"/"group-ue8m0" (scales written).
-    objects[team]("ar_norm", x, residual, weight, eps, out, residual_out, quant, scale, scales)
+    objects[team].ar_norm(x, residual, weight, eps, out, residual_out, quant, scale, scales)
 
 
 @torch.library.custom_op("tpdecode::gather", mutates_args=("out",))
 def _gather(shard: torch.Tensor, out: torch.Tensor, team: int) -> None:
-    objects[team]("gather", shard, out)
+    objects[team].gather(shard, out)
 
 
 @torch.library.custom_op("tpdecode::decode_gemm", mutates_args=("out",))

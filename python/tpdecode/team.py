@@ -37,36 +37,65 @@ class CommConfig:
 
 class _Runner:
     """Runs a collective eagerly: the team's C++ call, or the torch fallback where that
-    raises NotServed. The custom ops run it too (their trace records only the op)."""
+    raises NotServed. The custom ops run it too (their trace records only the op). One
+    method per collective, each calling the extension directly: an eager call is a
+    few microseconds, so every Python step of it shows."""
 
     def __init__(self, handle, fallback):
-        self.handle = handle
         self.fallback = fallback
         self.device = handle.device
         self.path = "none"  # of the last call
         # The extension's calls, looked up once.
-        self._calls = {op: getattr(handle, op) for op in ("all_reduce", "ar_norm", "gather")}
-        self._what = {op: f"Team.{op}" for op in self._calls}
+        self._all_reduce = handle.all_reduce
+        self._ar_norm = handle.ar_norm
+        self._gather = handle.gather
 
-    def __call__(self, op, *args):
+    def all_reduce(self, x, out):
         # Why: a capture on another device would not take this call (_capture.py).
-        _capture.check_capture_device(self.device, self._what[op])
+        if _current_device() != self.device:
+            _capture.check_capture_device(self.device, "Team.all_reduce")
         try:
-            ffi_args = _ar_norm_ffi_args(*args) if op == "ar_norm" else args
-            self.path = _lib.COMM_PATHS[self._calls[op](*ffi_args)]
+            self.path = _lib.COMM_PATHS[self._all_reduce(x, out)]
         except NotServed:
             if self.fallback is None:
                 raise
-            getattr(self.fallback, op)(*args)
+            self.fallback.all_reduce(x, out)
+            self.path = "torch"
+
+    def ar_norm(self, x, residual, weight, eps, out, residual_out, kind, scale, scales):
+        """The extension takes an FP8 output as its bytes and the one scale tensor the
+        kind reads (static) or writes (group)."""
+        if _current_device() != self.device:
+            _capture.check_capture_device(self.device, "Team.ar_norm")
+        try:
+            if kind == "none":
+                code = self._ar_norm(x, residual, weight, eps, out, residual_out, kind, None)
+            else:
+                code = self._ar_norm(x, residual, weight, eps, out.view(torch.uint8), residual_out, kind,
+                                     scale if kind == "static" else scales)
+            self.path = _lib.COMM_PATHS[code]
+        except NotServed:
+            if self.fallback is None:
+                raise
+            self.fallback.ar_norm(x, residual, weight, eps, out, residual_out, kind, scale, scales)
+            self.path = "torch"
+
+    def gather(self, shard, out):
+        if _current_device() != self.device:
+            _capture.check_capture_device(self.device, "Team.gather")
+        try:
+            self.path = _lib.COMM_PATHS[self._gather(shard, out)]
+        except NotServed:
+            if self.fallback is None:
+                raise
+            self.fallback.gather(shard, out)
             self.path = "torch"
 
 
-def _ar_norm_ffi_args(x, residual, weight, eps, out, residual_out, kind, scale, scales):
-    """The extension's ar_norm arguments: an FP8 output as its bytes, the one scale
-    tensor the kind reads or writes."""
-    if kind == "none":
-        return x, residual, weight, eps, out, residual_out, kind, None
-    return x, residual, weight, eps, out.view(torch.uint8), residual_out, kind, scale if kind == "static" else scales
+# The current CUDA device: torch's C query, without torch.cuda.current_device()'s
+# Python steps (its lazy initialisation is done once a CUDA tensor exists; a torch
+# without CUDA has only the Python one).
+_current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
 
 
 def _not_capturing(what):
@@ -185,7 +214,7 @@ class Team:
         if torch.compiler.is_compiling():
             torch.ops.tpdecode.all_reduce(x, out, self._id)
         else:
-            self._run("all_reduce", x, out)
+            self._run.all_reduce(x, out)
         return out
 
     def ar_norm(
@@ -226,7 +255,7 @@ class Team:
             torch.ops.tpdecode.ar_norm(x, residual, weight, float(eps), out, residual_out, kind, scale, scales,
                                        self._id)
         else:
-            self._run("ar_norm", x, residual, weight, float(eps), out, residual_out, kind, scale, scales_out)
+            self._run.ar_norm(x, residual, weight, float(eps), out, residual_out, kind, scale, scales_out)
         return (out, residual_out) if scale is not None or kind == "none" else (out, residual_out, scales_out)
 
     def gather(self, shard: torch.Tensor, *, out: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -234,14 +263,11 @@ class Team:
         columns r·S. Bytes move unchanged, except a -0.0 word may arrive as +0.0."""
         if out is None:
             out = shard.new_empty((*shard.shape[:-1], self.size * shard.shape[-1]))
-        self._call("gather", shard, out)
-        return out
-
-    def _call(self, op, *args):
         if torch.compiler.is_compiling():
-            getattr(torch.ops.tpdecode, op)(*args, self._id)
+            torch.ops.tpdecode.gather(shard, out, self._id)
         else:
-            self._run(op, *args)
+            self._run.gather(shard, out)
+        return out
 
     # ---- failures ----
     def check_errors(self) -> None:
