@@ -61,6 +61,7 @@ class Communicator:
     def __init__(self, group=None, *, device=None, hidden: int = 8192, rows: int = 64,
                  max_bytes: Optional[int] = None, batch_invariant: bool = False, timeout_ms: int = 0,
                  _team: Optional[Team] = None):
+        self._kept = {}  # (op, quant kind) -> {key: refusal} (_eager_refusal)
         self.disabled = True
         self.disabled_reason = ""
         self.max_bytes = 0
@@ -105,10 +106,10 @@ class Communicator:
     def _enable(self, team: Team, max_bytes: Optional[int]):
         cfg: CommConfig = team.config
         self._team = team
+        self._run = team._run
         self._device = team.device
         self._device_index = self._device.index
         self._lead = team.size if team.kind == "local" else 0
-        self._verdicts = {}  # (op, dtype, shape, quant kind) -> refusal, for contiguous x on the device
         capability = _capability(self._device)
         capacity = None if cfg.batch_invariant else cfg.rows * cfg.hidden * 2
         self.max_bytes = _comm_rules.max_bytes(capability, team.size, capacity, max_bytes)
@@ -122,38 +123,69 @@ class Communicator:
         """The team the calls run on (None when disabled)."""
         return None if self.disabled else self._team
 
+    # Why properties: the kept verdicts depend on them; a change forgets them.
+    @property
+    def max_bytes(self) -> int:
+        """The size cap: the largest x (bytes per rank) a call takes."""
+        return self._max_bytes
+
+    @max_bytes.setter
+    def max_bytes(self, value: int):
+        self._max_bytes = value
+        self._kept.clear()
+
+    @property
+    def batch_invariant(self) -> bool:
+        return self._batch_invariant
+
+    @batch_invariant.setter
+    def batch_invariant(self, value: bool):
+        self._batch_invariant = value
+        self._kept.clear()
+
     def refusal(self, op: str, x: torch.Tensor, quant=None) -> str:
         """Why `op` ("all_reduce" or "fused_add_rms_norm") does not take x, "" where it does."""
         return self._refusal(op, x, _quant.kind_of(quant), torch.compiler.is_compiling())
 
     def _refusal(self, op: str, x: torch.Tensor, kind: str, compiling: bool) -> str:
+        if not compiling:
+            return self._eager_refusal(op, x, kind)
+        if self.disabled:
+            return f"disabled: {self.disabled_reason}"
+        # Why no address check under torch.compile: a fake tensor has none; a
+        # misaligned tensor then raises in the op instead of falling through.
+        return self._rules_refusal(op, x, kind, x.is_contiguous(), x.device == self._device)
+
+    def _eager_refusal(self, op: str, x: torch.Tensor, kind: str) -> str:
         if self.disabled:
             return f"disabled: {self.disabled_reason}"
         contiguous = x.is_contiguous()
-        same_device = x.device == self._device if compiling else x.get_device() == self._device_index
-        # Why kept (eager calls): what decides besides contiguity and device is the
-        # dtype, the shape and the kind, the same call after call in a decode loop (the
-        # team's sizes are fixed; max_bytes and batch_invariant are in the key should a
-        # caller change them). Not under torch.compile: its shapes may be symbolic.
-        key = None
-        if contiguous and same_device and not compiling:
-            key = (op, x.dtype, x.shape, kind, self.max_bytes, self.batch_invariant)
-        why = self._verdicts.get(key) if key is not None else None
+        same_device = x.get_device() == self._device_index
+        if not (contiguous and same_device):
+            return self._rules_refusal(op, x, kind, contiguous, same_device)
+        # Why kept: for a contiguous x on the device the rest of the verdict is the
+        # dtype's and the shape's, the same call after call in a decode loop (the
+        # team's sizes are fixed; a change of max_bytes or batch_invariant forgets
+        # them). The key is the shape alone for bfloat16, the one dtype served (a
+        # torch.Size never equals a (dtype, shape) pair).
+        kept = self._kept.get((op, kind))
+        if kept is None:
+            kept = self._kept[(op, kind)] = {}
+        key = x.shape if x.dtype is torch.bfloat16 else (x.dtype, x.shape)
+        why = kept.get(key)
         if why is None:
-            cfg = self._team.config
-            dtype = "bfloat16" if x.dtype == torch.bfloat16 else str(x.dtype).removeprefix("torch.")
-            why = _comm_rules.call_refusal(
-                op, dtype, x.shape, contiguous, same_device, x.numel() * x.element_size(), self.max_bytes,
-                cfg.hidden, cfg.rows, self.batch_invariant, self._lead, kind)
-            if key is not None:
-                if len(self._verdicts) >= 1024:
-                    self._verdicts.clear()
-                self._verdicts[key] = why
-        # Why not under torch.compile: a fake tensor has no address; a misaligned
-        # tensor then raises in the op instead of falling through.
-        if not why and not compiling and x.data_ptr() % 16:
-            why = f"{op}: x is not 16-byte aligned"
+            if len(kept) >= 1024:
+                kept.clear()
+            why = kept[key] = self._rules_refusal(op, x, kind, True, True)
+        if not why and x.data_ptr() % 16:
+            return f"{op}: x is not 16-byte aligned"
         return why
+
+    def _rules_refusal(self, op: str, x: torch.Tensor, kind: str, contiguous: bool, same_device: bool) -> str:
+        cfg = self._team.config
+        dtype = "bfloat16" if x.dtype == torch.bfloat16 else str(x.dtype).removeprefix("torch.")
+        return _comm_rules.call_refusal(op, dtype, x.shape, contiguous, same_device, x.numel() * x.element_size(),
+                                        self.max_bytes, cfg.hidden, cfg.rows, self.batch_invariant, self._lead, kind)
 
     def should_all_reduce(self, x: torch.Tensor) -> bool:
         return not self.refusal("all_reduce", x)
@@ -164,15 +196,17 @@ class Communicator:
     def all_reduce(self, x: torch.Tensor) -> Optional[torch.Tensor]:
         """The sum of every rank's x (rank order, FP32, one rounding), or None where the
         communicator does not take x (the caller's next backend runs it)."""
-        compiling = torch.compiler.is_compiling()
-        if self._refusal("all_reduce", x, "none", compiling):
+        if torch.compiler.is_compiling():  # the refusal is the op's own: it serves
+            return None if self._refusal("all_reduce", x, "none", True) else self._team.all_reduce(x)
+        if self._eager_refusal("all_reduce", x, "none"):
             return None
-        if compiling:  # the refusal above is the op's own: it serves
-            return self._team.all_reduce(x)
+        # Why not Team.all_reduce: the runner's call alone, one compile check per call.
+        out = torch.empty_like(x)
         try:
-            return self._team.all_reduce(x)
+            self._run.all_reduce(x, out)
         except NotServed:
             return None
+        return out
 
     def fused_add_rms_norm(self, x: torch.Tensor, residual: Optional[torch.Tensor], weight: torch.Tensor,
                            eps: float, quant=None):
@@ -180,13 +214,20 @@ class Communicator:
         (out, new residual), or (out, new residual, scales) for a group quant, or None
         where the communicator does not take x. quant: None (BF16 out), a float32 scale
         tensor of one element (static FP8), "group" or "group-ue8m0" (Team.ar_norm)."""
-        compiling = torch.compiler.is_compiling()
-        if self._refusal("fused_add_rms_norm", x, _quant.kind_of(quant), compiling):
+        kind = "none" if quant is None else _quant.kind_of(quant)
+        if torch.compiler.is_compiling():
+            if self._refusal("fused_add_rms_norm", x, kind, True):
+                return None
+            return self._team.ar_norm(x, residual, weight, eps, quant=quant)
+        if self._eager_refusal("fused_add_rms_norm", x, kind):
             return None
-        if compiling:
-            return self._team.ar_norm(x, residual, weight, eps, quant=quant)
         try:
-            return self._team.ar_norm(x, residual, weight, eps, quant=quant)
+            if kind != "none":
+                return self._team.ar_norm(x, residual, weight, eps, quant=quant)
+            # Why not Team.ar_norm for BF16: the runner's call alone (see all_reduce).
+            out, residual_out = torch.empty_like(x), torch.empty_like(x)
+            self._run.ar_norm(x, residual, weight, float(eps), out, residual_out, kind, None, None)
+            return out, residual_out
         except NotServed:
             return None
 
@@ -208,5 +249,6 @@ class Communicator:
         if self._team is not None:
             self._team.close()
             self._team = None
+            self._run = None  # it holds the extension's team too
             self.disabled = True
             self.disabled_reason = "closed"

@@ -4,6 +4,8 @@ would (and falls back to F.linear elsewhere), and the Communicator's kept verdic
 give every call the refusal _comm_rules.call_refusal gives it. Needs torch (skipped
 without it)."""
 
+import weakref
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -81,11 +83,31 @@ def test_batch_invariant_forward_runs_linear_batch_invariant():
     assert torch.equal(forward(x.view(1, 5, 64)), want.view(1, 5, 32))
 
 
+class FakeRunner:
+    """The team's runner (team._Runner): records the eager calls the Communicator makes,
+    or raises NotServed as the extension does for a call it does not take."""
+
+    def __init__(self):
+        self.calls, self.not_served = [], False
+
+    def all_reduce(self, x, out):
+        self.run("all_reduce", x, out)
+
+    def ar_norm(self, x, residual, weight, eps, out, residual_out, kind, scale, scales):
+        self.run("ar_norm", x, residual, weight, eps, out, residual_out, kind, scale, scales)
+
+    def run(self, op, *args):
+        if self.not_served:
+            raise tpdecode.NotServed(f"{op}: not served")
+        self.calls.append((op, args))
+
+
 def local_communicator(monkeypatch, **config):
     class FakeTeam:
         pass
 
     team = FakeTeam()
+    team._run = FakeRunner()
     team.config = CommConfig(**config)
     team.device, team.size, team.kind = torch.device("cpu"), 2, "nccl"
     monkeypatch.setattr(communicator, "_capability", lambda device: (9, 0))
@@ -112,9 +134,40 @@ def test_kept_verdicts_are_call_refusal_for_every_call(monkeypatch):
             for op, kind in (("all_reduce", "none"), ("fused_add_rms_norm", "none"),
                              ("fused_add_rms_norm", "group")):
                 assert c._refusal(op, x, kind, False) == direct(op, x, kind), (op, kind, tuple(x.shape))
+                assert c._refusal(op, x, kind, True) == direct(op, x, kind)  # as torch.compile traces it
     assert c.should_all_reduce(cases[0]) and not c.should_all_reduce(cases[1])
     misaligned = base[1 : 1 + 4 * 1024].view(4, 1024)  # a served shape at an odd address
     assert c.refusal("all_reduce", misaligned) == "all_reduce: x is not 16-byte aligned"
     c.max_bytes = 1024  # a changed cap is seen at once
     assert "above the cap" in c.refusal("all_reduce", cases[0])
-    assert c.all_reduce(cases[1]) is None  # refused: None before anything runs
+    c.max_bytes = 1 << 20
+    assert c.should_all_reduce(cases[0]) and not c.should_all_reduce(cases[1])
+    c.batch_invariant = True  # so is a change of batch_invariant: 9 rows run as further calls
+    assert c.should_all_reduce(cases[1])
+    c.batch_invariant = False
+    assert c.all_reduce(cases[1]) is None and c.all_reduce(misaligned) is None  # refused: None, nothing ran
+    assert c._run.calls == []
+
+
+def test_eager_calls_run_the_runner_on_new_outputs(monkeypatch):
+    c = local_communicator(monkeypatch, hidden=1024, rows=8)
+    x = torch.randn(4, 1024).to(torch.bfloat16)
+    residual, weight = torch.randn_like(x), torch.randn(1024).to(torch.bfloat16)
+    out = c.all_reduce(x)
+    op, (x_in, out_in) = c._run.calls.pop()
+    assert op == "all_reduce" and x_in is x and out_in is out and out.shape == x.shape and out.dtype == x.dtype
+    got = c.fused_add_rms_norm(x, residual, weight, 1e-5)
+    op, (x_in, r_in, w_in, eps, out_in, res_in, kind, scale, scales) = c._run.calls.pop()
+    assert op == "ar_norm" and x_in is x and r_in is residual and w_in is weight
+    assert len(got) == 2 and got[0] is out_in and got[1] is res_in
+    assert (eps, kind, scale, scales) == (1e-5, "none", None, None) and type(eps) is float
+    assert got[0].shape == x.shape and got[1].dtype == torch.bfloat16 and got[0] is not got[1]
+    c._run.not_served = True  # what the extension does not take falls through too
+    assert c.all_reduce(x) is None and c.fused_add_rms_norm(x, residual, weight, 1e-5) is None
+    with pytest.raises(ValueError, match="quant="):
+        c.fused_add_rms_norm(x, residual, weight, 1e-5, quant="fp4")
+    runner = weakref.ref(c._run)
+    c._team.close = lambda: None
+    c.close()
+    assert runner() is None  # a closed communicator keeps nothing of its team's
+    assert c.all_reduce(x) is None and c.fused_add_rms_norm(x, residual, weight, 1e-5) is None
