@@ -10,8 +10,12 @@ is not Python's.
 
 A local team of n > 1 drives its n ranks from one thread (n launches, the stream
 fork and join); a rank of an NCCL team, like a local team of 1, launches once on the
-caller's stream. The rows "torch.empty_like" and "Communicator.refusal" are two of
-the Communicator's own steps alone.
+caller's stream. The rows without a graph time are steps of an eager call alone, to
+attribute its host time: the tvm-ffi crossing of the extension call's arguments
+(tvm-ffi's no-op function given the same tensors: the extension call less it is the
+C++ and the launch), the output's allocation (and torch.empty, the other route), the
+compile check, the current-device query (the capture check), the torch queries of x
+the communicator's refusal reads per call, and the refusal itself.
 """
 
 import argparse
@@ -20,6 +24,7 @@ import time
 
 import torch
 import torch.distributed as dist
+import tvm_ffi
 
 import tpdecode
 from bench_ops import in_graph_us  # this folder's: the same in-graph timing
@@ -62,33 +67,50 @@ def main():
     team = comm.team
     weight = torch.randn(args.hidden, device="cuda").to(torch.bfloat16)
     scale = torch.tensor([0.02], device="cuda")
+    nop = tvm_ffi.get_global_func("testing.nop", allow_missing=True)  # tvm-ffi's own no-op
     lines = []
     for rows in args.rows:
         x = torch.randn(*lead, rows, args.hidden, device="cuda").to(torch.bfloat16)
         residual = torch.randn_like(x)
         given = [torch.empty_like(x) for _ in range(3)]
         handle = team._handle  # the extension's calls alone: their outputs given, no Python checks
+        shape, kw = tuple(x.shape), {"dtype": x.dtype, "device": x.device}
         calls = {
             "extension all_reduce": lambda: handle.all_reduce(x, given[0]),
             "extension ar_norm": lambda: handle.ar_norm(x, residual, weight, 1e-6, given[1], given[2], "none", None),
-            "torch.empty_like": lambda: torch.empty_like(x),
-            "Communicator.refusal": lambda: comm.refusal("all_reduce", x),
             "Communicator.all_reduce": lambda: comm.all_reduce(x),
             "Team.all_reduce": lambda: team.all_reduce(x),
+            "Team.all_reduce, out given": lambda: team.all_reduce(x, out=given[0]),
             "Communicator.fused_add_rms_norm": lambda: comm.fused_add_rms_norm(x, residual, weight, 1e-6),
             "Team.ar_norm": lambda: team.ar_norm(x, residual, weight, 1e-6),
+            "Team.ar_norm, outputs given": lambda: team.ar_norm(x, residual, weight, 1e-6, out=given[1],
+                                                                residual_out=given[2]),
             "fused_add_rms_norm, static FP8": lambda: comm.fused_add_rms_norm(x, residual, weight, 1e-6, quant=scale),
             "fused_add_rms_norm, group FP8": lambda: comm.fused_add_rms_norm(x, residual, weight, 1e-6, quant="group"),
         }
+        steps = {  # nothing launched
+            "torch.empty_like": lambda: torch.empty_like(x),
+            "torch.empty(shape, dtype, device)": lambda: torch.empty(shape, **kw),
+            "torch.compiler.is_compiling": torch.compiler.is_compiling,
+            "torch.cuda.current_device": torch.cuda.current_device,
+            "torch._C._cuda_getDevice": torch._C._cuda_getDevice,
+            "x.is_contiguous, get_device, data_ptr": lambda: (x.is_contiguous(), x.get_device(), x.data_ptr()),
+            "Communicator.refusal": lambda: comm.refusal("all_reduce", x),
+        }
+        if nop is not None:
+            steps["tvm-ffi crossing, all_reduce's args"] = lambda: nop(x, given[0])
+            steps["tvm-ffi crossing, ar_norm's args"] = lambda: nop(x, residual, weight, 1e-6, given[1], given[2],
+                                                                    "none", None)
         for name, fn in calls.items():
-            host_only = name in ("torch.empty_like", "Communicator.refusal")  # nothing to launch
-            lines.append((rows, name, host_us(fn), None if host_only else in_graph_us(fn)))
+            lines.append((rows, name, host_us(fn), in_graph_us(fn)))
+        for name, fn in steps.items():
+            lines.append((rows, name, host_us(fn), None))
     team.check_errors()
     if team.rank == 0:
         print(f"{team!r} on {torch.cuda.get_device_name()}, hidden {args.hidden}")
-        print(f"{'rows':>4}  {'call':<34} {'host us/call':>12} {'graph us/call':>14}")
+        print(f"{'rows':>4}  {'call':<38} {'host us/call':>12} {'graph us/call':>14}")
         for rows, name, host, graph in lines:
-            print(f"{rows:>4}  {name:<34} {host:>12.2f} {'-' if graph is None else f'{graph:.2f}':>14}")
+            print(f"{rows:>4}  {name:<38} {host:>12.2f} {'-' if graph is None else f'{graph:.2f}':>14}")
         print("host: eager calls queued back to back (median per call over batches of 100); graph: GPU time per "
               "call inside a torch CUDA graph of 50")
     comm.close()
