@@ -106,7 +106,6 @@ class Communicator:
     def _enable(self, team: Team, max_bytes: Optional[int]):
         cfg: CommConfig = team.config
         self._team = team
-        self._run = team._run
         self._device = team.device
         self._device_index = self._device.index
         self._lead = team.size if team.kind == "local" else 0
@@ -203,7 +202,7 @@ class Communicator:
         # Why not Team.all_reduce: the runner's call alone, one compile check per call.
         out = torch.empty_like(x)
         try:
-            self._run.all_reduce(x, out)
+            self._team._run.all_reduce(x, out)
         except NotServed:
             return None
         return out
@@ -226,7 +225,7 @@ class Communicator:
                 return self._team.ar_norm(x, residual, weight, eps, quant=quant)
             # Why not Team.ar_norm for BF16: the runner's call alone (see all_reduce).
             out, residual_out = torch.empty_like(x), torch.empty_like(x)
-            self._run.ar_norm(x, residual, weight, float(eps), out, residual_out, kind, None, None)
+            self._team._run.ar_norm(x, residual, weight, float(eps), out, residual_out, kind, None, None)
             return out, residual_out
         except NotServed:
             return None
@@ -249,6 +248,5 @@ class Communicator:
         if self._team is not None:
             self._team.close()
             self._team = None
-            self._run = None  # it holds the extension's team too
             self.disabled = True
             self.disabled_reason = "closed"

@@ -92,6 +92,15 @@ class _Runner:
             self.path = "torch"
 
 
+class _ClosedRunner:
+    """A closed team's runner: its calls raise (the extension's team is released)."""
+
+    path = "none"
+
+    def __getattr__(self, name):
+        raise RuntimeError(f"tpdecode.Team.{name}: the team is closed")
+
+
 # The current CUDA device: torch's C query, without torch.cuda.current_device()'s
 # Python steps (its lazy initialisation is done once a CUDA tensor exists; a torch
 # without CUDA has only the Python one).
@@ -292,6 +301,7 @@ class Team:
         if getattr(self, "_handle", None) is not None:
             _ops.unregister(self._id)
             self._handle = None
+            self._run = _ClosedRunner()  # the runner holds the extension's team too
 
     __del__ = close
 

@@ -146,7 +146,7 @@ def test_kept_verdicts_are_call_refusal_for_every_call(monkeypatch):
     assert c.should_all_reduce(cases[1])
     c.batch_invariant = False
     assert c.all_reduce(cases[1]) is None and c.all_reduce(misaligned) is None  # refused: None, nothing ran
-    assert c._run.calls == []
+    assert c._team._run.calls == []
 
 
 def test_eager_calls_run_the_runner_on_new_outputs(monkeypatch):
@@ -154,20 +154,38 @@ def test_eager_calls_run_the_runner_on_new_outputs(monkeypatch):
     x = torch.randn(4, 1024).to(torch.bfloat16)
     residual, weight = torch.randn_like(x), torch.randn(1024).to(torch.bfloat16)
     out = c.all_reduce(x)
-    op, (x_in, out_in) = c._run.calls.pop()
+    op, (x_in, out_in) = c._team._run.calls.pop()
     assert op == "all_reduce" and x_in is x and out_in is out and out.shape == x.shape and out.dtype == x.dtype
     got = c.fused_add_rms_norm(x, residual, weight, 1e-5)
-    op, (x_in, r_in, w_in, eps, out_in, res_in, kind, scale, scales) = c._run.calls.pop()
+    op, (x_in, r_in, w_in, eps, out_in, res_in, kind, scale, scales) = c._team._run.calls.pop()
     assert op == "ar_norm" and x_in is x and r_in is residual and w_in is weight
     assert len(got) == 2 and got[0] is out_in and got[1] is res_in
     assert (eps, kind, scale, scales) == (1e-5, "none", None, None) and type(eps) is float
     assert got[0].shape == x.shape and got[1].dtype == torch.bfloat16 and got[0] is not got[1]
-    c._run.not_served = True  # what the extension does not take falls through too
+    c._team._run.not_served = True  # what the extension does not take falls through too
     assert c.all_reduce(x) is None and c.fused_add_rms_norm(x, residual, weight, 1e-5) is None
     with pytest.raises(ValueError, match="quant="):
         c.fused_add_rms_norm(x, residual, weight, 1e-5, quant="fp4")
-    runner = weakref.ref(c._run)
+    runner = weakref.ref(c._team._run)
     c._team.close = lambda: None
     c.close()
     assert runner() is None  # a closed communicator keeps nothing of its team's
     assert c.all_reduce(x) is None and c.fused_add_rms_norm(x, residual, weight, 1e-5) is None
+
+
+def test_a_closed_team_releases_its_runner_and_refuses_calls():
+    from tpdecode import _ops
+    from tpdecode.team import Team
+
+    team = object.__new__(Team)  # the extension's team replaced by stand-ins
+    team._handle, team._run = object(), FakeRunner()
+    team._id = _ops.register(team._run)
+    runner = weakref.ref(team._run)
+    team.close()
+    assert runner() is None and team._id not in _ops.objects  # nothing of the extension's team is kept
+    x = torch.zeros(4, 1024, dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="closed"):
+        team.all_reduce(x)
+    with pytest.raises(RuntimeError, match="closed"):
+        team.ar_norm(x, None, torch.ones(1024, dtype=torch.bfloat16))
+    team.close()  # again: nothing to do
