@@ -29,17 +29,30 @@ def capture_device_refusal(call_device: int, current_device: int, capturing_here
 
 
 _torch = None  # torch, imported at the first check (this module is imported without it too)
+_current = None  # current_device_query(), bound at the first check
+
+
+def current_device_query():
+    """torch's C query of the current CUDA device, without torch.cuda.current_device()'s
+    Python steps (its lazy initialisation is done once a CUDA tensor exists; a torch
+    without CUDA has only the Python one). An eager call checks it every time, so a
+    caller whose device is the call's skips the rest of the check inline."""
+    import torch
+
+    return getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
 
 
 def check_capture_device(call_device: int, what: str) -> None:
     """Raises RuntimeError where capture_device_refusal refuses. Costs one
     current-device query per call; the capture queries run only when the current
     device is not the call's."""
-    global _torch
+    global _torch, _current
     if _torch is None:
         import torch as _torch
+
+        _current = current_device_query()
     torch = _torch
-    current = torch.cuda.current_device()
+    current = _current()
     if current == call_device or not torch.cuda.is_current_stream_capturing():
         return
     with torch.cuda.device(call_device):

@@ -6,6 +6,8 @@ import torch
 
 from . import _capture, _lib, _ops
 
+_current_device = _capture.current_device_query()
+
 
 class DecodeGemm:
     """``out[M, N] = x[M, K] · weight[N, K]ᵀ`` (BF16 operands, FP32 accumulation, one
@@ -121,6 +123,7 @@ class DecodeGemm:
         if torch.compiler.is_compiling():
             torch.ops.tpdecode.decode_gemm(x, out, self._id)
         else:
-            _capture.check_capture_device(self._device, "DecodeGemm")
+            if _current_device() != self._device:
+                _capture.check_capture_device(self._device, "DecodeGemm")
             self._run(x, out)
         return out

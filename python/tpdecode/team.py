@@ -101,10 +101,7 @@ class _ClosedRunner:
         raise RuntimeError(f"tpdecode.Team.{name}: the team is closed")
 
 
-# The current CUDA device: torch's C query, without torch.cuda.current_device()'s
-# Python steps (its lazy initialisation is done once a CUDA tensor exists; a torch
-# without CUDA has only the Python one).
-_current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
+_current_device = _capture.current_device_query()
 
 
 def _not_capturing(what):
