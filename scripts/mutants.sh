@@ -26,6 +26,7 @@ export TPDECODE_PROTOCOL_ROUNDS=${TPDECODE_PROTOCOL_ROUNDS:-2000}
 # name|file under src/comm|sed script|what the bug is
 COMM_MUTANTS=(
   "one-parity|protocol.hpp|s/return box.parities == 2 ? \*epoch \& 1u : \*epoch % static_cast<uint32_t>(box.parities);/return 0u;/|every call uses parity 0 (epoch % 1)"
+  "plain-epoch-wrap|protocol.hpp|s/return uint64_t{epoch} + 1 == period ? 0u : epoch + 1;/return epoch + 1;/|epochs wrap at 2^32 whatever the parities (three: parity 0 twice running)"
   "first-word-only|protocol.hpp|s/return f.w\[0\] != kSentinel && f.w\[1\] != kSentinel && f.w\[2\] != kSentinel && f.w\[3\] != kSentinel;/return f.w[0] != kSentinel;/|published() checks the first word only (a torn fragment passes)"
   "no-abort-in-polls|memory.hpp|s/load_word(abort_word) != 0) return PollCheck::kAborted;/false) return PollCheck::kAborted;/|polls never read the abort word (only their own deadline ends them)"
   "entry-ignores-abort|protocol.hpp|s/^  if (abort != 0) {/  if (false) {/|a call enters an aborted team"

@@ -10,9 +10,9 @@
 //
 // Epochs. Every mailbox has, in each rank's control block, an epoch counter. A call
 // reads it on entry and uses parity = epoch % parities; the last CTA of the call to
-// arrive advances it. The counter lives on the device, so any number of calls per
-// CUDA graph, replayed back to back any number of times, alternates parities: no
-// caller ever passes one.
+// arrive advances it (next_epoch: modulo a multiple of the parities). The counter
+// lives on the device, so any number of calls per CUDA graph, replayed back to back
+// any number of times, alternates parities: no caller ever passes one.
 //
 // Reuse safety. Uses u, u+1, u+2 ... of one mailbox go to parities 0, 1, 0 ... (two
 // parities). A rank r re-arms its slots of use u after reading them. A peer p
@@ -199,13 +199,24 @@ TPD_HD uint32_t take_ticket(Memory& mem, const TeamRef& team, const MailboxRef& 
   return mem.arrive(&team.own->mailbox[box.index].arrivals);
 }
 
+// The epoch after `epoch`: epochs count modulo the largest multiple of `parities`
+// a 32-bit counter holds, so the parities go on in turn across the wrap. Why: with
+// three parities a plain 32-bit counter wraps from parity 0 (2^32 - 1) to parity 0,
+// one use after another in the same slots, as with one parity; 2^32 calls of one
+// mailbox are days of a serving process at tens of thousands of calls a second.
+TPD_HD constexpr uint32_t next_epoch(uint32_t epoch, int parities) {
+  if (parities == 2) return epoch + 1;  // 2^32 is a multiple of 2
+  const uint64_t period = (uint64_t{1} << 32) / static_cast<uint64_t>(parities) * static_cast<uint64_t>(parities);
+  return uint64_t{epoch} + 1 == period ? 0u : epoch + 1;
+}
+
 template <class Memory>
 TPD_HD void advance_if_last(Memory& mem, const TeamRef& team, const MailboxRef& box, uint32_t epoch, uint32_t ticket,
                             unsigned ctas) {
   if (ticket + 1 != ctas) return;
   EpochCounter& c = team.own->mailbox[box.index];
   mem.store_word(&c.arrivals, 0u);
-  mem.store_word(&c.epoch, epoch + 1);
+  mem.store_word(&c.epoch, next_epoch(epoch, box.parities));
 }
 
 // The three parts at once (callers with nothing to overlap).

@@ -113,6 +113,10 @@ class HostTeam {
     return std::atomic_ref<uint32_t>(flag).load(std::memory_order_acquire) == 1;
   }
   const lamport::ControlBlock& control(int rank) const { return control_.at(static_cast<std::size_t>(rank)); }
+  // Sets epoch counter `index` of every rank (a run that starts late in the count).
+  void set_epoch(int index, uint32_t epoch) {
+    for (lamport::ControlBlock& c : control_) c.mailbox[index].epoch = epoch;
+  }
   // Every slot of every mailbox copy armed (nothing left published).
   bool all_armed() const {
     for (const Box& b : boxes_)
@@ -201,17 +205,22 @@ void run_cta_rounds(HostTeam& team, int ctas, int rounds, unsigned seed, Counts&
 // A clean run of `rounds` calls: no push onto unread data, nothing stale or
 // foreign read, no failure, every slot re-armed, one epoch per call on mailbox
 // `epoch_box`'s counter, no error record.
-inline void expect_clean(const HostTeam& team, const Counts& n, int rounds, int epoch_box) {
+// expect_clean_at: the same, mailbox `epoch_box`'s counter at `epoch` at the end.
+inline void expect_clean_at(const HostTeam& team, const Counts& n, int epoch_box, uint32_t epoch) {
   EXPECT_EQ(n.overwrites, 0) << "a push landed on unread data";
   EXPECT_EQ(n.wrong, 0) << "stale or foreign data was read";
   EXPECT_EQ(n.failed, 0);
   EXPECT_EQ(n.aborted, 0);
   EXPECT_TRUE(team.all_armed()) << "a slot was left published";
   for (int r = 0; r < team.size(); ++r) {
-    EXPECT_EQ(team.control(r).mailbox[epoch_box].epoch, static_cast<uint32_t>(rounds)) << "rank " << r;
+    EXPECT_EQ(team.control(r).mailbox[epoch_box].epoch, epoch) << "rank " << r;
     EXPECT_EQ(team.control(r).mailbox[epoch_box].arrivals, 0u) << "rank " << r;
     EXPECT_EQ(team.error(r).flag, 0u) << "rank " << r;
   }
+}
+
+inline void expect_clean(const HostTeam& team, const Counts& n, int rounds, int epoch_box) {
+  expect_clean_at(team, n, epoch_box, static_cast<uint32_t>(rounds));
 }
 
 // Rounds of the randomised tests: TPDECODE_PROTOCOL_ROUNDS, else `fallback`

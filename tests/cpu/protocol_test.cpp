@@ -90,6 +90,28 @@ TEST(Protocol, TwoRanksTwoParitiesTwoCtasTenThousandRounds) { expect_clean_round
 TEST(Protocol, FourRanksThreeParitiesTenThousandRounds) { expect_clean_rounds<4>(3, 1, 10000); }
 TEST(Protocol, EightRanksTwoParitiesTenThousandRounds) { expect_clean_rounds<8>(2, 1, 10000); }
 
+// Epochs count modulo a multiple of the parities: at the 32-bit wrap the parities
+// go on in turn (a plain counter would give parity 0 twice running with three).
+TEST(Protocol, ParitiesGoOnInTurnAcrossTheEpochWrap) {
+  for (int parities : {2, 3}) {
+    const uint64_t period = (uint64_t{1} << 32) / static_cast<uint64_t>(parities) * static_cast<uint64_t>(parities);
+    for (uint64_t e = period - 3 * static_cast<uint64_t>(parities); e < period; ++e) {
+      const uint32_t next = lamport::next_epoch(static_cast<uint32_t>(e), parities);
+      EXPECT_EQ(next % static_cast<uint32_t>(parities), (e + 1) % static_cast<uint64_t>(parities))
+          << parities << " parities, epoch " << e;
+      EXPECT_EQ(next, e + 1 == period ? 0u : static_cast<uint32_t>(e + 1));
+    }
+  }
+  // Whole calls across the wrap: four ranks, three parities, from 20 calls before it.
+  HostTeam team(4, protocol_timeout(std::chrono::seconds(20)));
+  const uint32_t first = 4294967295u - 20;  // the period of three parities, 2^32 - 1, less 20
+  team.set_epoch(0, first);  // run_rounds's mailboxes: 0 (the all-reduce) and 1 (the gather)
+  team.set_epoch(1, first);
+  Counts n;
+  run_rounds<4>(team, 3, 2, 60, n);
+  expect_clean_at(team, n, 0, 40);
+}
+
 TEST(Protocol, OneParityIsCaught) {
   // The checks have teeth: with one parity a fast rank pushes round u+1 into a slot
   // a slow rank has not read yet: an overwrite, wrong data or a timeout follows.
