@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -85,19 +86,25 @@ class Team {
   void check_errors() const;
   bool has_error() const;
 
-  // Waits for every driven rank's stream, at most `limit` (default: the team's
-  // timeout plus one second), then raises TimeoutError if any rank of the team
-  // failed: also a peer's timeout that no call of this rank has seen yet. A stream
-  // that does not drain in time (an NCCL collective waiting on a rank that is gone)
-  // raises TimeoutError; on the NCCL team its communicator is aborted first, and the
-  // team is then unusable (TeamBroken): build a new one.
-  void synchronize(std::chrono::milliseconds limit = std::chrono::milliseconds(0));
+  // Waits for every driven rank's stream and for the streams in `also`, at most
+  // `limit` (default: the team's timeout plus one second), then raises TimeoutError
+  // if any rank of the team failed: also a peer's timeout that no call of this rank
+  // has seen yet. `also`: streams of driven rank 0's GPU that the caller's calls (or
+  // graphs of them) ran on, where those are not the team's: the team does not see
+  // them. A stream that does not drain in time (an NCCL collective waiting on a rank
+  // that is gone) raises TimeoutError; on the NCCL team its communicator is aborted
+  // first, and the team is then unusable (TeamBroken): build a new one.
+  void synchronize(std::chrono::milliseconds limit = std::chrono::milliseconds(0),
+                   std::span<const cudaStream_t> also = {});
 
-  // Collective (every rank calls it): waits for the streams (bounded), re-arms
-  // every mailbox, clears the abort word and the error records. After a timeout
-  // this makes the team usable again. Raises TeamBroken where a rank does not
-  // arrive within TeamOptions::barrier_timeout_ms.
-  void reset();
+  // Collective (every rank calls it): waits for the streams and those in `also`
+  // (bounded; see synchronize), re-arms every mailbox, clears the abort word and the
+  // error records. After a timeout this makes the team usable again. Why `also`
+  // matters: a call still queued on a caller's stream would run against the re-armed
+  // mailboxes (a stale push that reads as published, or an epoch one ahead of the
+  // peers'). Raises TeamBroken where a rank does not arrive within
+  // TeamOptions::barrier_timeout_ms.
+  void reset(std::span<const cudaStream_t> also = {});
 
   // What DecodeGemm::set_agreement needs so that every rank of the team runs the
   // same GEMM decisions (replicated GEMMs then stay bitwise identical): rank 0's
@@ -126,8 +133,11 @@ class Team {
  private:
   friend struct detail::TeamInternals;
   const RankContext& context(int driven) const;
-  // Waits for driven rank i's stream until `until`; false if it did not drain.
-  bool drain(int i, std::chrono::steady_clock::time_point until) const;
+  // Waits for `stream` (of driven rank i's GPU) until `until`; false if it did not drain.
+  bool drain(int i, cudaStream_t stream, std::chrono::steady_clock::time_point until) const;
+  // Driven rank i's stream and, for rank 0, those in `also`: where one does not
+  // drain by `until`, what to report (which rank, which stream); else "".
+  std::string undrained(int i, std::span<const cudaStream_t> also, std::chrono::steady_clock::time_point until) const;
   // Whether rank i's control block holds the abort word (read with a copy on a
   // stream of its own, after the rank's stream drained).
   uint32_t read_abort_word(int i) const;

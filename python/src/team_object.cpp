@@ -237,17 +237,21 @@ void TeamObj::check_errors() const {
   translated([&] { team_->check_errors(); });
 }
 
+// Why the current stream as well: the calls ran there (an NCCL team's) or were
+// joined back to it (a local team's), and torch graphs replay there.
 void TeamObj::synchronize(int64_t limit_ms) {
   translated([&] {
     DeviceScope scope(static_cast<int>(device));
-    team_->synchronize(std::chrono::milliseconds(limit_ms));
+    const cudaStream_t caller = current_stream(static_cast<int>(device));
+    team_->synchronize(std::chrono::milliseconds(limit_ms), std::span<const cudaStream_t>(&caller, 1));
   });
 }
 
 void TeamObj::reset() {
   translated([&] {
     DeviceScope scope(static_cast<int>(device));
-    team_->reset();
+    const cudaStream_t caller = current_stream(static_cast<int>(device));
+    team_->reset(std::span<const cudaStream_t>(&caller, 1));
   });
 }
 

@@ -294,13 +294,27 @@ class Team:
 
     def close(self) -> None:
         """Releases the team's buffers and communicator (collective on an NCCL team:
-        every rank closes, or drops its last reference, at the same point)."""
+        every rank closes, or drops its last reference, at the same point), once the
+        calls queued on the current stream have run (a bounded wait, as
+        ``synchronize``; a team that failed is released all the same). Dropping the
+        last reference releases it without that wait: synchronize first if calls may
+        still be queued."""
+        handle = getattr(self, "_handle", None)
+        if handle is None:
+            return
+        try:
+            handle.synchronize(0)
+        except Exception:  # noqa: BLE001  (a timeout was the calls' to report; the team goes either way)
+            pass
+        self._release()
+
+    def _release(self) -> None:
         if getattr(self, "_handle", None) is not None:
             _ops.unregister(self._id)
             self._handle = None
             self._run = _ClosedRunner()  # the runner holds the extension's team too
 
-    __del__ = close
+    __del__ = _release
 
 
 def _broadcast_unique_id(group, device: int) -> bytes:

@@ -145,16 +145,23 @@ void Team::check_errors() const {
     if (lamport::ErrorRecord e; read_error_record(c->error_host, &e)) throw TimeoutError(describe_error(e));
 }
 
-bool Team::drain(int i, Clock::time_point until) const {
-  const RankContext& c = *contexts_[static_cast<std::size_t>(i)];
-  TPD_CUDA(cudaSetDevice(c.device));
+bool Team::drain(int i, cudaStream_t stream, Clock::time_point until) const {
+  TPD_CUDA(cudaSetDevice(contexts_[static_cast<std::size_t>(i)]->device));
   while (true) {
-    const cudaError_t e = cudaStreamQuery(c.stream);
+    const cudaError_t e = cudaStreamQuery(stream);
     if (e == cudaSuccess) return true;
     if (e != cudaErrorNotReady) TPD_CUDA(e);
     if (Clock::now() > until) return false;
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
+}
+
+std::string Team::undrained(int i, std::span<const cudaStream_t> also, Clock::time_point until) const {
+  if (!drain(i, stream(i), until)) return fmt::format("rank {}: its stream", rank(i));
+  if (i == 0)
+    for (std::size_t s = 0; s < also.size(); ++s)
+      if (!drain(0, also[s], until)) return fmt::format("rank {}: the caller's stream {}", rank(0), s);
+  return "";
 }
 
 uint32_t Team::read_abort_word(int i) const {
@@ -168,14 +175,14 @@ uint32_t Team::read_abort_word(int i) const {
   return word;
 }
 
-void Team::synchronize(std::chrono::milliseconds limit) {
+void Team::synchronize(std::chrono::milliseconds limit, std::span<const cudaStream_t> also) {
   if (limit.count() <= 0) limit = default_limit();
   const auto until = Clock::now() + limit;
   for (int i = 0; i < driven(); ++i) {
-    if (drain(i, until)) continue;
+    const std::string stuck = undrained(i, also, until);
+    if (stuck.empty()) continue;
     const std::string what = fmt::format(
-        "rank {}: its stream did not drain within {} ms (a collective waits on a rank that does not arrive)",
-        rank(i), limit.count());
+        "{} did not drain within {} ms (a collective waits on a rank that does not arrive)", stuck, limit.count());
     check_errors();
     on_stuck(i, what);
     throw TimeoutError(what);
@@ -187,10 +194,11 @@ void Team::synchronize(std::chrono::milliseconds limit) {
                                      rank(i), abort - 1));
 }
 
-void Team::reset() {
+void Team::reset(std::span<const cudaStream_t> also) {
   const auto until = Clock::now() + default_limit();
   for (int i = 0; i < driven(); ++i)
-    if (!drain(i, until)) on_stuck(i, fmt::format("reset: rank {}: its stream did not drain", rank(i)));
+    if (const std::string stuck = undrained(i, also, until); !stuck.empty())
+      on_stuck(i, fmt::format("reset: {} did not drain", stuck));
   barrier(barrier_limit_);  // no peer may still be pushing into a buffer we refill
   for (const SymmetricBuffer& b : buffers_)
     for (std::size_t i = 0; i < contexts_.size(); ++i) {

@@ -177,11 +177,19 @@ def test_a_closed_team_releases_its_runner_and_refuses_calls():
     from tpdecode import _ops
     from tpdecode.team import Team
 
+    class FakeHandle:
+        waits = []
+
+        def synchronize(self, limit_ms):
+            self.waits.append(limit_ms)
+            raise tpdecode.TimeoutError("a failed team is closed all the same")
+
     team = object.__new__(Team)  # the extension's team replaced by stand-ins
-    team._handle, team._run = object(), FakeRunner()
+    team._handle, team._run = FakeHandle(), FakeRunner()
     team._id = _ops.register(team._run)
     runner = weakref.ref(team._run)
     team.close()
+    assert FakeHandle.waits == [0]  # the queued calls waited for first (the team's default limit)
     assert runner() is None and team._id not in _ops.objects  # nothing of the extension's team is kept
     x = torch.zeros(4, 1024, dtype=torch.bfloat16)
     with pytest.raises(RuntimeError, match="closed"):
