@@ -1,6 +1,7 @@
 """DecodeGemm: one linear's ``x · Wᵀ`` for decode-sized row counts."""
 
-from typing import Iterable, Union
+import weakref
+from typing import Iterable, Optional, Union
 
 import torch
 
@@ -33,9 +34,17 @@ class DecodeGemm:
 
     max_rows = 64
 
+    @property
+    def weight(self) -> Optional[torch.Tensor]:
+        """The weight (None only for tpdecode.torch's objects, once their weight is gone)."""
+        w = self._weight
+        return w if isinstance(w, torch.Tensor) else w()
+
     def __init__(self, weight: torch.Tensor, *, shared_cublas: bool = True, chain: bool = False,
-                 batch_invariant: bool = False):
-        self.weight = weight
+                 batch_invariant: bool = False, _hold_weight: bool = True):
+        # Why a weak reference may do (tpdecode.torch's cache): the cache must not keep
+        # a weight alive, and it drops the object when the weight goes.
+        self._weight = weight if _hold_weight else weakref.ref(weight)
         # Why detach: DLPack does not export tensors that require grad (parameters).
         self._handle = _lib.module.decode_gemm(weight.detach(), shared_cublas)
         self._run = self._handle.decode_gemm

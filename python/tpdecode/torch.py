@@ -5,10 +5,14 @@ through it.
 ``linear`` runs the weight's DecodeGemm for the row counts it serves (1 ..
 ``DecodeGemm.max_rows``, read from the object) and ``F.linear`` otherwise: the
 dispatch engines use for skinny GEMMs. A weight's DecodeGemm is made on its first
-eager call (or by ``install``, which also prepares its row counts) and kept, with a
-reference to the weight, until ``forget(weight)`` or ``uninstall``."""
+eager call (or by ``install``, which also prepares its row counts) and kept while the
+weight lives (it holds no reference to it: a weight made per step is not kept
+alive), or until ``forget(weight)`` or ``uninstall``. Making one measures its row
+counts' paths as they come, so a weight made anew for every call runs slower than
+``F.linear``."""
 
 import fnmatch
+import weakref
 from typing import Iterable, Optional
 
 import torch
@@ -18,7 +22,7 @@ from torch import nn
 from .gemm import DecodeGemm
 
 _ATTR = "_tpdecode_gemm"
-_gemms: dict = {}  # (data_ptr, shape, device index, batch invariant) -> DecodeGemm holding that weight
+_gemms: dict = {}  # (data_ptr, shape, device index, batch invariant) -> that weight's DecodeGemm, while it lives
 
 
 def _key(weight: torch.Tensor, batch_invariant: bool = False):
@@ -38,12 +42,15 @@ def _gemm_for(weight: torch.Tensor, batch_invariant: bool = False) -> Optional[D
     gemm = _gemms.get(key)
     if gemm is None and not torch.cuda.is_current_stream_capturing():
         try:
-            gemm = DecodeGemm(weight, batch_invariant=batch_invariant)
+            gemm = DecodeGemm(weight, batch_invariant=batch_invariant, _hold_weight=False)
         except ValueError:
             if not batch_invariant:
                 raise
             return None  # neither engine takes this weight
         _gemms[key] = gemm
+        # Why when the weight goes (before its memory can be reused): a later weight
+        # at the same address must not find this one's DecodeGemm.
+        weakref.finalize(weight, _gemms.pop, key, None)
     return gemm
 
 
@@ -127,7 +134,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
 
 
 def forget(weight: torch.Tensor) -> None:
-    """Drops the weight's DecodeGemm (and the reference to the weight it holds)."""
+    """Drops the weight's DecodeGemm (its decisions; made again at the next call)."""
     for batch_invariant in (False, True):
         _gemms.pop(_key(weight, batch_invariant), None)
 
@@ -206,7 +213,8 @@ def uninstall(module: nn.Module) -> int:
         if hasattr(sub, _ATTR):
             del sub.forward  # the instance attribute: the class's forward shows again
             gemm = getattr(sub, _ATTR)
-            forget(gemm.weight if gemm is not None else sub.weight)
+            weight = gemm.weight if gemm is not None else None
+            forget(weight if weight is not None else sub.weight)
             delattr(sub, _ATTR)
             count += 1
     return count

@@ -197,3 +197,39 @@ def test_a_closed_team_releases_its_runner_and_refuses_calls():
     with pytest.raises(RuntimeError, match="closed"):
         team.ar_norm(x, None, torch.ones(1024, dtype=torch.bfloat16))
     team.close()  # again: nothing to do
+
+
+def test_linear_keeps_a_weights_gemm_only_while_the_weight_lives(monkeypatch):
+    import gc
+
+    from tpdecode import torch as tpd_torch
+
+    made = []
+
+    class WeakGemm:
+        def __init__(self, weight, *, batch_invariant=False, _hold_weight=True):
+            made.append(_hold_weight)
+            self._weight = weight if _hold_weight else weakref.ref(weight)
+
+    monkeypatch.setattr(tpd_torch, "DecodeGemm", WeakGemm)
+    monkeypatch.setattr(tpd_torch, "_eligible", lambda weight: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)  # no GPU here
+    monkeypatch.setattr(tpd_torch, "_gemms", {})
+    weight = torch.zeros(32, 64, dtype=torch.bfloat16)
+    key = tpd_torch._key(weight)
+    gemm = tpd_torch._gemm_for(weight)
+    assert made == [False] and tpd_torch._gemms[key] is gemm and tpd_torch._gemm_for(weight) is gemm
+    del weight
+    gc.collect()
+    assert key not in tpd_torch._gemms  # a weight made per step is not kept alive, nor its DecodeGemm
+
+
+def test_a_gemm_holding_its_weight_weakly_says_when_it_is_gone():
+    weight = torch.zeros(16, 128, dtype=torch.bfloat16)
+    gemm = object.__new__(tpdecode.DecodeGemm)
+    gemm._weight = weakref.ref(weight)
+    assert gemm.weight is weight
+    del weight
+    assert gemm.weight is None
+    gemm._weight = torch.ones(1)  # held: the tensor itself
+    assert gemm.weight is gemm._weight
