@@ -105,7 +105,8 @@ struct OprojAttnResIo {
 // bf16 (one-shot) and the two-shot pair (recv [2, TP, rows_cap, H / TP], gather
 // [2, 1, rows_cap, H]), sentinel-armed symmetric memory, one epoch counter each.
 // Collective over the team; before any capture. Where the ranks do not share
-// memory it holds nothing.
+// memory it holds nothing. Its memory and epoch counters belong to the team and
+// live as long as it does (as TpComm's): build it once per team.
 class OprojMailbox {
  public:
   OprojMailbox(Team& team, int rows_cap = 64, int64_t hidden = 7168);
