@@ -45,14 +45,18 @@ struct PeerPointers {
 
 enum class TeamKind { kLocal, kNccl };
 
+// The longest deadline a team takes (TeamOptions, or their environment variables):
+// a day. More raises InvalidArgument.
+inline constexpr uint64_t kMaxDeadlineMs = 24ull * 3600 * 1000;
+
 struct TeamOptions {
   // Deadline of every wait of a kernel; 0 reads TPDECODE_TIMEOUT_MS or takes the
-  // default (5 s).
+  // default (5 s). At most kMaxDeadlineMs.
   uint64_t timeout_ms = 0;
   // Deadline of the team's barriers (reset(), collective allocations, the NCCL
   // communicator's creation): how long a rank waits for the others to get there; 0
   // reads TPDECODE_BARRIER_TIMEOUT_MS or takes the default (30 s). Under
-  // compute-sanitizer NCCL's creation alone can take longer.
+  // compute-sanitizer NCCL's creation alone can take longer. At most kMaxDeadlineMs.
   uint64_t barrier_timeout_ms = 0;
   // Programmatic dependent launch for tpdecode's kernels.
   bool pdl = true;

@@ -32,12 +32,23 @@ uint64_t ms_from_env(const char* name, uint64_t fallback) {
 uint64_t default_timeout_ms() { return ms_from_env("TPDECODE_TIMEOUT_MS", 5000); }
 uint64_t default_barrier_timeout_ms() { return ms_from_env("TPDECODE_BARRIER_TIMEOUT_MS", 30000); }
 
+// Why a bound: the kernels' deadlines are nanoseconds since a start in 64 bits, the
+// host's are steady_clock points; a deadline meant as "never" (a value near 2^64)
+// would wrap below the start, and every wait would expire at once.
+uint64_t bounded_ms(uint64_t ms, const char* what) {
+  check(ms <= kMaxDeadlineMs, "{} of {} ms: at most {} ms (a day; TeamOptions or its environment variable)", what, ms,
+        kMaxDeadlineMs);
+  return ms;
+}
+
 }  // namespace
 
 Team::Team(int size, const TeamOptions& options)
     : size_(size),
-      timeout_ns_((options.timeout_ms ? options.timeout_ms : default_timeout_ms()) * 1000000ull),
-      barrier_limit_(options.barrier_timeout_ms ? options.barrier_timeout_ms : default_barrier_timeout_ms()),
+      timeout_ns_(bounded_ms(options.timeout_ms ? options.timeout_ms : default_timeout_ms(), "a team timeout") *
+                  1000000ull),
+      barrier_limit_(bounded_ms(options.barrier_timeout_ms ? options.barrier_timeout_ms : default_barrier_timeout_ms(),
+                                "a barrier timeout")),
       pdl_(options.pdl) {
   check(supported_team_size(size), "team size {} is not supported (1, 2, 4, 8 or 16)", size);
 }
