@@ -21,7 +21,9 @@ class DecodeGemm:
     CUDA-graph capture: a call under capture never measures (it runs the cached
     decision, else the static rule).
 
-    weight: [N, K] bfloat16 on a CUDA device (kept referenced by this object).
+    weight: [N, K] bfloat16 on a CUDA device (kept referenced by this object). Update
+    it in place (``weight.copy_``): an eager call whose weight's storage was replaced
+    (``weight.data = ...``) raises RuntimeError.
     shared_cublas: use the device's shared cuBLAS context (one 32 MB workspace for
     all DecodeGemms; they must not run concurrently on different streams), else a
     private one.
@@ -45,6 +47,7 @@ class DecodeGemm:
         # Why a weak reference may do (tpdecode.torch's cache): the cache must not keep
         # a weight alive, and it drops the object when the weight goes.
         self._weight = weight if _hold_weight else weakref.ref(weight)
+        self._data_ptr = weight.data_ptr()  # what the C++ object reads
         # Why detach: DLPack does not export tensors that require grad (parameters).
         self._handle = _lib.module.decode_gemm(weight.detach(), shared_cublas)
         self._run = self._handle.decode_gemm
@@ -132,6 +135,12 @@ class DecodeGemm:
         if torch.compiler.is_compiling():
             torch.ops.tpdecode.decode_gemm(x, out, self._id)
         else:
+            w = self._weight
+            if isinstance(w, torch.Tensor) and w.data_ptr() != self._data_ptr:
+                # Why: the C++ object reads the address it was made with, which the
+                # replaced storage may have left to another tensor.
+                raise RuntimeError("DecodeGemm: the weight's storage moved (weight.data was replaced): make a new "
+                                   "DecodeGemm for it, or copy new values in place (weight.copy_)")
             if _current_device() != self._device:
                 _capture.check_capture_device(self._device, "DecodeGemm")
             self._run(x, out)

@@ -233,3 +233,23 @@ def test_a_gemm_holding_its_weight_weakly_says_when_it_is_gone():
     assert gemm.weight is None
     gemm._weight = torch.ones(1)  # held: the tensor itself
     assert gemm.weight is gemm._weight
+
+
+def test_a_gemm_refuses_a_weight_whose_storage_moved(monkeypatch):
+    from tpdecode import gemm as gemm_module
+
+    weight = torch.zeros(16, 128, dtype=torch.bfloat16)
+    gemm = object.__new__(tpdecode.DecodeGemm)  # the C++ object replaced by a stand-in
+    gemm._weight, gemm._data_ptr, gemm.n, gemm._device = weight, weight.data_ptr(), 16, -1
+    ran = []
+    gemm._run = lambda x, out: ran.append(x)
+    monkeypatch.setattr(gemm_module, "_current_device", lambda: -1)
+    x = torch.zeros(2, 128, dtype=torch.bfloat16)
+    assert gemm(x).shape == (2, 16) and len(ran) == 1
+    weight.data = torch.ones(16, 128, dtype=torch.bfloat16)  # new storage under the same tensor
+    with pytest.raises(RuntimeError, match="storage moved"):
+        gemm(x)
+    assert len(ran) == 1
+    gemm._weight = weakref.ref(weight)  # tpdecode.torch's objects: looked up by the address, never refused
+    gemm(x)
+    assert len(ran) == 2
