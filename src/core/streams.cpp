@@ -12,11 +12,21 @@ namespace {
 // Why per thread and device: an event belongs to the device it was made on, and two
 // threads (the NCCL team's ranks) capturing at once must never record or wait on
 // the same event, or one capture would reach into the other.
+// A thread's events, destroyed when the thread ends (a pool of short-lived threads
+// would otherwise leave theirs behind; at exit the runtime may already be gone, and
+// what it answers then does not matter).
+struct ThreadEvents {
+  std::map<std::pair<int, std::size_t>, cudaEvent_t> events;
+  ~ThreadEvents() {
+    for (const auto& [key, e] : events) cudaEventDestroy(e);
+  }
+};
+
 cudaEvent_t pooled_event(std::size_t i) {
-  thread_local std::map<std::pair<int, std::size_t>, cudaEvent_t> events;
+  thread_local ThreadEvents pool;
   int device = 0;
   TPD_CUDA(cudaGetDevice(&device));
-  cudaEvent_t& e = events[{device, i}];
+  cudaEvent_t& e = pool.events[{device, i}];
   if (!e) TPD_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   return e;
 }
