@@ -237,20 +237,21 @@ void TeamObj::check_errors() const {
   translated([&] { team_->check_errors(); });
 }
 
-// Why the current stream as well: the calls ran there (an NCCL team's) or were
-// joined back to it (a local team's), and torch graphs replay there.
-void TeamObj::synchronize(int64_t limit_ms) {
+// Why the caller's stream as well: the calls ran there (an NCCL team's) or were
+// joined back to it (a local team's), and torch graphs replay there. Why passed in:
+// the environment's stream is set only for calls with tensors.
+void TeamObj::synchronize(int64_t limit_ms, int64_t stream) {
   translated([&] {
     DeviceScope scope(static_cast<int>(device));
-    const cudaStream_t caller = current_stream(static_cast<int>(device));
+    const auto caller = reinterpret_cast<cudaStream_t>(stream);
     team_->synchronize(std::chrono::milliseconds(limit_ms), std::span<const cudaStream_t>(&caller, 1));
   });
 }
 
-void TeamObj::reset() {
+void TeamObj::reset(int64_t stream) {
   translated([&] {
     DeviceScope scope(static_cast<int>(device));
-    const cudaStream_t caller = current_stream(static_cast<int>(device));
+    const auto caller = reinterpret_cast<cudaStream_t>(stream);
     team_->reset(std::span<const cudaStream_t>(&caller, 1));
   });
 }

@@ -45,8 +45,10 @@ class TeamObj : public tvm::ffi::Object {
   tvm::ffi::String last_why() const { return last_why_; }
 
   void check_errors() const;
-  void synchronize(int64_t limit_ms);
-  void reset();
+  // stream: the caller's (torch's current stream of the device, as a handle): the
+  // team waits for it too (Team::synchronize, Team::reset).
+  void synchronize(int64_t limit_ms, int64_t stream);
+  void reset(int64_t stream);
 
   static constexpr bool _type_mutable = true;
   TVM_FFI_DECLARE_OBJECT_INFO_FINAL("tpdecode.Team", TeamObj, tvm::ffi::Object);

@@ -104,6 +104,11 @@ class _ClosedRunner:
 _current_device = _capture.current_device_query()
 
 
+def _caller_stream(device: int) -> int:
+    """The stream this process's calls on `device` run on: torch's current one."""
+    return torch.cuda.current_stream(device).cuda_stream
+
+
 def _not_capturing(what):
     if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
         raise RuntimeError(f"{what} allocates symmetric buffers on every rank: do it before CUDA-graph capture")
@@ -285,12 +290,13 @@ class Team:
         """Waits for this rank's work (at most ``timeout_s``, default the team's
         timeout + 1 s), then raises tpdecode.TimeoutError if any rank failed, a
         peer's timeout included."""
-        self._handle.synchronize(0 if timeout_s is None else max(1, int(timeout_s * 1000)))
+        self._handle.synchronize(0 if timeout_s is None else max(1, int(timeout_s * 1000)),
+                                 _caller_stream(self._handle.device))
 
     def reset(self) -> None:
         """Collective (every rank): re-arms every mailbox and clears the errors, so the
         team works again after a timeout."""
-        self._handle.reset()
+        self._handle.reset(_caller_stream(self._handle.device))
 
     def close(self) -> None:
         """Releases the team's buffers and communicator (collective on an NCCL team:
@@ -303,7 +309,7 @@ class Team:
         if handle is None:
             return
         try:
-            handle.synchronize(0)
+            handle.synchronize(0, _caller_stream(handle.device))
         except Exception:  # noqa: BLE001  (a timeout was the calls' to report; the team goes either way)
             pass
         self._release()

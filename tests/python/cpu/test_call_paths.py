@@ -173,15 +173,19 @@ def test_eager_calls_run_the_runner_on_new_outputs(monkeypatch):
     assert c.all_reduce(x) is None and c.fused_add_rms_norm(x, residual, weight, 1e-5) is None
 
 
-def test_a_closed_team_releases_its_runner_and_refuses_calls():
-    from tpdecode import _ops
+def test_a_closed_team_releases_its_runner_and_refuses_calls(monkeypatch):
+    from tpdecode import _ops, team as team_module
     from tpdecode.team import Team
+
+    monkeypatch.setattr(team_module, "_caller_stream", lambda device: 1234)  # no GPU here
 
     class FakeHandle:
         waits = []
 
-        def synchronize(self, limit_ms):
-            self.waits.append(limit_ms)
+        device = 0
+
+        def synchronize(self, limit_ms, stream):
+            self.waits.append((limit_ms, stream))
             raise tpdecode.TimeoutError("a failed team is closed all the same")
 
     team = object.__new__(Team)  # the extension's team replaced by stand-ins
@@ -189,7 +193,7 @@ def test_a_closed_team_releases_its_runner_and_refuses_calls():
     team._id = _ops.register(team._run)
     runner = weakref.ref(team._run)
     team.close()
-    assert FakeHandle.waits == [0]  # the queued calls waited for first (the team's default limit)
+    assert FakeHandle.waits == [(0, 1234)]  # the caller's queued calls waited for first (the default limit)
     assert runner() is None and team._id not in _ops.objects  # nothing of the extension's team is kept
     x = torch.zeros(4, 1024, dtype=torch.bfloat16)
     with pytest.raises(RuntimeError, match="closed"):
