@@ -1,7 +1,8 @@
 """Team collectives against the exactness contract: all_reduce bitwise equal to the
 rank-order FP32 sum, ar_norm's residual bitwise and its output within BF16
 tolerance, gather moving bytes; CUDA-graph capture, torch.compile, refusals and
-fallback, argument errors, and (NCCL team) a missing rank's timeout and reset."""
+fallback, argument errors, synchronize and reset waiting for the caller's stream, and
+(NCCL team) a missing rank's timeout and reset."""
 
 import pytest
 import torch
@@ -184,15 +185,27 @@ def test_fallback_runs_torch(world):
     team.close()
 
 
+def test_synchronize_and_reset_wait_for_the_callers_stream(world):
+    # The team does not see torch's stream, which its calls (an NCCL team's) ran on.
+    team = world.team
+    torch.cuda._sleep(200_000_000)  # ~0.1 s of work queued on the current stream
+    team.synchronize()
+    assert torch.cuda.current_stream().query()
+    torch.cuda._sleep(200_000_000)
+    team.reset()
+    assert torch.cuda.current_stream().query()
+    x = world.random(1120, 2, HIDDEN)
+    assert torch.equal(team.all_reduce(x), world.mine(rank_order_sum(world.every_rank(x))))
+
+
 def test_missing_rank_times_out_then_reset_recovers(world):
     if world.local or world.size < 2:
         pytest.skip("needs an NCCL team: a local team drives every rank itself")
     team = world.team
     if team.rank == 0:
         team.all_reduce(world.random(1100, 2, 1024))  # rank 1 never makes this call
-        torch.cuda.synchronize()  # the kernel gives up after the team's timeout
         with pytest.raises(tpdecode.TimeoutError):
-            team.synchronize()
+            team.synchronize()  # waits for the call on torch's stream: it gives up after the team's timeout
     world.barrier()
     if team.rank != 0:
         with pytest.raises(tpdecode.TimeoutError):
