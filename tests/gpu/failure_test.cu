@@ -223,5 +223,27 @@ TEST(Failure, TwoShotLateRankTimesOutNamingOpParitySlotThenResetRecovers) {
   });
 }
 
+// synchronize() and reset() wait for the caller's streams they are given (the team
+// does not see them), within their limit: a stream still busy past it is reported
+// (on a local team as TeamBroken, on the NCCL team after aborting its communicator).
+TEST(Failure, SynchronizeAndResetWaitForTheCallersStreams) {
+  TPD_REQUIRE_GPU();
+  LocalTeam team(2, 0, short_deadline());
+  cudaStream_t mine = nullptr;
+  TPD_CUDA(cudaSetDevice(team.device()));
+  TPD_CUDA(cudaStreamCreateWithFlags(&mine, cudaStreamNonBlocking));
+  const std::span<const cudaStream_t> also(&mine, 1);
+  test::spin(mine, 200);
+  team.synchronize(std::chrono::milliseconds(0), also);
+  EXPECT_EQ(cudaStreamQuery(mine), cudaSuccess);
+  test::spin(mine, 200);
+  team.reset(also);
+  EXPECT_EQ(cudaStreamQuery(mine), cudaSuccess);
+  test::spin(mine, 3000);
+  EXPECT_THROW(team.synchronize(std::chrono::milliseconds(300), also), TeamBroken);  // a local team's stuck stream
+  TPD_CUDA(cudaStreamSynchronize(mine));
+  TPD_CUDA(cudaStreamDestroy(mine));
+}
+
 }  // namespace
 }  // namespace tpdecode
