@@ -36,6 +36,9 @@ class NcclTeam final : public Team {
   NcclTeam(ncclComm* parent, int device, const TeamOptions& options = {});
   // Makes rank `rank` of `size` from `id` (from make_unique_id on one rank).
   NcclTeam(const NcclUniqueId& id, int rank, int size, int device, const TeamOptions& options = {});
+  // Collective (every rank). Frees the symmetric buffers once the team's own stream
+  // has drained, not yours: synchronize(limit, your streams) first where calls or
+  // graph replays may still be queued on them.
   ~NcclTeam() override;
 
   static NcclUniqueId make_unique_id();
