@@ -56,11 +56,8 @@ class _Runner:
             _capture.check_capture_device(self.device, "Team.all_reduce")
         try:
             self.path = _lib.COMM_PATHS[self._all_reduce(x, out)]
-        except NotServed:
-            if self.fallback is None:
-                raise
-            self.fallback.all_reduce(x, out)
-            self.path = "torch"
+        except NotServed as refusal:
+            self._fall_back(refusal, "all_reduce", x, out)
 
     def ar_norm(self, x, residual, weight, eps, out, residual_out, kind, scale, scales):
         """The extension takes an FP8 output as its bytes and the one scale tensor the
@@ -74,22 +71,23 @@ class _Runner:
                 code = self._ar_norm(x, residual, weight, eps, out.view(torch.uint8), residual_out, kind,
                                      scale if kind == "static" else scales)
             self.path = _lib.COMM_PATHS[code]
-        except NotServed:
-            if self.fallback is None:
-                raise
-            self.fallback.ar_norm(x, residual, weight, eps, out, residual_out, kind, scale, scales)
-            self.path = "torch"
+        except NotServed as refusal:
+            self._fall_back(refusal, "ar_norm", x, residual, weight, eps, out, residual_out, kind, scale, scales)
 
     def gather(self, shard, out):
         if _current_device() != self.device:
             _capture.check_capture_device(self.device, "Team.gather")
         try:
             self.path = _lib.COMM_PATHS[self._gather(shard, out)]
-        except NotServed:
-            if self.fallback is None:
-                raise
-            self.fallback.gather(shard, out)
-            self.path = "torch"
+        except NotServed as refusal:
+            self._fall_back(refusal, "gather", shard, out)
+
+    def _fall_back(self, refusal, op, *args):
+        """What the extension refused: the torch fallback's, else the refusal raised."""
+        if self.fallback is None:
+            raise refusal
+        getattr(self.fallback, op)(*args)
+        self.path = "torch"
 
 
 class _ClosedRunner:

@@ -257,3 +257,33 @@ def test_a_gemm_refuses_a_weight_whose_storage_moved(monkeypatch):
     gemm._weight = weakref.ref(weight)  # tpdecode.torch's objects: looked up by the address, never refused
     gemm(x)
     assert len(ran) == 2
+
+
+def test_the_runner_falls_back_or_raises_what_the_extension_refused(monkeypatch):
+    from tpdecode import team as team_module
+
+    class Refusing:
+        device = 0
+
+        def __getattr__(self, op):
+            def refuse(*args):
+                raise tpdecode.NotServed(f"{op}: not served")
+            return refuse
+
+    class Fallback:
+        calls = []
+
+        def __getattr__(self, op):
+            return lambda *args: self.calls.append((op, len(args)))
+
+    monkeypatch.setattr(team_module, "_current_device", lambda: 0)
+    x = torch.zeros(2, 8, dtype=torch.bfloat16)
+    runner = team_module._Runner(Refusing(), Fallback())
+    runner.all_reduce(x, x)
+    runner.ar_norm(x, None, x[0], 1e-6, x, x, "none", None, None)
+    runner.gather(x, x)
+    assert Fallback.calls == [("all_reduce", 2), ("ar_norm", 9), ("gather", 2)] and runner.path == "torch"
+    bare = team_module._Runner(Refusing(), None)
+    with pytest.raises(tpdecode.NotServed, match="all_reduce: not served"):
+        bare.all_reduce(x, x)
+    assert bare.path == "none"
