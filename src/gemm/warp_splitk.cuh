@@ -93,9 +93,11 @@ __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s
   const int lane = tid % 32;
   const int g = lane / 4;
   const int t = lane % 4;
-  const int row_tile = warp % kRowTiles;
-  const int group = warp / kRowTiles;
-  const int gtid = tid % kGroupThreads;
+  // Why not warp % kRowTiles and the like: spelled so, the wide CTA's constants
+  // stay constants (a live group index cost its kernels registers and a spill).
+  const int row_tile = kRowTiles == 1 ? 0 : warp;
+  const int group = kGroups == 1 ? 0 : warp;
+  const int gtid = kGroups == 1 ? tid : lane;  // the thread's index among those sharing its x slice
   const int c_begin = static_cast<int>(static_cast<int64_t>(p.chunks) * s.rank / s.split);
   const int cta_count = static_cast<int>(static_cast<int64_t>(p.chunks) * (s.rank + 1) / s.split) - c_begin;
   const int count = warp_group_chunks(cta_count, group, kGroups);  // chunks c_begin + group + kGroups c

@@ -213,6 +213,7 @@ TEST(DecodeGemm, GraphCaptureAndReplay) {
   TPD_REQUIRE_GPU();
   std::mt19937_64 rng(test::fresh_seed());
   capture_and_replay(warp_decision(4), 8, rng);
+  capture_and_replay(warp_decision(3, 1), 8, rng);
   capture_and_replay(wgmma_decision(3, 1, 11), 8, rng);
   capture_and_replay(wgmma_decision(2, 1, 4), 40, rng);
 }
@@ -227,7 +228,8 @@ TEST(DecodeGemm, PdlChainsBackToBack) {
   constexpr int64_t kDim = 4096;
   const std::vector<GemmDecision> links = {warp_decision(4),         wgmma_decision(2, 1, 11), warp_decision(8),
                                            wgmma_decision(4, 2, 6), warp_decision(1),         cublas_decision(),
-                                           wgmma_decision(1, 4, 6), warp_decision(5)};
+                                           wgmma_decision(1, 4, 6), warp_decision(5),         warp_decision(2, 1),
+                                           warp_decision(1, 1)};
   const int m = 7;
   std::vector<DeviceBuffer> weights;
   std::vector<std::unique_ptr<DecodeGemm>> gemms;
