@@ -54,7 +54,7 @@ Gpu require_gpu(const char* command) {
 
 std::string tactic_of(const GemmDecision& d, int64_t n, int64_t k, int m) {
   switch (d.path) {
-    case GemmPath::kWarpSplitK: return fmt::format("warp {}", warp_launch_tactic(n, k, m, d.split).describe());
+    case GemmPath::kWarpSplitK: return fmt::format("warp {}", warp_launch_tactic(n, k, m, d.split, d.sub_tiles).describe());
     case GemmPath::kWgmma: return describe(d);
     case GemmPath::kCublasLt: return fmt::format("cublaslt {}", CublasContext::describe_lt(d.lt_algo));
     case GemmPath::kCublas: break;

@@ -32,7 +32,8 @@ struct GemmDecision {
   GemmPath path = GemmPath::kCublas;
   GemmSource source = GemmSource::kRule;
   uint8_t split = 1;        // kWarpSplitK, kWgmma: CTAs per cluster (1 .. 8), each a K range
-  uint8_t sub_tiles = 0;    // kWgmma: 64-row tiles per row block (1, 2, 4)
+  uint8_t sub_tiles = 0;    // kWgmma: 64-row tiles per row block (1, 2, 4); kWarpSplitK: 16-row tiles
+                            // per CTA (4: one per warp; 1: the warps split the CTA's K range)
   uint8_t stages = 0;       // kWgmma: ring stages
   uint16_t clusters = 0;    // kWgmma: clusters launched (0: as many as fit, at most one per row block)
   float measured_us = 0;    // the tuner's median time per call (0: not measured)
@@ -50,7 +51,7 @@ struct GemmDecision {
 // e.g. "warp split 8", "wgmma split 4 x 128 rows, 11 stages", "cublaslt #3fa9c1"
 std::string describe(const GemmDecision& d);
 // Decisions to force (DecodeGemm::force) or compare with.
-GemmDecision warp_decision(int split);
+GemmDecision warp_decision(int split, int row_tiles = 4);
 GemmDecision wgmma_decision(int split, int sub_tiles, int stages, int clusters = 0);
 GemmDecision cublas_decision();
 

@@ -23,7 +23,8 @@
 // the unfused path's DecodeGemm decision where that is the warp engine, else
 // choose_tactic's), so every kind but kUnfused gives the same bits (two-shot:
 // except a reduced word equal to the sentinel, which arrives as 0), and kUnfused
-// too where DecodeGemm runs the warp engine.
+// too where DecodeGemm runs the warp engine with its wide CTAs (its narrow ones sum
+// in another order).
 //
 // Rules for callers: those of TpComm (build collectively at load, never during
 // capture; calls ordered on one stream per rank, same order and shapes on every

@@ -19,7 +19,8 @@ DeviceSet warp_devices;
 
 GemmDecision prepare_path(const GemmDecision& d, const TensorView& weight, int m) {
   if (d.path == GemmPath::kWarpSplitK && !warp_devices.has_current()) {
-    for (int tiles : {1, 2, 4, 8}) prepare_warp_splitk(tiles);
+    for (int tiles : {1, 2, 4, 8}) prepare_warp_splitk(tiles, kWarpWarps);
+    for (int tiles : {1, 2}) prepare_warp_splitk(tiles, 1);
     warp_devices.add_current();
   }
   if (d.path != GemmPath::kWgmma) return d;
@@ -57,7 +58,7 @@ void launch_path(const GemmDecision& d, const TensorView& weight, const TensorVi
                                .n = weight.rows,
                                .k = weight.cols,
                                .out_stride = out.row_stride};
-      launch_warp_splitk(p, warp_launch_tactic(weight.rows, weight.cols, m, d.split), pdl, stream);
+      launch_warp_splitk(p, warp_launch_tactic(weight.rows, weight.cols, m, d.split, d.sub_tiles), pdl, stream);
       return;
     }
     case GemmPath::kWgmma: {

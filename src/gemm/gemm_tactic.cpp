@@ -84,22 +84,31 @@ int warp_token_tiles(int m) {
   return m <= 8 ? 1 : m <= 16 ? 2 : m <= 32 ? 4 : 8;
 }
 
-int warp_smem_bytes(int token_tiles) {
+int warp_smem_bytes(int token_tiles, int row_tiles) {
+  const int k_groups = kWarpWarps / row_tiles;  // warps that each copy their own x slices
   const int ring_w = kWarpStages * kWarpWarps * kWarpStageBytes;    // [stages, warps, 8 pieces, 32 lanes] x 16 B
-  const int ring_x = kWarpStages * 8 * token_tiles * kWarpChunkK * 2;  // [stages, 4, tokens, 4] x 16 B
-  const int partials = 8 * token_tiles * kWarpCtaRows * 4;          // [tokens, 64] f32
+  const int ring_x = k_groups * kWarpStages * 8 * token_tiles * kWarpChunkK * 2;  // [groups, stages, 4, tokens, 4] x 16 B
+  const int partials = k_groups * 8 * token_tiles * 16 * row_tiles * 4;  // [groups, tokens, CTA rows] f32
   return ring_w + ring_x + partials;
 }
 
-int warp_ctas_per_sm(int token_tiles) { return kSmemPerSm / (warp_smem_bytes(token_tiles) + kSmemReservedPerCta); }
+int warp_ctas_per_sm(int token_tiles, int row_tiles) {
+  return kSmemPerSm / (warp_smem_bytes(token_tiles, row_tiles) + kSmemReservedPerCta);
+}
 
-GemmTactic warp_launch_tactic(int64_t n, int64_t k, int m, int split) {
+bool warp_row_tiles_ok(int row_tiles, int m) {
+  return row_tiles == kWarpWarps || (row_tiles == 1 && m <= kWarpNarrowMaxRows);
+}
+
+GemmTactic warp_launch_tactic(int64_t n, int64_t k, int m, int split, int row_tiles) {
   check(warp_eligible(n, k), "warp split-K: shape {}x{} is not eligible", n, k);
   check(warp_split_ok(k, split), "warp split-K: split {} for K {}", split, k);
+  check(warp_row_tiles_ok(row_tiles, m), "warp split-K: {} row tiles per CTA at {} rows", row_tiles, m);
   GemmTactic t;
   t.token_tiles = warp_token_tiles(m);
   t.split = split;
-  t.blocks = ceil_div(n, kWarpCtaRows);
+  t.row_tiles = row_tiles;
+  t.blocks = ceil_div(n, 16 * row_tiles);
   t.ctas = t.blocks * split;
   return t;
 }
@@ -121,7 +130,8 @@ GemmTactic choose_tactic(int64_t n, int64_t k, int m, int sms, bool powers_of_tw
 }
 
 std::string GemmTactic::describe() const {
-  return fmt::format("{} blocks x split {}, {} token tile{}", blocks, split, token_tiles, token_tiles > 1 ? "s" : "");
+  return fmt::format("{} blocks{} x split {}, {} token tile{}", blocks, row_tiles == 1 ? " of 16 rows" : "", split,
+                     token_tiles, token_tiles > 1 ? "s" : "");
 }
 
 // ---- Decisions and buckets ------------------------------------------------------
@@ -149,7 +159,8 @@ const char* gemm_source_name(GemmSource s) {
 
 std::string describe(const GemmDecision& d) {
   switch (d.path) {
-    case GemmPath::kWarpSplitK: return fmt::format("warp split {}", int{d.split});
+    case GemmPath::kWarpSplitK:
+      return fmt::format("warp split {}{}", int{d.split}, d.sub_tiles == 1 ? ", 16-row CTAs" : "");
     case GemmPath::kWgmma:
       return fmt::format("wgmma split {} x {} rows, {} stages{}", int{d.split}, 64 * int{d.sub_tiles}, int{d.stages},
                          d.clusters ? fmt::format(", {} clusters", int{d.clusters}) : std::string());
@@ -163,10 +174,11 @@ std::string describe(const GemmDecision& d) {
   return "cublas";
 }
 
-GemmDecision warp_decision(int split) {
+GemmDecision warp_decision(int split, int row_tiles) {
   GemmDecision d;
   d.path = GemmPath::kWarpSplitK;
   d.split = static_cast<uint8_t>(split);
+  d.sub_tiles = static_cast<uint8_t>(row_tiles);
   return d;
 }
 
@@ -269,8 +281,10 @@ GemmDecision invariant_decision(int64_t n, int64_t k, int m, int sms, GemmEngine
 std::vector<GemmDecision> engine_candidates(int64_t n, int64_t k, int m, GemmEngines engines) {
   std::vector<GemmDecision> out;
   if (engines.warp && warp_eligible(n, k) && m <= kWarpCandidateMaxRows)
-    for (int split = 1; split <= kWarpMaxSplit; ++split)
-      if (warp_split_ok(k, split)) out.push_back(warp_decision(split));
+    for (int row_tiles : {kWarpWarps, 1})
+      if (warp_row_tiles_ok(row_tiles, m) && ceil_div(n, 16 * row_tiles) <= 65535)
+        for (int split = 1; split <= kWarpMaxSplit; ++split)
+          if (warp_split_ok(k, split)) out.push_back(warp_decision(split, row_tiles));
   if (engines.wgmma)
     for (const GemmDecision& d : wgmma_candidates(n, k, m)) out.push_back(d);
   out.push_back(cublas_decision());
@@ -292,7 +306,8 @@ bool engine_decision_legal(const GemmDecision& d, int64_t n, int64_t k, int m, i
     case GemmPath::kCublas:
     case GemmPath::kCublasLt: return true;
     case GemmPath::kWarpSplitK:
-      return engines.warp && warp_eligible(n, k) && m <= kWarpMaxRows && warp_split_ok(k, d.split);
+      return engines.warp && warp_eligible(n, k) && m <= kWarpMaxRows && warp_split_ok(k, d.split) &&
+             warp_row_tiles_ok(d.sub_tiles, m) && ceil_div(n, 16 * int64_t{d.sub_tiles}) <= 65535;
     case GemmPath::kWgmma: {
       const int tokens = wgmma::token_tile(m);
       const int64_t blocks = (n + 64 * int64_t{d.sub_tiles} - 1) / (64 * std::max<int64_t>(1, d.sub_tiles));

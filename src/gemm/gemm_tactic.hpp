@@ -41,8 +41,9 @@ bool warp_weight_ok(const TensorView& weight);
 // Launch shape of one engine call.
 struct GemmTactic {
   int token_tiles = 1;  // 8-token MMA tiles per CTA: 1, 2, 4 or 8 (M <= 8, 16, 32, 64)
-  int split = 1;        // CTAs per 64-row block (a cluster), each a K range; 1 .. 8
-  int64_t blocks = 0;   // ceil(N / 64)
+  int split = 1;        // CTAs per row block (a cluster), each a K range; 1 .. 8
+  int row_tiles = 4;    // 16-row tiles of W per CTA: 4 (one per warp) or 1 (warps split K)
+  int64_t blocks = 0;   // ceil(N / (16 row_tiles))
   int64_t ctas = 0;     // blocks * split
   double predicted_us = 0;  // the rule's time model (see choose_tactic)
   bool engine_preferred = false;  // the rule expects the engine to beat cuBLAS here
@@ -51,17 +52,26 @@ struct GemmTactic {
 
 // Engine constants the rule needs (fixed by the kernel).
 inline constexpr int kWarpWarps = 4;          // warps per CTA, each one 16-row tile of W
-inline constexpr int kWarpCtaRows = 64;       // W rows per CTA
+inline constexpr int kWarpCtaRows = 64;       // W rows per CTA (the wide CTA: a tile per warp)
 inline constexpr int kWarpStages = 4;         // ring stages
 inline constexpr int kWarpStageBytes = 4096;  // [16 rows, 128] bf16 per warp and stage
+// The narrow CTA: one 16-row tile of W, its four warps taking every fourth chunk of
+// the CTA's K range (each copies its own x slices), the four sums added in warp
+// order. Four times the CTAs of the wide one over the same rows, with no cluster
+// needed to fill the SMs where N is short (tinygemm2's 16-row CTAs lead there).
+// Up to 16 rows: the x ring, one per warp, grows with the tokens.
+inline constexpr int kWarpNarrowMaxRows = 16;
 
 // Token tiles for m rows (1 <= m <= kWarpMaxRows): 1, 2, 4 or 8.
 int warp_token_tiles(int m);
 
 // Dynamic shared memory of one CTA: the W and x rings plus the FP32 partials.
-int warp_smem_bytes(int token_tiles);
+int warp_smem_bytes(int token_tiles, int row_tiles = kWarpWarps);
 // CTAs one SM holds at that size (228 KB per SM, 1 KB reserved per CTA).
-int warp_ctas_per_sm(int token_tiles);
+int warp_ctas_per_sm(int token_tiles, int row_tiles = kWarpWarps);
+// The CTA shapes of a warp decision (GemmDecision::sub_tiles): 4 or 1 row tiles,
+// the narrow one up to kWarpNarrowMaxRows rows.
+bool warp_row_tiles_ok(int row_tiles, int m);
 
 // The rule. For each legal split s (1..8, or the powers of two only) it models the
 // ceil(N / 64) clusters running in rounds of R(s) resident clusters (measured per
@@ -83,8 +93,8 @@ bool warp_split_ok(int64_t k, int split);
 // (docs/history/performance-2026-11.md, "Every split 1–8").
 bool warp_split_for_shared_gpu(int split);
 // The launch shape of a warp-engine call (no prediction): any m up to
-// kWarpMaxRows; split must be legal.
-GemmTactic warp_launch_tactic(int64_t n, int64_t k, int m, int split);
+// kWarpMaxRows (kWarpNarrowMaxRows for 1 row tile); split must be legal.
+GemmTactic warp_launch_tactic(int64_t n, int64_t k, int m, int split, int row_tiles = kWarpWarps);
 // The rule's tactic with the split forced (benchmarks, tests); split must be legal.
 GemmTactic tactic_with_split(int64_t n, int64_t k, int m, int sms, int split);
 
@@ -129,7 +139,7 @@ int invariant_split(int64_t n, int64_t k, int sms, bool powers_of_two = false);
 // reads x in 16-byte pieces of whole rows, or TMA boxes of them; out any stride).
 bool engine_activations_ok(const TensorView& x);
 // Every engine tactic that can run (N, K, m) (the warp engine's up to
-// kWarpCandidateMaxRows), then stock cuBLAS: what the tuner times (DecodeGemm adds
+// kWarpCandidateMaxRows, its narrow CTAs up to kWarpNarrowMaxRows), then stock cuBLAS: what the tuner times (DecodeGemm adds
 // cuBLASLt's heuristic algorithms on the GPU).
 std::vector<GemmDecision> engine_candidates(int64_t n, int64_t k, int m, GemmEngines engines);
 // The static rule (no measurement): the warp engine where choose_tactic prefers it

@@ -82,8 +82,10 @@ std::optional<TuneEntry> entry_of(const Json& e) {
   t.decision.path = *path;
   t.decision.source = GemmSource::kCache;
   t.decision.split = small_unsigned<uint8_t>(e, "split", 255);
-  // Absent in files written before the wgmma engine: no other path reads them.
+  // Absent in files written before the wgmma engine; 0 for the warp engine in files
+  // written before its narrow CTAs, whose CTAs were the wide ones (4 row tiles).
   t.decision.sub_tiles = e.contains("sub_tiles") ? small_unsigned<uint8_t>(e, "sub_tiles", 255) : uint8_t{0};
+  if (*path == GemmPath::kWarpSplitK && t.decision.sub_tiles == 0) t.decision.sub_tiles = kWarpWarps;
   t.decision.stages = e.contains("stages") ? small_unsigned<uint8_t>(e, "stages", 255) : uint8_t{0};
   t.decision.clusters = e.contains("clusters") ? small_unsigned<uint16_t>(e, "clusters", 65535) : uint16_t{0};
   t.decision.lt_algo = algo_of_hex(e.at("lt_algo").get<std::string>());

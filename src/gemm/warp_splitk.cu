@@ -3,11 +3,34 @@
 #include "gemm/warp_splitk.cuh"
 
 namespace tpdecode {
+namespace {
 
-void prepare_warp_splitk(int token_tiles) {
+// Calls f(kernel) for the (token tiles, row tiles) kernel: the wide CTA at every
+// token tile count, the narrow one at 1 and 2 (kWarpNarrowMaxRows).
+template <class F>
+void with_kernel(int token_tiles, int row_tiles, F&& f) {
   with_token_tiles(token_tiles, [&](auto tiles) {
-    TPD_CUDA(cudaFuncSetAttribute(warp_splitk::warp_splitk_kernel<decltype(tiles)::value>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, warp_smem_bytes(token_tiles)));
+    constexpr int kTiles = decltype(tiles)::value;
+    if (row_tiles == kWarpWarps) {
+      f(warp_splitk::warp_splitk_kernel<kTiles, kWarpWarps>);
+      return;
+    }
+    if constexpr (8 * kTiles <= kWarpNarrowMaxRows) {
+      if (row_tiles == 1) {
+        f(warp_splitk::warp_splitk_kernel<kTiles, 1>);
+        return;
+      }
+    }
+    throw InvalidArgument("warp split-K: row tiles per CTA must be 4, or 1 up to 16 rows");
+  });
+}
+
+}  // namespace
+
+void prepare_warp_splitk(int token_tiles, int row_tiles) {
+  with_kernel(token_tiles, row_tiles, [&](auto kernel) {
+    TPD_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  warp_smem_bytes(token_tiles, row_tiles)));
   });
 }
 
@@ -15,12 +38,10 @@ void launch_warp_splitk(const WarpSplitKParams& p, const GemmTactic& t, bool pdl
   LaunchShape s;
   s.grid = dim3(static_cast<unsigned>(t.split), static_cast<unsigned>(t.blocks));
   s.block = dim3(warp_splitk::kThreads);
-  s.smem = static_cast<std::size_t>(warp_smem_bytes(t.token_tiles));
+  s.smem = static_cast<std::size_t>(warp_smem_bytes(t.token_tiles, t.row_tiles));
   s.cluster = t.split;
   s.pdl = pdl;
-  with_token_tiles(t.token_tiles, [&](auto tiles) {
-    launch_kernel(warp_splitk::warp_splitk_kernel<decltype(tiles)::value>, s, stream, p);
-  });
+  with_kernel(t.token_tiles, t.row_tiles, [&](auto kernel) { launch_kernel(kernel, s, stream, p); });
 }
 
 }  // namespace tpdecode

@@ -1,20 +1,23 @@
 // The warp split-K engine: out[M, N] = x[M, K] * W[N, K]^T for M <= 64 (1, 2, 4 or
 // 8 token tiles of 8 rows).
 //
-// A CTA owns 64 rows of W (one 16-row tile per warp) and 1/split of K, streamed in
-// 128-column chunks through a 4-stage cp.async ring (all 4 in flight while a warp
-// waits): each warp copies its own [16, 128] W slice, two whole 256-byte rows per
-// instruction, the CTA copies the [M, 128] activation slice once for its four warps
-// (so x is read from L2 once per 64 weight rows, not once per 16). mma.sync
-// m16n8k16 runs with W's rows on the 16-wide (A) side and the tokens on the 8-wide
-// (B) side. The split-K partials (FP32) of one 64-row block are summed over its
-// `split` CTAs, ranks 0..split-1 in that order, through distributed shared memory
-// (the CTAs of a block are consecutive ranks of one cluster), each CTA summing
-// 1/split of the outputs; one BF16 rounding. No atomics: bitwise identical from run to run.
+// The wide CTA owns 64 rows of W (one 16-row tile per warp) and 1/split of K,
+// streamed in 128-column chunks through a 4-stage cp.async ring (all 4 in flight
+// while a warp waits): each warp copies its own [16, 128] W slice, two whole
+// 256-byte rows per instruction, the CTA copies the [M, 128] activation slice once
+// for its four warps (so x is read from L2 once per 64 weight rows, not once per
+// 16). The narrow CTA (up to 16 rows) owns one 16-row tile: warp w takes chunks w,
+// w + 4, ... of the CTA's K range with its own x slices, and the four warps' sums
+// are added in warp order. mma.sync m16n8k16 runs with W's rows on the 16-wide (A)
+// side and the tokens on the 8-wide (B) side. The split-K partials (FP32) of one
+// row block are summed over its `split` CTAs, ranks 0..split-1 in that order,
+// through distributed shared memory (the CTAs of a block are consecutive ranks of
+// one cluster), each CTA summing 1/split of the outputs; one BF16 rounding. No
+// atomics: bitwise identical from run to run, and a row's sum does not depend on M.
 //
-// The engine's own kernel: grid (split, ceil(N / 64)), clusters of `split` CTAs
-// along x. Other kernels run a CTA of the engine through run_cta() with their own
-// epilogue (the o-projection pushes its rounded outputs into peers' mailboxes).
+// The engine's own kernel: grid (split, blocks), clusters of `split` CTAs along x.
+// Other kernels run a CTA of the engine through run_cta() with their own epilogue
+// (the o-projection pushes its rounded outputs into peers' mailboxes).
 //
 // K permutation: each lane multiplies the 16-byte pieces at columns 32 i + 8 t of W
 // rows g and g + 8 and of token g (dev::mma_bf16_piece). Its W pieces are copied by
@@ -51,9 +54,9 @@ __device__ __forceinline__ int w_piece_slot(int j, int lane) {
   return ((row / 8) * 4 + i) * 32 + (owner ^ (4 * i));
 }
 
-// Where a CTA of the engine sits: its 64-row block of W, its rank among the
-// `split` CTAs of that block (each a K range) and the cluster rank of the first of
-// them (the block's CTAs are cluster ranks base .. base + split - 1).
+// Where a CTA of the engine sits: its block of W (16 kRowTiles rows), its rank
+// among the `split` CTAs of that block (each a K range) and the cluster rank of the
+// first of them (the block's CTAs are cluster ranks base .. base + split - 1).
 struct Slot {
   int64_t block;
   int rank;
@@ -62,7 +65,8 @@ struct Slot {
 };
 
 // One CTA of the engine (every thread of the CTA calls it; kThreads threads;
-// warp_smem_bytes(kTiles) of dynamic shared memory at `smem`).
+// warp_smem_bytes(kTiles, kRowTiles) of dynamic shared memory at `smem`).
+//  - kRowTiles: 16-row tiles of W per CTA, 4 (the wide CTA) or 1 (the narrow one).
 //  - after_wait(): every thread, right after griddepcontrol.wait and the first
 //    activation copies (the weights' are in flight since before the wait).
 //  - epilogue(token, column, v): once per output unit of kCols consecutive columns
@@ -70,45 +74,64 @@ struct Slot {
 //    kCols, token < 8 kTiles), for the first `units` units of the block in
 //    (token, column) order, spread over the block's CTAs. Every CTA of the cluster
 //    passes the same number of cluster barriers, whatever its epilogue does.
-template <int kTiles, int kCols, class AfterWait, class Epilogue>
+template <int kTiles, int kCols, int kRowTiles = kWarpWarps, class AfterWait, class Epilogue>
 __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s, uint8_t* smem, int units,
                                         AfterWait&& after_wait, Epilogue&& epilogue) {
+  static_assert(kRowTiles == kWarpWarps || kRowTiles == 1, "a wide or a narrow CTA");
   constexpr int kTokens = 8 * kTiles;
   constexpr int kXPieces = kTokens * 16;  // 16-byte pieces of one [tokens, 128] x slice
-  static_assert(kWarpCtaRows % kCols == 0, "a unit never straddles a block");
+  constexpr int kCtaRows = 16 * kRowTiles;
+  constexpr int kGroups = kWarpWarps / kRowTiles;  // warps along K, each with its own x ring
+  constexpr int kGroupThreads = 32 * kRowTiles;    // the threads that share one x slice
+  static_assert(kCtaRows % kCols == 0, "a unit never straddles a block");
   uint4* ring_w = reinterpret_cast<uint4*>(smem);               // [stages, warps, 8 pieces, 32 lanes] x 16 B
-  uint4* ring_x = ring_w + kWarpStages * kWarpWarps * kWPieces * 32;  // [stages, 4 i, tokens, 4 t] x 16 B
-  float* partials = reinterpret_cast<float*>(ring_x + kWarpStages * kXPieces);  // [tokens, 64 rows] f32
+  uint4* ring_x = ring_w + kWarpStages * kWarpWarps * kWPieces * 32;  // [groups, stages, 4 i, tokens, 4 t] x 16 B
+  float* partials = reinterpret_cast<float*>(ring_x + kGroups * kWarpStages * kXPieces);  // [groups, tokens, rows]
 
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32;
   const int lane = tid % 32;
   const int g = lane / 4;
   const int t = lane % 4;
+  // Why not warp % kRowTiles and the like: spelled so, the wide CTA's constants
+  // stay constants (a live group index cost its kernels registers and a spill).
+  const int row_tile = kRowTiles == 1 ? 0 : warp;
+  const int group = kGroups == 1 ? 0 : warp;
+  const int gtid = kGroups == 1 ? tid : lane;  // the thread's index among those sharing its x slice
   const int c_begin = static_cast<int>(static_cast<int64_t>(p.chunks) * s.rank / s.split);
-  const int count = static_cast<int>(static_cast<int64_t>(p.chunks) * (s.rank + 1) / s.split) - c_begin;
-  const int64_t cta_row = s.block * kWarpCtaRows;
-  const int64_t tile_row = cta_row + 16 * warp;
-  const bool active = tile_row < p.n;  // the last CTA may hold fewer than 4 tiles
+  const int cta_count = static_cast<int>(static_cast<int64_t>(p.chunks) * (s.rank + 1) / s.split) - c_begin;
+  const int count = warp_group_chunks(cta_count, group, kGroups);  // chunks c_begin + group + kGroups c
+  const int64_t cta_row = s.block * kCtaRows;
+  const int64_t tile_row = cta_row + 16 * row_tile;
+  const bool active = tile_row < p.n;  // the last wide CTA may hold fewer than 4 tiles
 
   const auto* w = static_cast<const __nv_bfloat16*>(p.w);
   const auto* x = static_cast<const __nv_bfloat16*>(p.x);
   const __nv_bfloat16* w_lane = w + (tile_row + lane / 16) * p.k + 8 * (lane % 16);  // copy 0's piece
   uint4* my_ring = ring_w + warp * kWPieces * 32;
+  uint4* group_ring_x = ring_x + group * kWarpStages * kXPieces;
   const uint64_t policy = dev::evict_first_policy();
+  // Why a warp barrier for the narrow CTA: each warp reads only what it copied.
+  auto group_sync = [] {
+    if constexpr (kGroups == 1)
+      __syncthreads();
+    else
+      __syncwarp();
+  };
+  auto column = [&](int c) { return static_cast<int64_t>(c_begin + group + kGroups * c) * kWarpChunkK; };
   auto slot_w = [&](int c) { return my_ring + (c % kWarpStages) * kWarpWarps * kWPieces * 32; };
-  auto slot_x = [&](int c) { return ring_x + (c % kWarpStages) * kXPieces; };
+  auto slot_x = [&](int c) { return group_ring_x + (c % kWarpStages) * kXPieces; };
   auto issue_w = [&](int c) {
     if (!active) return;
-    const int64_t kb = static_cast<int64_t>(c_begin + c) * kWarpChunkK;
+    const int64_t kb = column(c);
     uint4* sl = slot_w(c);
 #pragma unroll
     for (int j = 0; j < kWPieces; ++j) dev::copy16_async(sl + w_piece_slot(j, lane), w_lane + 2 * j * p.k + kb, policy);
   };
   auto issue_x = [&](int c) {  // rows >= m stay zero (set once below)
-    const int64_t kb = static_cast<int64_t>(c_begin + c) * kWarpChunkK;
+    const int64_t kb = column(c);
     uint4* sl = slot_x(c);
-    for (int q = tid; q < p.m * 16; q += kThreads) {
+    for (int q = gtid; q < p.m * 16; q += kGroupThreads) {
       const int token = q / 16;
       const int col16 = q % 16;
       dev::copy16_async(sl + ((col16 / 4) * kTokens + token) * 4 + col16 % 4, x + token * p.k + kb + 8 * col16);
@@ -122,8 +145,8 @@ __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s
     if (c < count) issue_w(c);
     dev::copy_commit();
   }
-  for (int q = tid; q < kWarpStages * kXPieces; q += kThreads)
-    if ((q % kXPieces) / 4 % kTokens >= p.m) ring_x[q] = make_uint4(0, 0, 0, 0);
+  for (int q = gtid; q < kWarpStages * kXPieces; q += kGroupThreads)
+    if ((q % kXPieces) / 4 % kTokens >= p.m) group_ring_x[q] = make_uint4(0, 0, 0, 0);
   dev::pdl_wait();
   for (int c = 0; c < kWarpStages - 1 && c < count; ++c) issue_x(c);
   dev::copy_commit();
@@ -134,7 +157,7 @@ __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s
   for (int c = 0; c < count; ++c) {
     // Why: the refill goes out before the wait, so all 4 stages are in flight while
     // this warp waits for chunk c. Its slot, (c - 1) % 4, was read in iteration c - 1.
-    __syncthreads();
+    group_sync();
     if (c + kWarpStages - 1 < count) {
       issue_w(c + kWarpStages - 1);
       issue_x(c + kWarpStages - 1);
@@ -149,7 +172,7 @@ __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s
       dev::copy_wait<2>();
     else
       dev::copy_wait<3>();
-    __syncthreads();  // chunk c's x, copied by other threads, is visible
+    group_sync();  // chunk c's x, copied by other threads, is visible
     const uint4* sw = slot_w(c);
     const uint4* sx = slot_x(c);
     uint4 ws[2][4];  // rows g, g + 8; columns 32 i + 8 t
@@ -167,18 +190,30 @@ __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s
   dev::copy_wait<0>();
 
   // acc[j]: rows g (0, 1) and g + 8 (2, 3) of this warp's tile, tokens 8 j + 2 t (+1).
+  float* my_partials = partials + group * kTokens * kCtaRows;
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
     const int tok = 8 * j + 2 * t;
-    const int row = 16 * warp + g;
-    partials[tok * kWarpCtaRows + row] = acc[j][0];
-    partials[(tok + 1) * kWarpCtaRows + row] = acc[j][1];
-    partials[tok * kWarpCtaRows + row + 8] = acc[j][2];
-    partials[(tok + 1) * kWarpCtaRows + row + 8] = acc[j][3];
+    const int row = 16 * row_tile + g;
+    my_partials[tok * kCtaRows + row] = acc[j][0];
+    my_partials[(tok + 1) * kCtaRows + row] = acc[j][1];
+    my_partials[tok * kCtaRows + row + 8] = acc[j][2];
+    my_partials[(tok + 1) * kCtaRows + row + 8] = acc[j][3];
+  }
+  if constexpr (kGroups > 1) {
+    // The narrow CTA's four sums, added in warp order into group 0's partials (each
+    // thread reads and writes its own elements).
+    __syncthreads();
+    for (int e = tid; e < kTokens * kCtaRows; e += kThreads) {
+      float sum = partials[e];
+#pragma unroll
+      for (int q = 1; q < kGroups; ++q) sum += partials[q * kTokens * kCtaRows + e];
+      partials[e] = sum;
+    }
   }
   // Each CTA sums its 1/split of the units over ranks 0, 1, ..., split-1 in that
   // order (reading its peers' partials through distributed shared memory); unit u
-  // is elements u·kCols .. u·kCols + kCols - 1 of [tokens, 64 rows], consecutive
+  // is elements u·kCols .. u·kCols + kCols - 1 of [tokens, CTA rows], consecutive
   // threads taking consecutive units.
   const int u_begin = static_cast<int>(static_cast<int64_t>(units) * s.rank / s.split);
   const int u_end = static_cast<int>(static_cast<int64_t>(units) * (s.rank + 1) / s.split);
@@ -188,7 +223,7 @@ __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s
       float v[kCols];
 #pragma unroll
       for (int c = 0; c < kCols; ++c) v[c] = partials[u * kCols + c];
-      epilogue((u * kCols) / kWarpCtaRows, cta_row + (u * kCols) % kWarpCtaRows, v);
+      epilogue((u * kCols) / kCtaRows, cta_row + (u * kCols) % kCtaRows, v);
     }
     return;
   }
@@ -212,7 +247,7 @@ __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s
       // can issue only once every peer's value of it has returned.
       partials[e] = sum;
     }
-    epilogue((u * kCols) / kWarpCtaRows, cta_row + (u * kCols) % kWarpCtaRows, v);
+    epilogue((u * kCols) / kCtaRows, cta_row + (u * kCols) % kCtaRows, v);
   }
   // Why: a CTA's shared memory must stay alive until every peer has read it. Why a
   // relaxed arrival: a release one waits for the thread's outstanding global
@@ -223,7 +258,7 @@ __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s
   cuda::ptx::barrier_cluster_wait();
 }
 
-template <int kTiles>
+template <int kTiles, int kRowTiles>
 __global__ void __launch_bounds__(kThreads) warp_splitk_kernel(const WarpSplitKParams p) {
   extern __shared__ __align__(16) uint8_t smem[];
   // Why: the next kernel in the stream may launch as soon as every CTA of this one
@@ -233,8 +268,8 @@ __global__ void __launch_bounds__(kThreads) warp_splitk_kernel(const WarpSplitKP
   dev::pdl_launch_dependents();
   const Slot s{static_cast<int64_t>(blockIdx.y), static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x), 0};
   auto* out = static_cast<__nv_bfloat16*>(p.out);
-  run_cta<kTiles, 1>(
-      p, s, smem, 8 * kTiles * kWarpCtaRows, [] {},
+  run_cta<kTiles, 1, kRowTiles>(
+      p, s, smem, 8 * kTiles * 16 * kRowTiles, [] {},
       [&](int tok, int64_t col, const float (&v)[1]) {  // consecutive threads, consecutive columns
         if (tok < p.m && col < p.n) out[tok * p.out_stride + col] = __float2bfloat16_rn(v[0]);
       });

@@ -220,11 +220,13 @@ class PreparedOproj::Impl {
   // this weight, and the producer is that engine with another epilogue (its split
   // 3 ran TP 2's 7168 x 6144 in 23.8 us, the rule's split 2 in 28.1). The decision
   // is the team's (gemm_agreement), so every rank runs the same split and kind.
-  // Else the rule's split among the powers of two (the fused kind's clusters of 8
-  // need a divisor).
+  // Else (not the engine, or its narrow CTAs: the producer's CTA is the wide one)
+  // the rule's split among the powers of two (the fused kind's clusters of 8 need
+  // a divisor).
   int producer_split(int m, int sms) const {
     const DecodeGemm& g = *ranks_[0].gemm;
-    if (g.prepared(m) && g.decision(m).path == GemmPath::kWarpSplitK) return g.decision(m).split;
+    if (g.prepared(m) && g.decision(m).path == GemmPath::kWarpSplitK && g.decision(m).sub_tiles == kWarpWarps)
+      return g.decision(m).split;
     return choose_tactic(limits_.hidden, limits_.k, std::min(m, kWarpCandidateMaxRows), sms, true).split;
   }
 

@@ -13,6 +13,7 @@
 
 #include "core/bf16.hpp"
 #include "gemm/gemm_tactic.hpp"
+#include "gemm/warp_splitk_launch.hpp"
 #include "reference/gemm.hpp"
 #include "gemm/wgmma_plan.hpp"
 #include "tpdecode/error.hpp"
@@ -60,6 +61,51 @@ TEST(GemmRules, SeveralCtasFitOnAnSm) {
   EXPECT_EQ(warp_ctas_per_sm(8), 1);
   EXPECT_THROW(choose_tactic(2112, 7168, kWarpCandidateMaxRows + 1, kH200Sms), InvalidArgument);
   EXPECT_EQ(rule_decision(2112, 7168, kWarpCandidateMaxRows + 1, kH200Sms, {true}).path, GemmPath::kCublas);
+  // The narrow CTA: the same W ring, an x ring per warp; two per SM at 8 rows (room
+  // for the next kernel's CTA beside each), one at 16.
+  EXPECT_EQ(warp_smem_bytes(1, 1), 4 * 4 * 4096 + 4 * 4 * 8 * 256 + 4 * 8 * 16 * 4);
+  EXPECT_EQ(warp_ctas_per_sm(1, 1), 2);
+  EXPECT_EQ(warp_ctas_per_sm(2, 1), 1);
+  EXPECT_EQ(warp_smem_bytes(1), warp_smem_bytes(1, kWarpWarps));
+}
+
+TEST(GemmRules, NarrowCtasUpTo16Rows) {
+  EXPECT_TRUE(warp_row_tiles_ok(kWarpWarps, 64));
+  EXPECT_TRUE(warp_row_tiles_ok(1, 1));
+  EXPECT_TRUE(warp_row_tiles_ok(1, kWarpNarrowMaxRows));
+  EXPECT_FALSE(warp_row_tiles_ok(1, kWarpNarrowMaxRows + 1));
+  EXPECT_FALSE(warp_row_tiles_ok(2, 8));
+  EXPECT_FALSE(warp_row_tiles_ok(0, 8));
+  const GemmTactic t = warp_launch_tactic(2112, 7168, 8, 1, 1);
+  EXPECT_EQ(t.blocks, 132);
+  EXPECT_EQ(t.ctas, 132);
+  EXPECT_EQ(t.describe(), "132 blocks of 16 rows x split 1, 1 token tile");
+  EXPECT_EQ(warp_launch_tactic(2112, 7168, 8, 2).blocks, 33);
+  EXPECT_THROW(warp_launch_tactic(2112, 7168, 17, 1, 1), InvalidArgument);
+  const GemmEngines warp{true};
+  EXPECT_TRUE(engine_decision_legal(warp_decision(3, 1), 2112, 7168, 16, kH200Sms, warp));
+  EXPECT_FALSE(engine_decision_legal(warp_decision(3, 1), 2112, 7168, 17, kH200Sms, warp));
+  EXPECT_FALSE(engine_decision_legal(warp_decision(3, 0), 2112, 7168, 8, kH200Sms, warp));
+  // The grid's y limit: 65535 blocks of 16 rows.
+  EXPECT_TRUE(engine_decision_legal(warp_decision(1, 1), 16 * 65535, 128, 8, kH200Sms, warp));
+  EXPECT_FALSE(engine_decision_legal(warp_decision(1, 1), 16 * 65536, 128, 8, kH200Sms, warp));
+  EXPECT_EQ(describe(warp_decision(2, 1)), "warp split 2, 16-row CTAs");
+  EXPECT_EQ(describe(warp_decision(2)), "warp split 2");
+  EXPECT_FALSE(warp_decision(2, 1).same_path(warp_decision(2)));
+}
+
+TEST(GemmRules, NarrowCtaWarpsTakeEveryChunkOnce) {
+  for (int groups : {1, 4})
+    for (int chunks = 0; chunks <= 70; ++chunks) {
+      std::vector<int> seen(static_cast<std::size_t>(chunks), 0);
+      for (int g = 0; g < groups; ++g)
+        for (int c = 0; c < warp_group_chunks(chunks, g, groups); ++c) {
+          const int chunk = g + groups * c;
+          ASSERT_LT(chunk, chunks) << groups << " groups, " << chunks << " chunks";
+          ++seen[static_cast<std::size_t>(chunk)];
+        }
+      for (int v : seen) EXPECT_EQ(v, 1) << groups << " groups, " << chunks << " chunks";
+    }
 }
 
 TEST(GemmRules, TacticOnReferenceShapes) {
@@ -212,12 +258,13 @@ TEST(GemmRules, CandidatesAreLegalAndEndWithCublas) {
       EXPECT_TRUE(engine_decision_legal(d, n, k, m, kH200Sms, engines)) << describe(d) << " " << n << "x" << k;
       warps += d.path == GemmPath::kWarpSplitK;
     }
-    // Every split up to 8 that leaves each cluster rank two chunks, odd ones too.
+    // Every split up to 8 that leaves each cluster rank two chunks, odd ones too, for
+    // each CTA shape (the narrow one up to 16 rows).
     const int64_t chunks = k / kWarpChunkK;
     const int splits = engines.warp && m <= kWarpCandidateMaxRows
                            ? static_cast<int>(std::min<int64_t>(kWarpMaxSplit, std::max<int64_t>(1, chunks / 2)))
                            : 0;
-    EXPECT_EQ(warps, splits) << n << "x" << k << " M " << m;
+    EXPECT_EQ(warps, splits * (m <= kWarpNarrowMaxRows ? 2 : 1)) << n << "x" << k << " M " << m;
     EXPECT_TRUE(engine_decision_legal(rule_decision(n, k, m, kH200Sms, engines), n, k, m, kH200Sms, engines));
   }
   // No engine: cuBLAS alone.

@@ -26,8 +26,9 @@ std::vector<int> row_counts() {
 }
 
 // The engine decisions checked for (shape, m): the warp engine at the rule's split
-// (its split for 32 rows above 32) and at another legal split, and two of the wgmma engine's
-// tactics (different ones from M to M, so that every tactic meets every token tile).
+// (its split for 32 rows above 32) and at another legal split, its narrow CTAs (up to
+// 16 rows) at a third, and two of the wgmma engine's tactics (different ones from M
+// to M, so that every tactic meets every token tile).
 std::vector<GemmDecision> engine_decisions(int64_t n, int64_t k, int m) {
   std::vector<GemmDecision> out;
   if (warp_eligible(n, k) && m <= kWarpMaxRows) {
@@ -38,6 +39,8 @@ std::vector<GemmDecision> engine_decisions(int64_t n, int64_t k, int m) {
     const int other = legal[static_cast<std::size_t>(m + n / 16) % legal.size()];
     out.push_back(warp_decision(rule));
     if (other != rule) out.push_back(warp_decision(other));
+    if (warp_row_tiles_ok(1, m))
+      out.push_back(warp_decision(legal[static_cast<std::size_t>(3 * m + n / 64) % legal.size()], 1));
   }
   const std::vector<GemmDecision> tactics = wgmma_candidates(n, k, m);
   if (!tactics.empty()) {
@@ -104,11 +107,12 @@ TEST(DecodeGemm, EdgeShapesEverySplit) {
     Problem p(s.n, s.k, rng);
     DecodeGemm gemm(p.weight(), nullptr, private_tuner(false));
     for (int split = 1; split <= kWarpMaxSplit; ++split)
-      for (int m : {1, 8, 13, 32}) {
-        if (!warp_split_ok(s.k, split)) continue;
-        gemm.force(m, warp_decision(split));
-        check_rows(p, gemm, cublas, m, 3);
-      }
+      for (int m : {1, 8, 13, 32})
+        for (int row_tiles : {kWarpWarps, 1}) {
+          if (!warp_split_ok(s.k, split) || !warp_row_tiles_ok(row_tiles, m)) continue;
+          gemm.force(m, warp_decision(split, row_tiles));
+          check_rows(p, gemm, cublas, m, 3);
+        }
   }
 }
 
@@ -119,11 +123,14 @@ TEST(DecodeGemm, EveryWarpSplitAgrees) {
   CublasContext cublas;
   DecodeGemm gemm(p.weight(), nullptr, private_tuner(false));
   for (int split = 1; split <= kWarpMaxSplit; ++split)
-    for (int m : {1, 13, 32}) {
-      gemm.force(m, warp_decision(split));
-      ASSERT_EQ(gemm.decision(m).split, split);
-      check_rows(p, gemm, cublas, m, 2);
-    }
+    for (int m : {1, 13, 32})
+      for (int row_tiles : {kWarpWarps, 1}) {
+        if (!warp_row_tiles_ok(row_tiles, m)) continue;
+        gemm.force(m, warp_decision(split, row_tiles));
+        ASSERT_EQ(gemm.decision(m).split, split);
+        ASSERT_EQ(gemm.decision(m).sub_tiles, row_tiles);
+        check_rows(p, gemm, cublas, m, 2);
+      }
 }
 
 // A cuBLASLt decision runs cuBLASLt, correctly, at every row count of its bucket,
@@ -206,6 +213,7 @@ TEST(DecodeGemm, GraphCaptureAndReplay) {
   TPD_REQUIRE_GPU();
   std::mt19937_64 rng(test::fresh_seed());
   capture_and_replay(warp_decision(4), 8, rng);
+  capture_and_replay(warp_decision(3, 1), 8, rng);
   capture_and_replay(wgmma_decision(3, 1, 11), 8, rng);
   capture_and_replay(wgmma_decision(2, 1, 4), 40, rng);
 }
@@ -220,7 +228,8 @@ TEST(DecodeGemm, PdlChainsBackToBack) {
   constexpr int64_t kDim = 4096;
   const std::vector<GemmDecision> links = {warp_decision(4),         wgmma_decision(2, 1, 11), warp_decision(8),
                                            wgmma_decision(4, 2, 6), warp_decision(1),         cublas_decision(),
-                                           wgmma_decision(1, 4, 6), warp_decision(5)};
+                                           wgmma_decision(1, 4, 6), warp_decision(5),         warp_decision(2, 1),
+                                           warp_decision(1, 1)};
   const int m = 7;
   std::vector<DeviceBuffer> weights;
   std::vector<std::unique_ptr<DecodeGemm>> gemms;
