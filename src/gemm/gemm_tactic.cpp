@@ -35,6 +35,10 @@ constexpr int kTableSms = 132;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// A CTA shape of `row_tiles` 16-row tiles runs N rows in at most 65535 blocks (the
+// grid's y limit).
+bool warp_blocks_fit(int64_t n, int row_tiles) { return ceil_div(n, 16 * int64_t{row_tiles}) <= 65535; }
+
 // Why: a cluster rank with fewer than two chunks would add a reduction step for
 // almost no stream.
 bool split_legal(int64_t k, int split) { return split == 1 || k / kWarpChunkK >= 2 * static_cast<int64_t>(split); }
@@ -76,7 +80,7 @@ bool warp_eligible(int64_t n, int64_t k) {
 
 bool warp_weight_ok(const TensorView& weight) {
   return weight.data != nullptr && weight.dtype == DType::kBF16 && weight.contiguous() && weight.aligned(16) &&
-         warp_eligible(weight.rows, weight.cols) && (weight.rows + kWarpCtaRows - 1) / kWarpCtaRows <= 65535;
+         warp_eligible(weight.rows, weight.cols) && warp_blocks_fit(weight.rows, kWarpWarps);
 }
 
 int warp_token_tiles(int m) {
@@ -282,7 +286,7 @@ std::vector<GemmDecision> engine_candidates(int64_t n, int64_t k, int m, GemmEng
   std::vector<GemmDecision> out;
   if (engines.warp && warp_eligible(n, k) && m <= kWarpCandidateMaxRows)
     for (int row_tiles : {kWarpWarps, 1})
-      if (warp_row_tiles_ok(row_tiles, m) && ceil_div(n, 16 * row_tiles) <= 65535)
+      if (warp_row_tiles_ok(row_tiles, m) && warp_blocks_fit(n, row_tiles))
         for (int split = 1; split <= kWarpMaxSplit; ++split)
           if (warp_split_ok(k, split)) out.push_back(warp_decision(split, row_tiles));
   if (engines.wgmma)
@@ -307,7 +311,7 @@ bool engine_decision_legal(const GemmDecision& d, int64_t n, int64_t k, int m, i
     case GemmPath::kCublasLt: return true;
     case GemmPath::kWarpSplitK:
       return engines.warp && warp_eligible(n, k) && m <= kWarpMaxRows && warp_split_ok(k, d.split) &&
-             warp_row_tiles_ok(d.sub_tiles, m) && ceil_div(n, 16 * int64_t{d.sub_tiles}) <= 65535;
+             warp_row_tiles_ok(d.sub_tiles, m) && warp_blocks_fit(n, d.sub_tiles);
     case GemmPath::kWgmma: {
       const int tokens = wgmma::token_tile(m);
       const int64_t blocks = (n + 64 * int64_t{d.sub_tiles} - 1) / (64 * std::max<int64_t>(1, d.sub_tiles));
