@@ -87,6 +87,10 @@ def main():
                                                                 residual_out=given[2]),
             "fused_add_rms_norm, static FP8": lambda: comm.fused_add_rms_norm(x, residual, weight, 1e-6, quant=scale),
             "fused_add_rms_norm, group FP8": lambda: comm.fused_add_rms_norm(x, residual, weight, 1e-6, quant="group"),
+            # torch's own ops on the same tensors: the floor of an eager op that returns
+            # a new tensor (one allocation, one launch), and of one without allocation.
+            "torch.add (torch's op, new output)": lambda: torch.add(x, residual),
+            "Tensor.copy_ (torch's op, out given)": lambda: given[0].copy_(x),
         }
         steps = {  # nothing launched
             "torch.empty_like": lambda: torch.empty_like(x),

@@ -54,7 +54,11 @@ Gpu require_gpu(const char* command) {
 
 std::string tactic_of(const GemmDecision& d, int64_t n, int64_t k, int m) {
   switch (d.path) {
-    case GemmPath::kWarpSplitK: return fmt::format("warp {}", warp_launch_tactic(n, k, m, d.split, d.sub_tiles).describe());
+    case GemmPath::kWarpSplitK: {
+      const int rows = warp_launch_rows(d.sub_tiles, m);
+      const std::string launches = rows < m ? fmt::format(", {} launches", (m + rows - 1) / rows) : "";
+      return fmt::format("warp {}{}", warp_launch_tactic(n, k, rows, d.split, d.sub_tiles).describe(), launches);
+    }
     case GemmPath::kWgmma: return describe(d);
     case GemmPath::kCublasLt: return fmt::format("cublaslt {}", CublasContext::describe_lt(d.lt_algo));
     case GemmPath::kCublas: break;

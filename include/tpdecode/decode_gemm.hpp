@@ -102,10 +102,11 @@ class DecodeGemm {
   // change the bits). `rows` (1 .. kGemmMaxRows; read when on) only says which
   // engine: the row count the caller's calls mostly have (invariant_decision: the
   // warp engine where the static rule prefers it at that many rows, which it never
-  // does above 16, or where the wgmma engine does not take the weight; else the
-  // wgmma engine). Decode-sized calls run as fast as the default on the warp
-  // engine, which is 1.5-3 x slower than the default at 32-64 rows
-  // (docs/performance.md). Another hint decides again, so a row's bits may change
+  // does above 16, or where the wgmma engine does not take the weight; at most 8
+  // rows, its narrow CTA where few 64-row blocks would leave SMs idle, running
+  // calls above 16 rows as launches of 16; else the wgmma engine). Decode-sized
+  // calls run as fast as the default on the warp engine, which is 1.5-3 x slower
+  // than the default at 32-64 rows (docs/performance.md). Another hint decides again, so a row's bits may change
   // between hints, never between calls. No tuning. Prepares every bucket now (host
   // only, never under capture; InvalidArgument where neither engine takes the
   // weight; on any error the mode is off); set_sharing prepares them again.

@@ -50,15 +50,20 @@ void launch_path(const GemmDecision& d, const TensorView& weight, const TensorVi
   const int m = static_cast<int>(x.rows);
   switch (d.path) {
     case GemmPath::kWarpSplitK: {
-      const WarpSplitKParams p{.w = weight.data,
-                               .x = x.data,
-                               .out = out.data,
-                               .m = m,
-                               .chunks = static_cast<int>(weight.cols / kWarpChunkK),
-                               .n = weight.rows,
-                               .k = weight.cols,
-                               .out_stride = out.row_stride};
-      launch_warp_splitk(p, warp_launch_tactic(weight.rows, weight.cols, m, d.split, d.sub_tiles), pdl, stream);
+      // x is contiguous (engine_activations_ok): rows [first, first + rows) start at first * K.
+      const int per_launch = warp_launch_rows(d.sub_tiles, m);
+      for (int first = 0; first < m; first += per_launch) {
+        const int rows = std::min(per_launch, m - first);
+        const WarpSplitKParams p{.w = weight.data,
+                                 .x = static_cast<const uint16_t*>(x.data) + first * weight.cols,
+                                 .out = static_cast<uint16_t*>(out.data) + first * out.row_stride,
+                                 .m = rows,
+                                 .chunks = static_cast<int>(weight.cols / kWarpChunkK),
+                                 .n = weight.rows,
+                                 .k = weight.cols,
+                                 .out_stride = out.row_stride};
+        launch_warp_splitk(p, warp_launch_tactic(weight.rows, weight.cols, rows, d.split, d.sub_tiles), pdl, stream);
+      }
       return;
     }
     case GemmPath::kWgmma: {

@@ -43,8 +43,8 @@ bool warp_blocks_fit(int64_t n, int row_tiles) { return ceil_div(n, 16 * int64_t
 // almost no stream.
 bool split_legal(int64_t k, int split) { return split == 1 || k / kWarpChunkK >= 2 * static_cast<int64_t>(split); }
 
-int64_t resident_clusters(int token_tiles, int split, int sms) {
-  const int per_sm = warp_ctas_per_sm(token_tiles);
+// Clusters of `split` CTAs resident at once where an SM holds `per_sm` of them.
+int64_t resident_clusters(int per_sm, int split, int sms) {
   const auto& table = per_sm >= 3 ? kResidentAt3PerSm : kResidentAt2PerSm;
   return std::max<int64_t>(1, int64_t{table[static_cast<std::size_t>(split - 1)]} * sms / kTableSms);
 }
@@ -53,7 +53,7 @@ GemmTactic model(int64_t n, int64_t k, int m, int sms, int split) {
   GemmTactic t = warp_launch_tactic(n, k, m, split);
   // Rounds of resident clusters; in each, HBM is shared by its CTAs, each streaming
   // at most kCtaBytesPerUs.
-  const int64_t resident = resident_clusters(t.token_tiles, split, sms);
+  const int64_t resident = resident_clusters(warp_ctas_per_sm(t.token_tiles), split, sms);
   const double cta_rate = kCtaBytesPerUs * (t.token_tiles == 1 ? 1.0 : kTwoTileRate);
   double us = kLaunchUs;
   for (int64_t left = t.blocks; left > 0;) {
@@ -102,6 +102,19 @@ int warp_ctas_per_sm(int token_tiles, int row_tiles) {
 
 bool warp_row_tiles_ok(int row_tiles, int m) {
   return row_tiles == kWarpWarps || (row_tiles == 1 && m <= kWarpNarrowMaxRows);
+}
+
+int warp_launch_rows(int row_tiles, int m) { return row_tiles == 1 ? std::min(m, kWarpNarrowMaxRows) : m; }
+
+int narrow_invariant_split(int64_t n, int64_t k, int sms, bool powers_of_two) {
+  const int64_t blocks = ceil_div(n, 16);
+  const int per_sm = warp_ctas_per_sm(1, 1);
+  int best = 0;
+  for (int split = 1; split <= kWarpMaxSplit && split_legal(k, split); ++split) {
+    if (powers_of_two && !warp_split_for_shared_gpu(split)) continue;
+    if (blocks <= resident_clusters(per_sm, split, sms) && blocks * split >= sms) best = split;
+  }
+  return best;
 }
 
 GemmTactic warp_launch_tactic(int64_t n, int64_t k, int m, int split, int row_tiles) {
@@ -275,9 +288,10 @@ GemmDecision invariant_decision(int64_t n, int64_t k, int m, int sms, GemmEngine
   // docs/performance.md). The ring does not change the bits.
   const int tokens = wgmma::token_tile(m);
   const int budget = tokens == 64 ? kWgmmaFullBudget : kWgmmaHalfBudget;
-  GemmDecision d = warp && (t.engine_preferred || !wgmma)
-                       ? warp_decision(t.split)
-                       : wgmma_decision(invariant_split(n, k, sms, shared_gpu), 1, wgmma::stages_within(1, tokens, budget));
+  const int narrow = warp && !t.engine_preferred && rows <= 8 ? narrow_invariant_split(n, k, sms, shared_gpu) : 0;
+  GemmDecision d = narrow > 0                   ? warp_decision(narrow, 1)
+                   : warp && (t.engine_preferred || !wgmma) ? warp_decision(t.split)
+                   : wgmma_decision(invariant_split(n, k, sms, shared_gpu), 1, wgmma::stages_within(1, tokens, budget));
   d.source = GemmSource::kRule;
   return d;
 }
@@ -310,8 +324,10 @@ bool engine_decision_legal(const GemmDecision& d, int64_t n, int64_t k, int m, i
     case GemmPath::kCublas:
     case GemmPath::kCublasLt: return true;
     case GemmPath::kWarpSplitK:
+      // Why any row count for the narrow CTA: it runs them as launches of at most
+      // kWarpNarrowMaxRows rows (warp_launch_rows).
       return engines.warp && warp_eligible(n, k) && m <= kWarpMaxRows && warp_split_ok(k, d.split) &&
-             warp_row_tiles_ok(d.sub_tiles, m) && warp_blocks_fit(n, d.sub_tiles);
+             warp_row_tiles_ok(d.sub_tiles, warp_launch_rows(d.sub_tiles, m)) && warp_blocks_fit(n, d.sub_tiles);
     case GemmPath::kWgmma: {
       const int tokens = wgmma::token_tile(m);
       const int64_t blocks = (n + 64 * int64_t{d.sub_tiles} - 1) / (64 * std::max<int64_t>(1, d.sub_tiles));

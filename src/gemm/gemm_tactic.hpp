@@ -72,6 +72,11 @@ int warp_ctas_per_sm(int token_tiles, int row_tiles = kWarpWarps);
 // The CTA shapes of a warp decision (GemmDecision::sub_tiles): 4 or 1 row tiles,
 // the narrow one up to kWarpNarrowMaxRows rows.
 bool warp_row_tiles_ok(int row_tiles, int m);
+// Rows one launch of a warp decision takes at m rows: all of them for the wide CTA;
+// at most kWarpNarrowMaxRows for the narrow one, which runs more as consecutive
+// launches of that many (a row's sum does not depend on the launch it is in, so
+// batch-invariant mode runs a narrow decision at every row count).
+int warp_launch_rows(int row_tiles, int m);
 
 // The rule. For each legal split s (1..8, or the powers of two only) it models the
 // ceil(N / 64) clusters running in rounds of R(s) resident clusters (measured per
@@ -125,10 +130,21 @@ std::vector<GemmDecision> wgmma_candidates(int64_t n, int64_t k, int m);
 // GPU and `rows`, the row count the calls mostly have (1..kGemmMaxRows). The warp
 // engine where the static rule prefers it at `rows` rows (at the rule's split for
 // them; never above 16 rows), or where the wgmma engine does not take the weight:
-// it runs decode-sized calls as fast as the default. Else the wgmma engine at
-// invariant_split, 64-row tiles and the half-SM ring (the full one at 64 tokens).
+// it runs decode-sized calls as fast as the default. Where the rule does not prefer
+// it and `rows` <= 8, the narrow CTA at narrow_invariant_split if there is one: few
+// 64-row blocks leave the wide CTA's clusters short of the SMs (TP 8's 896 x 35840:
+// narrow split 4 17.3 us at M 1 against cuBLAS's 20.6 and the wgmma engine's 22.8;
+// docs/performance.md); its calls above 16 rows run as launches of 16. Else the
+// wgmma engine at invariant_split, 64-row tiles and the half-SM ring (the full one
+// at 64 tokens).
 GemmDecision invariant_decision(int64_t n, int64_t k, int m, int sms, GemmEngines engines, bool shared_gpu,
                                 int rows);
+// The narrow CTA's split in batch-invariant mode: the largest legal split (powers of
+// two where ranks share the GPU) at which all ceil(N / 16) clusters are resident at
+// once at one token tile (two CTAs per SM) and fill every SM; 0 where none does.
+// Why one wave: past it a second, mostly empty round of clusters follows (896 x
+// 35840 at M 1: split 4 17.3 us, split 5 23.6).
+int narrow_invariant_split(int64_t n, int64_t k, int sms, bool powers_of_two = false);
 // The wgmma engine's invariant split: the fewest CTAs per cluster whose 64-row
 // blocks times the split fill the SMs, at most 8 and legal for K (powers of two
 // only where ranks share the GPU).

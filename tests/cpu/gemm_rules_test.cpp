@@ -82,9 +82,17 @@ TEST(GemmRules, NarrowCtasUpTo16Rows) {
   EXPECT_EQ(t.describe(), "132 blocks of 16 rows x split 1, 1 token tile");
   EXPECT_EQ(warp_launch_tactic(2112, 7168, 8, 2).blocks, 33);
   EXPECT_THROW(warp_launch_tactic(2112, 7168, 17, 1, 1), InvalidArgument);
+  // A narrow decision runs more rows as launches of 16; the wide one in one launch.
+  EXPECT_EQ(warp_launch_rows(1, 8), 8);
+  EXPECT_EQ(warp_launch_rows(1, 16), 16);
+  EXPECT_EQ(warp_launch_rows(1, 17), 16);
+  EXPECT_EQ(warp_launch_rows(1, 64), 16);
+  EXPECT_EQ(warp_launch_rows(kWarpWarps, 64), 64);
   const GemmEngines warp{true};
   EXPECT_TRUE(engine_decision_legal(warp_decision(3, 1), 2112, 7168, 16, kH200Sms, warp));
-  EXPECT_FALSE(engine_decision_legal(warp_decision(3, 1), 2112, 7168, 17, kH200Sms, warp));
+  EXPECT_TRUE(engine_decision_legal(warp_decision(3, 1), 2112, 7168, 17, kH200Sms, warp));  // launches of 16
+  EXPECT_TRUE(engine_decision_legal(warp_decision(3, 1), 2112, 7168, 64, kH200Sms, warp));
+  EXPECT_FALSE(engine_decision_legal(warp_decision(3, 2), 2112, 7168, 8, kH200Sms, warp));
   EXPECT_FALSE(engine_decision_legal(warp_decision(3, 0), 2112, 7168, 8, kH200Sms, warp));
   // The grid's y limit: 65535 blocks of 16 rows.
   EXPECT_TRUE(engine_decision_legal(warp_decision(1, 1), 16 * 65535, 128, 8, kH200Sms, warp));
@@ -420,12 +428,22 @@ TEST(GemmRules, InvariantDecisionsKeepOneEngineAndSplit) {
   EXPECT_EQ(invariant_split(1000, 640, kH200Sms), 5);   // 10 chunks: two per CTA at most 5
   EXPECT_EQ(invariant_split(1000, 640, kH200Sms, true), 4);
   EXPECT_EQ(invariant_split(896, 35840, kH200Sms), 8);  // 14 blocks: the largest split
+  // The narrow CTA's: its 16-row clusters resident at once (two CTAs per SM) and
+  // filling the SMs.
+  EXPECT_EQ(narrow_invariant_split(896, 35840, kH200Sms), 4);  // 56 clusters of 4: 62 fit, of 5: 47
+  EXPECT_EQ(narrow_invariant_split(896, 35840, kH200Sms, true), 4);
+  EXPECT_EQ(narrow_invariant_split(2112, 7168, kH200Sms), 2);  // 132 clusters of 2 fit, of 3 79
+  EXPECT_EQ(narrow_invariant_split(1536, 7168, kH200Sms), 2);
+  EXPECT_EQ(narrow_invariant_split(4608, 7168, kH200Sms), 0);  // 288 blocks: more than one wave at split 1
+  EXPECT_EQ(narrow_invariant_split(512, 1024, kH200Sms), 0);   // 32 blocks x at most 4 leave SMs idle
+  EXPECT_EQ(narrow_invariant_split(896, 35840, 66), 2);        // half the SMs: half the clusters fit
   struct Case {
     int64_t n, k;
     GemmEngines engines;
     bool shared;
     int rows;
     GemmPath path;
+    int row_tiles = kWarpWarps;  // of a warp decision
   };
   const std::vector<Case> cases = {
       {2112, 7168, {true, true}, false, 8, GemmPath::kWarpSplitK},  // fused_qkv_a: the rule's warp split 8
@@ -434,9 +452,12 @@ TEST(GemmRules, InvariantDecisionsKeepOneEngineAndSplit) {
       {2112, 7168, {true, true}, false, 64, GemmPath::kWgmma},
       {7168, 2304, {true, true}, false, 8, GemmPath::kWarpSplitK},
       {7168, 2304, {true, true}, true, 8, GemmPath::kWarpSplitK},
-      {896, 35840, {true, true}, false, 8, GemmPath::kWgmma},       // the rule prefers cuBLAS
-      {896, 35840, {true, false}, false, 8, GemmPath::kWarpSplitK},  // no wgmma: the warp engine all the same
-      {896, 35840, {true, false}, false, 64, GemmPath::kWarpSplitK},
+      {896, 35840, {true, true}, false, 8, GemmPath::kWarpSplitK, 1},  // the rule prefers cuBLAS: narrow CTAs
+      {896, 35840, {true, true}, true, 1, GemmPath::kWarpSplitK, 1},
+      {896, 35840, {true, true}, false, 9, GemmPath::kWgmma},          // 2 token tiles: one narrow CTA per SM
+      {896, 35840, {true, false}, false, 8, GemmPath::kWarpSplitK, 1},
+      {896, 35840, {true, false}, false, 64, GemmPath::kWarpSplitK},   // no wgmma: the wide CTA all the same
+      {4608, 7168, {true, true}, false, 64, GemmPath::kWgmma},
       {2112, 7168, {false, true}, false, 8, GemmPath::kWgmma},
       {1000, 640, {false, true}, false, 8, GemmPath::kWgmma},       // N % 16: not the warp engine's
       {1000, 640, {false, true}, true, 8, GemmPath::kWgmma},
@@ -445,15 +466,21 @@ TEST(GemmRules, InvariantDecisionsKeepOneEngineAndSplit) {
     SCOPED_TRACE(testing::Message() << c.n << "x" << c.k << (c.shared ? " shared" : "") << " for " << c.rows);
     const GemmDecision first = invariant_decision(c.n, c.k, 1, kH200Sms, c.engines, c.shared, c.rows);
     EXPECT_EQ(first.path, c.path);
-    if (c.path == GemmPath::kWarpSplitK)
-      EXPECT_EQ(first.split, choose_tactic(c.n, c.k, std::min(c.rows, kWarpCandidateMaxRows), kH200Sms, c.shared).split);
-    else
+    if (c.path == GemmPath::kWarpSplitK) {
+      EXPECT_EQ(int{first.sub_tiles}, c.row_tiles);
+      EXPECT_EQ(first.split, c.row_tiles == 1 ? narrow_invariant_split(c.n, c.k, kH200Sms, c.shared)
+                                              : choose_tactic(c.n, c.k, std::min(c.rows, kWarpCandidateMaxRows),
+                                                              kH200Sms, c.shared)
+                                                    .split);
+    } else {
       EXPECT_EQ(first.split, invariant_split(c.n, c.k, kH200Sms, c.shared));
+    }
     if (c.shared) EXPECT_TRUE(warp_split_for_shared_gpu(first.split)) << int{first.split};
     for (int m = 1; m <= kGemmMaxRows; ++m) {
       const GemmDecision d = invariant_decision(c.n, c.k, m, kH200Sms, c.engines, c.shared, c.rows);
       EXPECT_EQ(d.path, first.path) << m;
       EXPECT_EQ(d.split, first.split) << m;
+      EXPECT_EQ(d.sub_tiles, first.sub_tiles) << m;
       EXPECT_EQ(d.source, GemmSource::kRule);
       if (d.path == GemmPath::kWgmma) {
         EXPECT_EQ(d.sub_tiles, 1);

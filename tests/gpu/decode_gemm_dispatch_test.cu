@@ -272,7 +272,8 @@ TEST(DecodeGemm, StaticRuleWithoutTuning) {
 // Batch-invariant mode: a row's bits are the same whether it runs alone or at any
 // position of a call of up to 64 rows, eagerly and in a graph; every row count runs
 // one engine at one split (the warp engine where the rule prefers it at the rows
-// hinted, else the wgmma engine).
+// hinted, the narrow CTA where few 64-row blocks leave SMs idle, else the wgmma
+// engine). The narrow CTA's calls above 16 rows run as launches of 16.
 TEST(DecodeGemm, BatchInvariantRowsKeepTheirBits) {
   TPD_REQUIRE_GPU();
   std::mt19937_64 rng(test::fresh_seed());
@@ -280,13 +281,16 @@ TEST(DecodeGemm, BatchInvariantRowsKeepTheirBits) {
     int64_t n, k;
     int rows;
     GemmPath path;
+    int row_tiles;  // of a warp decision
   };
-  for (const auto& [n, k, rows, path] : std::vector<Case>{{2112, 7168, 8, GemmPath::kWarpSplitK},
-                                                          {2112, 7168, 64, GemmPath::kWgmma},
-                                                          {7168, 1536, 8, GemmPath::kWarpSplitK},
-                                                          {18432, 1536, 8, GemmPath::kWarpSplitK},  // split 1
-                                                          {896, 35840, 8, GemmPath::kWgmma},  // the rule: cuBLAS
-                                                          {1000, 640, 8, GemmPath::kWgmma}}) {  // N % 16
+  for (const auto& [n, k, rows, path, row_tiles] :
+       std::vector<Case>{{2112, 7168, 8, GemmPath::kWarpSplitK, kWarpWarps},
+                         {2112, 7168, 64, GemmPath::kWgmma, 0},
+                         {7168, 1536, 8, GemmPath::kWarpSplitK, kWarpWarps},
+                         {18432, 1536, 8, GemmPath::kWarpSplitK, kWarpWarps},  // split 1
+                         {896, 35840, 8, GemmPath::kWarpSplitK, 1},  // the rule: cuBLAS; 14 blocks of 64 rows
+                         {896, 35840, 64, GemmPath::kWgmma, 0},
+                         {1000, 640, 8, GemmPath::kWgmma, 0}}) {  // N % 16
     SCOPED_TRACE(testing::Message() << n << "x" << k << " for " << rows << " rows");
     Problem p(n, k, rng);
     DecodeGemm gemm(p.weight(), nullptr, private_tuner(true));
@@ -295,6 +299,7 @@ TEST(DecodeGemm, BatchInvariantRowsKeepTheirBits) {
     ASSERT_TRUE(gemm.batch_invariant());
     ASSERT_EQ(gemm.batch_invariant_rows(), rows);
     EXPECT_EQ(gemm.decision(1).path, path);
+    if (path == GemmPath::kWarpSplitK) EXPECT_EQ(int{gemm.decision(1).sub_tiles}, row_tiles);
     EXPECT_THROW(gemm.force(4, warp_decision(1)), InvalidArgument);
     // Each row alone: the reference bits.
     std::vector<std::vector<uint16_t>> alone(kProblemRows);
@@ -307,6 +312,7 @@ TEST(DecodeGemm, BatchInvariantRowsKeepTheirBits) {
     const int split = gemm.decision(1).split;
     for (int m : {2, 5, 8, 9, 16, 17, 31, 32, 33, 48, 49, 64}) {
       EXPECT_EQ(gemm.decision(m).split, split) << m;
+      EXPECT_EQ(gemm.decision(m).sub_tiles, gemm.decision(1).sub_tiles) << m;
       DeviceBuffer out(static_cast<std::size_t>(m * n) * 2);
       poison(out);
       ASSERT_EQ(gemm.run(p.rows(m), TensorView::bf16(out.get(), m, n), nullptr), path) << m;
