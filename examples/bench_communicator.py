@@ -73,6 +73,7 @@ def main():
         x = torch.randn(*lead, rows, args.hidden, device="cuda").to(torch.bfloat16)
         residual = torch.randn_like(x)
         given = [torch.empty_like(x) for _ in range(3)]
+        in_place = residual.clone()
         handle = team._handle  # the extension's calls alone: their outputs given, no Python checks
         shape, kw = tuple(x.shape), {"dtype": x.dtype, "device": x.device}
         calls = {
@@ -81,7 +82,11 @@ def main():
             "Communicator.all_reduce": lambda: comm.all_reduce(x),
             "Team.all_reduce": lambda: team.all_reduce(x),
             "Team.all_reduce, out given": lambda: team.all_reduce(x, out=given[0]),
+            "Communicator.all_reduce, out given": lambda: comm.all_reduce(x, out=given[0]),
             "Communicator.fused_add_rms_norm": lambda: comm.fused_add_rms_norm(x, residual, weight, 1e-6),
+            # vLLM's form: the residual updated in place, the output into a kept buffer.
+            "fused_add_rms_norm, outputs given": lambda: comm.fused_add_rms_norm(x, in_place, weight, 1e-6,
+                                                                                 out=given[1], residual_out=in_place),
             "Team.ar_norm": lambda: team.ar_norm(x, residual, weight, 1e-6),
             "Team.ar_norm, outputs given": lambda: team.ar_norm(x, residual, weight, 1e-6, out=given[1],
                                                                 residual_out=given[2]),

@@ -192,15 +192,18 @@ class Communicator:
     def should_fused_add_rms_norm(self, x: torch.Tensor, quant=None) -> bool:
         return not self.refusal("fused_add_rms_norm", x, quant)
 
-    def all_reduce(self, x: torch.Tensor) -> Optional[torch.Tensor]:
+    def all_reduce(self, x: torch.Tensor, *, out: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
         """The sum of every rank's x (rank order, FP32, one rounding), or None where the
-        communicator does not take x (the caller's next backend runs it)."""
+        communicator does not take x (the caller's next backend runs it). out: where to
+        write it (x's shape and dtype; a new tensor when None): a caller that keeps its
+        buffers saves the allocation's host time."""
         if torch.compiler.is_compiling():  # the refusal is the op's own: it serves
-            return None if self._refusal("all_reduce", x, "none", True) else self._team.all_reduce(x)
+            return None if self._refusal("all_reduce", x, "none", True) else self._team.all_reduce(x, out=out)
         if self._eager_refusal("all_reduce", x, "none"):
             return None
         # Why not Team.all_reduce: the runner's call alone, one compile check per call.
-        out = torch.empty_like(x)
+        if out is None:
+            out = torch.empty_like(x)
         try:
             self._team._run.all_reduce(x, out)
         except NotServed:
@@ -208,23 +211,30 @@ class Communicator:
         return out
 
     def fused_add_rms_norm(self, x: torch.Tensor, residual: Optional[torch.Tensor], weight: torch.Tensor,
-                           eps: float, quant=None):
+                           eps: float, quant=None, *, out: Optional[torch.Tensor] = None,
+                           residual_out: Optional[torch.Tensor] = None):
         """All-reduce of x, plus residual (None: none), RMSNorm with weight: returns
         (out, new residual), or (out, new residual, scales) for a group quant, or None
         where the communicator does not take x. quant: None (BF16 out), a float32 scale
-        tensor of one element (static FP8), "group" or "group-ue8m0" (Team.ar_norm)."""
+        tensor of one element (static FP8), "group" or "group-ue8m0" (Team.ar_norm).
+        out, residual_out: where to write them (new tensors when None; residual_out may
+        be residual itself, the in-place update of vLLM's fused_add_rms_norm); given,
+        the call spends no host time on allocations."""
         kind = "none" if quant is None else _quant.kind_of(quant)
         if torch.compiler.is_compiling():
             if self._refusal("fused_add_rms_norm", x, kind, True):
                 return None
-            return self._team.ar_norm(x, residual, weight, eps, quant=quant)
+            return self._team.ar_norm(x, residual, weight, eps, quant=quant, out=out, residual_out=residual_out)
         if self._eager_refusal("fused_add_rms_norm", x, kind):
             return None
         try:
             if kind != "none":
-                return self._team.ar_norm(x, residual, weight, eps, quant=quant)
+                return self._team.ar_norm(x, residual, weight, eps, quant=quant, out=out, residual_out=residual_out)
             # Why not Team.ar_norm for BF16: the runner's call alone (see all_reduce).
-            out, residual_out = torch.empty_like(x), torch.empty_like(x)
+            if out is None:
+                out = torch.empty_like(x)
+            if residual_out is None:
+                residual_out = torch.empty_like(x)
             self._team._run.ar_norm(x, residual, weight, float(eps), out, residual_out, kind, None, None)
             return out, residual_out
         except NotServed:

@@ -173,6 +173,23 @@ def test_eager_calls_run_the_runner_on_new_outputs(monkeypatch):
     assert c.all_reduce(x) is None and c.fused_add_rms_norm(x, residual, weight, 1e-5) is None
 
 
+def test_eager_calls_write_the_outputs_given(monkeypatch):
+    c = local_communicator(monkeypatch, hidden=1024, rows=8)
+    x = torch.randn(4, 1024).to(torch.bfloat16)
+    residual, weight = torch.randn_like(x), torch.randn(1024).to(torch.bfloat16)
+    given = torch.empty_like(x)
+    assert c.all_reduce(x, out=given) is given
+    assert c._team._run.calls.pop() == ("all_reduce", (x, given))
+    out = torch.empty_like(x)
+    got = c.fused_add_rms_norm(x, residual, weight, 1e-5, out=out, residual_out=residual)  # residual in place
+    op, (_, r_in, _, _, out_in, res_in, _, _, _) = c._team._run.calls.pop()
+    assert op == "ar_norm" and out_in is out and res_in is residual and r_in is residual
+    assert got[0] is out and got[1] is residual
+    got = c.fused_add_rms_norm(x, None, weight, 1e-5, out=out)  # only out given: a new residual
+    assert got[0] is out and got[1] is not residual and got[1].shape == x.shape
+    assert c._team._run.calls.pop()[1][5] is got[1]
+
+
 def test_a_closed_team_releases_its_runner_and_refuses_calls(monkeypatch):
     from tpdecode import _ops, team as team_module
     from tpdecode.team import Team
