@@ -79,7 +79,10 @@ __device__ __forceinline__ bool counted(const Args& a, const Unit& u) {
 }
 
 struct Finisher {
-  static constexpr int kBatch = 16;  // 16-byte loads a lane keeps in flight
+  // 16-byte loads a lane keeps in flight. Why 8: the program's TP 8 chain took
+  // 5-9 % less than with 16 at M 1 / 8 / 28, TP 4 4-6 % (two runs each, one call;
+  // docs/performance.md): the polls' loads compete less with the weight stream.
+  static constexpr int kBatch = 8;
 
   const Args& a;
   const CtaUnits& units;
