@@ -75,6 +75,20 @@ def test_fused_add_rms_norm_and_its_fp8_epilogues(world, comm, quant):
     assert_same_bits(got[0], want, f"{quant} FP8 values", source=bf16_out)
 
 
+def test_outputs_given_and_the_residual_in_place(world, comm):
+    x = world.random(13, 3, HIDDEN)
+    residual = world.mine(world.shared(14, 3, HIDDEN)).contiguous()
+    weight = world.shared(15, HIDDEN)
+    want_out, want_res = comm.fused_add_rms_norm(x, residual, weight, 1e-6)
+    out = torch.full_like(x, float("nan"))
+    got = comm.fused_add_rms_norm(x, residual, weight, 1e-6, out=out, residual_out=residual)
+    assert got[0] is out and got[1] is residual
+    assert torch.equal(out, want_out) and torch.equal(residual, want_res)
+    summed = torch.full_like(x, float("nan"))
+    assert comm.all_reduce(x, out=summed) is summed
+    assert torch.equal(summed, world.mine(rank_order_sum(world.every_rank(x))))
+
+
 def test_torch_compile_traces_the_communicator(world, comm):
     weight = world.shared(20, HIDDEN)
 
