@@ -96,23 +96,22 @@ class DecodeGemm {
   void set_sharing(int ranks);
   int sharing() const { return sharing_; }
   // Batch-invariant mode (default off): every row count 1 .. kGemmMaxRows runs one
-  // engine at one split fixed for the shape, so a row's bits do not depend on how
-  // many rows the call has (an engine's summation order depends on its split alone;
-  // its token tiles, ring and tile sizes, which each bucket keeps its own, do not
-  // change the bits). `rows` (1 .. kGemmMaxRows; read when on) only says which
-  // engine: the row count the caller's calls mostly have (invariant_decision: the
-  // warp engine where the static rule prefers it at that many rows, which it never
-  // does above 16, or where the wgmma engine does not take the weight; at most 8
-  // rows, its narrow CTA where few 64-row blocks would leave SMs idle, running
-  // calls above 16 rows as launches of 16; else the wgmma engine). Decode-sized
-  // calls run as fast as the default on the warp engine, which is 1.5-3 x slower
-  // than the default at 32-64 rows (docs/performance.md). Another hint decides again, so a row's bits may change
-  // between hints, never between calls. No tuning. Prepares every bucket now (host
-  // only, never under capture; InvalidArgument where neither engine takes the
-  // weight; on any error the mode is off); set_sharing prepares them again.
-  // Turning it off drops the decisions. What engines' batch-invariant modes need;
-  // calls of more rows run cuBLAS, so callers split them (the Python linear op
-  // does).
+  // summation order fixed for the shape, so a row's bits do not depend on how many
+  // rows the call has (an engine, its CTA shape and split fix the order; token
+  // tiles, ring and tile sizes, which each bucket keeps its own, do not change the
+  // bits). `rows` (1 .. kGemmMaxRows; read when on), the row count the caller's
+  // calls mostly have, picks the order: with tuning on, the fastest of
+  // invariant_candidates timed at that row count's bucket (the wide and narrow warp
+  // CTAs and the wgmma engine at every split; cached under a key of its own and
+  // agreed by a team like other decisions); without, the static invariant_decision.
+  // Calls far from the hint pay for it: an order fast at 8 rows is 1.5-6 x the
+  // default at 32-64 (the narrow CTA runs calls above 16 rows as launches of 16;
+  // docs/performance.md). Another hint decides again, so a row's bits may change
+  // between hints, never between calls. Prepares every bucket now (host only, never
+  // under capture; InvalidArgument where neither engine takes the weight; on any
+  // error the mode is off); set_sharing prepares them again. Turning it off drops
+  // the decisions. What engines' batch-invariant modes need; calls of more rows run
+  // cuBLAS, so callers split them (the Python linear op does).
   void set_batch_invariant(bool on, int rows = kInvariantDefaultRows);
   static constexpr int kInvariantDefaultRows = 8;
   bool batch_invariant() const { return invariant_; }
@@ -138,6 +137,10 @@ class DecodeGemm {
   // Every bucket's batch-invariant decision for the row hint, or (on an error) none
   // and the mode off.
   void adopt_invariant_decisions(int rows);
+  // The summation order batch-invariant mode runs for calls mostly of `rows` rows:
+  // the fastest of invariant_candidates at that bucket (tuned, cached, agreed by the
+  // team as other decisions are), or the static invariant_decision.
+  GemmDecision invariant_order(int rows, cudaStream_t stream);
   struct TileMaps;  // the weight's tensor maps for the wgmma engine (gemm_paths.hpp)
 
   TensorView weight_;

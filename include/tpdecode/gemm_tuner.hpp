@@ -42,6 +42,9 @@ struct GemmKey {
   DType dtype = DType::kBF16;
   bool chain = false;   // decided for a link of a PDL chain (charge_chain_boundaries)
   int sharing = 1;      // ranks whose GEMMs run on this GPU at once (a local team's)
+  // A batch-invariant GEMM's summation order for calls mostly of `bucket`'s rows
+  // (DecodeGemm::set_batch_invariant): one decision for every row count.
+  bool invariant = false;
   bool operator==(const GemmKey&) const = default;
   std::string describe() const;  // e.g. "NVIDIA H200 (132 SMs) 2112x7168 M 5-8 bf16 chain, shared by 8"
 };

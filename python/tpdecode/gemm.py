@@ -73,9 +73,11 @@ class DecodeGemm:
 
     @property
     def batch_invariant(self) -> bool:
-        """Batch-invariant mode: every row count 1 .. ``max_rows`` runs one engine at one
-        split fixed for the shape, so a row's bits do not depend on how many rows a call
-        has (no tuning; every bucket is prepared when it is turned on). Setting it
+        """Batch-invariant mode: every row count 1 .. ``max_rows`` runs one summation
+        order (an engine, its CTA shape and split) fixed for the shape, so a row's bits
+        do not depend on how many rows a call has (the fastest order at the hint's row
+        count, tuned once per shape and hint like the default decisions; every bucket is
+        prepared when it is turned on). Setting it
         raises ValueError where neither engine takes the weight. Setting True where it
         is off is ``set_batch_invariant(True)`` (the engine chosen for calls of 8
         rows); where it is on, it keeps the hint."""

@@ -95,13 +95,39 @@ void DecodeGemm::set_batch_invariant(bool on, int rows) {
   adopt_invariant_decisions(rows);
 }
 
+GemmDecision DecodeGemm::invariant_order(int rows, cudaStream_t stream) {
+  const int timed = gemm_bucket_max(gemm_m_bucket(rows));  // the hint's bucket, timed at its most rows
+  const GemmDecision rule = invariant_decision(n(), k(), timed, sms_, engines_, sharing_ > 1, rows);
+  const std::vector<GemmDecision> candidates = invariant_candidates(n(), k(), timed, engines_, sharing_ > 1);
+  GemmKey key = this->key(rows);
+  key.chain = false;  // why: a batch-invariant GEMM's decisions depend on nothing else
+  key.invariant = true;
+  const GemmMeasure measure = [&](const std::vector<GemmDecision>& c) {
+    return time_paths(c, weight_, timed, *cublas_, pdl_, stream,
+                      [this](const std::string& message) { tuner_->warn(message); });
+  };
+  const GemmDecision d = resolve_decision(*tuner_, key, device_, candidates, measure, rule, agree_);
+  const bool known = std::any_of(candidates.begin(), candidates.end(),
+                                 [&](const GemmDecision& c) { return same_summation_order(c, d); });
+  if (known) return d;
+  // Why throw for a team's order: another one than the peers' gives other bits.
+  check(!agree_, "decode_gemm: the team's batch-invariant order for {} ({}) cannot run on this rank",
+        key.describe(), describe(d));
+  tuner_->warn(fmt::format("decode_gemm: cached batch-invariant order {} for {} cannot run here; the static rule "
+                           "runs it", describe(d), key.describe()));
+  return rule;
+}
+
 void DecodeGemm::adopt_invariant_decisions(int rows) {
   check(engines_.warp || engines_.wgmma,
         "decode_gemm: batch-invariant mode needs one of the engines, and neither takes a {}x{} weight", n(), k());
+  const GemmDecision order = invariant_order(rows, nullptr);
   std::array<GemmDecision, kGemmBuckets> chosen;
-  for (int b = 0; b < kGemmBuckets; ++b)
-    chosen[static_cast<std::size_t>(b)] =
-        invariant_decision(n(), k(), gemm_bucket_max(b), sms_, engines_, sharing_ > 1, rows);
+  for (int b = 0; b < kGemmBuckets; ++b) {
+    GemmDecision d = invariant_member(order, gemm_bucket_max(b));
+    if (b != gemm_m_bucket(rows)) d.measured_us = 0;  // timed at the hint's rows only
+    chosen[static_cast<std::size_t>(b)] = d;
+  }
   forget_decisions();
   invariant_ = false;
   try {

@@ -283,17 +283,46 @@ GemmDecision invariant_decision(int64_t n, int64_t k, int m, int sms, GemmEngine
   const bool wgmma = engines.wgmma && wgmma_eligible(n, k);
   check(warp || wgmma, "batch-invariant decode gemm: neither engine takes a {}x{} weight", n, k);
   const GemmTactic t = warp ? choose_tactic(n, k, std::min(rows, kWarpCandidateMaxRows), sms, shared_gpu) : GemmTactic{};
+  const int narrow = warp && !t.engine_preferred && rows <= 8 ? narrow_invariant_split(n, k, sms, shared_gpu) : 0;
+  GemmDecision d = narrow > 0                               ? warp_decision(narrow, 1)
+                   : warp && (t.engine_preferred || !wgmma) ? warp_decision(t.split)
+                                                            : wgmma_decision(invariant_split(n, k, sms, shared_gpu), 1, 0);
+  d.source = GemmSource::kRule;
+  return invariant_member(d, m);
+}
+
+GemmDecision invariant_member(const GemmDecision& order, int m) {
+  if (order.path != GemmPath::kWgmma) return order;
   // Why the full-SM ring at 64 tokens: the half-SM one holds 4 stages there, and
   // 11 measured faster on every TP 8 shape at M 64 (lm_head 110.8 against 132.0 us;
   // docs/performance.md). The ring does not change the bits.
   const int tokens = wgmma::token_tile(m);
   const int budget = tokens == 64 ? kWgmmaFullBudget : kWgmmaHalfBudget;
-  const int narrow = warp && !t.engine_preferred && rows <= 8 ? narrow_invariant_split(n, k, sms, shared_gpu) : 0;
-  GemmDecision d = narrow > 0                   ? warp_decision(narrow, 1)
-                   : warp && (t.engine_preferred || !wgmma) ? warp_decision(t.split)
-                   : wgmma_decision(invariant_split(n, k, sms, shared_gpu), 1, wgmma::stages_within(1, tokens, budget));
-  d.source = GemmSource::kRule;
+  GemmDecision d = order;
+  d.sub_tiles = 1;
+  d.stages = static_cast<uint8_t>(wgmma::stages_within(1, tokens, budget));
+  d.clusters = 0;
   return d;
+}
+
+bool same_summation_order(const GemmDecision& a, const GemmDecision& b) {
+  if (a.path != b.path || a.split != b.split) return false;
+  return a.path == GemmPath::kWgmma || (a.path == GemmPath::kWarpSplitK && a.sub_tiles == b.sub_tiles);
+}
+
+std::vector<GemmDecision> invariant_candidates(int64_t n, int64_t k, int m, GemmEngines engines, bool shared_gpu) {
+  std::vector<GemmDecision> out;
+  auto split_ok = [&](int split) { return !shared_gpu || warp_split_for_shared_gpu(split); };
+  if (engines.warp && warp_eligible(n, k))
+    for (int row_tiles : {kWarpWarps, 1})
+      if (warp_blocks_fit(n, row_tiles))
+        for (int split = 1; split <= kWarpMaxSplit; ++split)
+          if (warp_split_ok(k, split) && split_ok(split)) out.push_back(warp_decision(split, row_tiles));
+  if (engines.wgmma && wgmma_eligible(n, k))
+    for (int split = 1; split <= kWarpMaxSplit; ++split)
+      if (wgmma_split_ok(k, split) && split_ok(split)) out.push_back(invariant_member(wgmma_decision(split, 1, 0), m));
+  for (GemmDecision& d : out) d.source = GemmSource::kTuned;
+  return out;
 }
 
 std::vector<GemmDecision> engine_candidates(int64_t n, int64_t k, int m, GemmEngines engines) {

@@ -52,16 +52,16 @@ double ms_since(std::chrono::steady_clock::time_point t) {
 
 // The map key: every field of GemmKey.
 std::string id_of(const GemmKey& k) {
-  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}", k.device, k.sms, k.version, k.n, k.k, k.bucket,
-                     dtype_name(k.dtype), k.chain ? "chain" : "alone", k.sharing);
+  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{}{}", k.device, k.sms, k.version, k.n, k.k, k.bucket,
+                     dtype_name(k.dtype), k.chain ? "chain" : "alone", k.sharing, k.invariant ? "|invariant" : "");
 }
 
 }  // namespace
 
 std::string GemmKey::describe() const {
-  return fmt::format("{} ({} SMs) {}x{} M {}-{} {}{}{}", device, sms, n, k, gemm_bucket_min(bucket),
+  return fmt::format("{} ({} SMs) {}x{} M {}-{} {}{}{}{}", device, sms, n, k, gemm_bucket_min(bucket),
                      gemm_bucket_max(bucket), dtype_name(dtype), chain ? " chain" : "",
-                     sharing > 1 ? fmt::format(", shared by {}", sharing) : "");
+                     sharing > 1 ? fmt::format(", shared by {}", sharing) : "", invariant ? ", batch-invariant" : "");
 }
 
 std::vector<double> charge_chain_boundaries(const std::vector<GemmDecision>& candidates, std::vector<double> us) {

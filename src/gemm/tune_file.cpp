@@ -79,6 +79,7 @@ std::optional<TuneEntry> entry_of(const Json& e) {
   t.key.chain = e.value("chain", false);  // absent in files written before chain decisions
   t.key.sharing = e.value("sharing", 1);  // absent in files written before shared-GPU decisions
   check<Error>(t.key.sharing >= 1 && t.key.sharing <= 64, "sharing {}", t.key.sharing);
+  t.key.invariant = e.value("invariant", false);  // absent in files written before batch-invariant tuning
   t.decision.path = *path;
   t.decision.source = GemmSource::kCache;
   t.decision.split = small_unsigned<uint8_t>(e, "split", 255);
@@ -109,6 +110,7 @@ Json json_of(const TuneEntry& t) {
           {"dtype", dtype_name(t.key.dtype)},
           {"chain", t.key.chain},
           {"sharing", t.key.sharing},
+          {"invariant", t.key.invariant},
           {"path", gemm_path_name(t.decision.path)},
           {"split", t.decision.split},
           {"sub_tiles", t.decision.sub_tiles},

@@ -497,6 +497,36 @@ TEST(GemmRules, InvariantDecisionsKeepOneEngineAndSplit) {
   EXPECT_THROW(invariant_decision(2112, 7168, 1, kH200Sms, {true, true}, false, 65), InvalidArgument);
 }
 
+// The orders a tuned batch-invariant GEMM chooses among: every engine's CTA shapes at
+// every legal split (powers of two on a shared GPU), each legal at every row count
+// and, as it runs at any m, the same order; wgmma's ring and tiles follow m.
+TEST(GemmRules, InvariantCandidatesRunEveryRowCountInOneOrder) {
+  const auto all = invariant_candidates(896, 35840, 8, {true, true}, false);
+  EXPECT_EQ(all.size(), 24u);  // wide, narrow and wgmma at splits 1-8
+  EXPECT_EQ(invariant_candidates(896, 35840, 8, {true, true}, true).size(), 12u);  // 1, 2, 4, 8
+  EXPECT_EQ(invariant_candidates(1000, 640, 8, {false, true}, false).size(), 5u);  // 10 chunks of 64: splits 1-5
+  EXPECT_TRUE(invariant_candidates(256, 1000, 8, {true, true}, false).empty());  // neither engine
+  for (const GemmDecision& c : all) {
+    EXPECT_EQ(c.source, GemmSource::kTuned);
+    for (int m = 1; m <= kGemmMaxRows; ++m) {
+      const GemmDecision d = invariant_member(c, m);
+      EXPECT_TRUE(same_summation_order(d, c)) << describe(c) << " at " << m;
+      EXPECT_TRUE(engine_decision_legal(d, 896, 35840, m, kH200Sms, {true, true})) << describe(d) << " at " << m;
+    }
+  }
+  const GemmDecision w = invariant_member(wgmma_decision(3, 4, 9, 7), 64);
+  EXPECT_EQ(w.split, 3);
+  EXPECT_EQ(w.sub_tiles, 1);
+  EXPECT_EQ(w.clusters, 0);
+  EXPECT_EQ(w.stages, wgmma::stages_within(1, 64, kWgmmaFullBudget));
+  EXPECT_EQ(invariant_member(wgmma_decision(3, 1, 9), 8).stages, wgmma::stages_within(1, 8, kWgmmaHalfBudget));
+  EXPECT_TRUE(same_summation_order(wgmma_decision(2, 1, 4), wgmma_decision(2, 4, 9)));  // tiles and ring: same bits
+  EXPECT_FALSE(same_summation_order(wgmma_decision(2, 1, 4), wgmma_decision(3, 1, 4)));
+  EXPECT_FALSE(same_summation_order(warp_decision(2), warp_decision(2, 1)));  // wide and narrow CTAs
+  EXPECT_FALSE(same_summation_order(warp_decision(2), wgmma_decision(2, 1, 4)));
+  EXPECT_FALSE(same_summation_order(cublas_decision(), cublas_decision()));  // cuBLAS promises no order
+}
+
 alignas(16) uint16_t host[64 * 1024];
 
 TEST(GemmRules, OperandsTheEngineTakes) {

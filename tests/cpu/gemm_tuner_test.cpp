@@ -250,6 +250,10 @@ TEST(GemmTuner, CacheRoundTrips) {
     shared.sharing = 8;
     FakeTimer tc{{9, 2, 3, 6, 5, 4}};  // warp 8 wins for 8 ranks on one GPU
     first.decide(shared, 0, kCandidates, tc.measure(), cublas_decision());
+    GemmKey invariant = key_of(2112, 7);
+    invariant.invariant = true;
+    FakeTimer td{{9, 8, 7, 2, 5, 4}};  // the batch-invariant order of the same shape and bucket
+    first.decide(invariant, 0, kCandidates, td.measure(), cublas_decision());
   }
   ASSERT_TRUE(std::filesystem::exists(file.path));
   GemmTuner second(o);
@@ -278,6 +282,13 @@ TEST(GemmTuner, CacheRoundTrips) {
   EXPECT_TRUE(second.cached(shared)->same_path(warp_decision(8)));
   shared.sharing = 4;
   EXPECT_FALSE(second.cached(shared).has_value());
+  // So is a batch-invariant order: beside the default decision of its shape and bucket.
+  GemmKey invariant = key_of(2112, 7);
+  invariant.invariant = true;
+  ASSERT_TRUE(second.cached(invariant).has_value());
+  EXPECT_TRUE(second.cached(invariant)->same_path(kCandidates[3]));
+  EXPECT_TRUE(second.cached(key_of(2112, 7))->same_path(warp_decision(3)));
+  EXPECT_NE(invariant.describe().find("batch-invariant"), std::string::npos);
 }
 
 // A chain link's decision charges the stock candidates what they cost their

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "core/bf16.hpp"
@@ -269,11 +270,64 @@ TEST(DecodeGemm, StaticRuleWithoutTuning) {
   }
 }
 
-// Batch-invariant mode: a row's bits are the same whether it runs alone or at any
-// position of a call of up to 64 rows, eagerly and in a graph; every row count runs
-// one engine at one split (the warp engine where the rule prefers it at the rows
-// hinted, the narrow CTA where few 64-row blocks leave SMs idle, else the wgmma
-// engine). The narrow CTA's calls above 16 rows run as launches of 16.
+namespace {
+
+// A batch-invariant GEMM's rows have the same bits whether each runs alone or at any
+// position of a call of up to 64 rows, eagerly and in a graph, and every bucket runs
+// decision(1)'s summation order (its path returned by every call).
+void expect_rows_keep_their_bits(DecodeGemm& gemm, const Problem& p) {
+  const int64_t n = p.n, k = p.k;
+  const GemmDecision order = gemm.decision(1);
+  const GemmPath path = order.path;
+  std::vector<std::vector<uint16_t>> alone(kProblemRows);
+  DeviceBuffer one(static_cast<std::size_t>(n) * 2);
+  for (int r = 0; r < kProblemRows; ++r) {
+    const TensorView row = TensorView::bf16(p.x.as<uint16_t>() + r * k, 1, k);
+    ASSERT_EQ(gemm.run(row, TensorView::bf16(one.get(), 1, n), nullptr), path);
+    alone[static_cast<std::size_t>(r)] = to_host<uint16_t>(one, static_cast<std::size_t>(n));
+  }
+  for (int m : {2, 5, 8, 9, 16, 17, 31, 32, 33, 48, 49, 64}) {
+    EXPECT_TRUE(same_summation_order(gemm.decision(m), order)) << m << ": " << describe(gemm.decision(m));
+    DeviceBuffer out(static_cast<std::size_t>(m * n) * 2);
+    poison(out);
+    ASSERT_EQ(gemm.run(p.rows(m), TensorView::bf16(out.get(), m, n), nullptr), path) << m;
+    TPD_CUDA(cudaDeviceSynchronize());
+    const std::vector<uint16_t> got = to_host<uint16_t>(out, static_cast<std::size_t>(m * n));
+    for (int r = 0; r < m; ++r)
+      ASSERT_TRUE(std::equal(alone[static_cast<std::size_t>(r)].begin(), alone[static_cast<std::size_t>(r)].end(),
+                             got.begin() + r * n))
+          << "row " << r << " of " << m << " differs from the row alone";
+    EXPECT_LT(p.error(out, m), 1e-2);
+  }
+  // Under capture (every bucket was prepared by set_batch_invariant).
+  cudaStream_t stream;
+  TPD_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  DeviceBuffer captured(static_cast<std::size_t>(40 * n) * 2);
+  cudaGraph_t graph;
+  TPD_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  EXPECT_EQ(gemm.run(p.rows(40), TensorView::bf16(captured.get(), 40, n), stream), path);
+  TPD_CUDA(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  TPD_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  poison(captured, stream);
+  TPD_CUDA(cudaGraphLaunch(exec, stream));
+  TPD_CUDA(cudaStreamSynchronize(stream));
+  const std::vector<uint16_t> replayed = to_host<uint16_t>(captured, static_cast<std::size_t>(40 * n));
+  for (int r = 0; r < 40; ++r)
+    ASSERT_TRUE(std::equal(alone[static_cast<std::size_t>(r)].begin(), alone[static_cast<std::size_t>(r)].end(),
+                           replayed.begin() + r * n))
+        << "replayed row " << r;
+  TPD_CUDA(cudaGraphExecDestroy(exec));
+  TPD_CUDA(cudaGraphDestroy(graph));
+  TPD_CUDA(cudaStreamDestroy(stream));
+}
+
+}  // namespace
+
+// Batch-invariant mode without tuning: the static invariant_decision (the warp
+// engine where the rule prefers it at the rows hinted, the narrow CTA where few
+// 64-row blocks leave SMs idle, else the wgmma engine), one order in every bucket.
+// The narrow CTA's calls above 16 rows run as launches of 16.
 TEST(DecodeGemm, BatchInvariantRowsKeepTheirBits) {
   TPD_REQUIRE_GPU();
   std::mt19937_64 rng(test::fresh_seed());
@@ -293,58 +347,16 @@ TEST(DecodeGemm, BatchInvariantRowsKeepTheirBits) {
                          {1000, 640, 8, GemmPath::kWgmma, 0}}) {  // N % 16
     SCOPED_TRACE(testing::Message() << n << "x" << k << " for " << rows << " rows");
     Problem p(n, k, rng);
-    DecodeGemm gemm(p.weight(), nullptr, private_tuner(true));
+    DecodeGemm gemm(p.weight(), nullptr, private_tuner(false));
     gemm.set_batch_invariant(true, rows == 8 ? 1 : 8);
     gemm.set_batch_invariant(true, rows);  // a new hint: decided again
     ASSERT_TRUE(gemm.batch_invariant());
     ASSERT_EQ(gemm.batch_invariant_rows(), rows);
     EXPECT_EQ(gemm.decision(1).path, path);
+    EXPECT_EQ(gemm.decision(1).source, GemmSource::kRule);
     if (path == GemmPath::kWarpSplitK) EXPECT_EQ(int{gemm.decision(1).sub_tiles}, row_tiles);
     EXPECT_THROW(gemm.force(4, warp_decision(1)), InvalidArgument);
-    // Each row alone: the reference bits.
-    std::vector<std::vector<uint16_t>> alone(kProblemRows);
-    DeviceBuffer one(static_cast<std::size_t>(n) * 2);
-    for (int r = 0; r < kProblemRows; ++r) {
-      const TensorView row = TensorView::bf16(p.x.as<uint16_t>() + r * k, 1, k);
-      ASSERT_EQ(gemm.run(row, TensorView::bf16(one.get(), 1, n), nullptr), path);
-      alone[static_cast<std::size_t>(r)] = to_host<uint16_t>(one, static_cast<std::size_t>(n));
-    }
-    const int split = gemm.decision(1).split;
-    for (int m : {2, 5, 8, 9, 16, 17, 31, 32, 33, 48, 49, 64}) {
-      EXPECT_EQ(gemm.decision(m).split, split) << m;
-      EXPECT_EQ(gemm.decision(m).sub_tiles, gemm.decision(1).sub_tiles) << m;
-      DeviceBuffer out(static_cast<std::size_t>(m * n) * 2);
-      poison(out);
-      ASSERT_EQ(gemm.run(p.rows(m), TensorView::bf16(out.get(), m, n), nullptr), path) << m;
-      TPD_CUDA(cudaDeviceSynchronize());
-      const std::vector<uint16_t> got = to_host<uint16_t>(out, static_cast<std::size_t>(m * n));
-      for (int r = 0; r < m; ++r)
-        ASSERT_TRUE(std::equal(alone[static_cast<std::size_t>(r)].begin(), alone[static_cast<std::size_t>(r)].end(),
-                               got.begin() + r * n))
-            << "row " << r << " of " << m << " differs from the row alone";
-      EXPECT_LT(p.error(out, m), 1e-2);
-    }
-    // Under capture (every bucket was prepared by set_batch_invariant).
-    cudaStream_t stream;
-    TPD_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    DeviceBuffer captured(static_cast<std::size_t>(40 * n) * 2);
-    cudaGraph_t graph;
-    TPD_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    EXPECT_EQ(gemm.run(p.rows(40), TensorView::bf16(captured.get(), 40, n), stream), path);
-    TPD_CUDA(cudaStreamEndCapture(stream, &graph));
-    cudaGraphExec_t exec;
-    TPD_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-    poison(captured, stream);
-    TPD_CUDA(cudaGraphLaunch(exec, stream));
-    TPD_CUDA(cudaStreamSynchronize(stream));
-    const std::vector<uint16_t> replayed = to_host<uint16_t>(captured, static_cast<std::size_t>(40 * n));
-    for (int r = 0; r < 40; ++r)
-      ASSERT_TRUE(std::equal(alone[static_cast<std::size_t>(r)].begin(), alone[static_cast<std::size_t>(r)].end(),
-                             replayed.begin() + r * n))
-          << "replayed row " << r;
-    TPD_CUDA(cudaGraphExecDestroy(exec));
-    TPD_CUDA(cudaGraphDestroy(graph));
-    TPD_CUDA(cudaStreamDestroy(stream));
+    expect_rows_keep_their_bits(gemm, p);
     gemm.set_batch_invariant(false);
     EXPECT_FALSE(gemm.prepared(4));
   }
@@ -354,13 +366,41 @@ TEST(DecodeGemm, BatchInvariantRowsKeepTheirBits) {
   EXPECT_THROW(odd.set_batch_invariant(true), InvalidArgument);
 }
 
+// With tuning, the order is the fastest of invariant_candidates at the hint's
+// bucket, made once per shape and hint (a second GEMM of the shape finds it), and
+// rows keep their bits under it.
+TEST(DecodeGemm, BatchInvariantTunedOrderKeepsTheBits) {
+  TPD_REQUIRE_GPU();
+  std::mt19937_64 rng(test::fresh_seed());
+  for (const auto& [n, k, rows] : std::vector<std::tuple<int64_t, int64_t, int>>{
+           {896, 35840, 8}, {2112, 7168, 1}, {9216, 7168, 8}, {1536, 7168, 64}, {1000, 640, 8}}) {
+    SCOPED_TRACE(testing::Message() << n << "x" << k << " for " << rows << " rows");
+    Problem p(n, k, rng);
+    auto tuner = private_tuner(true);
+    DecodeGemm gemm(p.weight(), nullptr, tuner);
+    gemm.set_batch_invariant(true, rows);
+    const GemmDecision order = gemm.decision(1);
+    EXPECT_EQ(order.source, GemmSource::kTuned);
+    const auto candidates = invariant_candidates(n, k, rows, {warp_weight_ok(p.weight()), true}, false);
+    EXPECT_TRUE(std::any_of(candidates.begin(), candidates.end(),
+                            [&](const GemmDecision& c) { return same_summation_order(c, order); }))
+        << describe(order);
+    EXPECT_GT(gemm.decision(rows).measured_us, 0.0f);  // the hint's bucket carries the time
+    DecodeGemm again(p.weight(), nullptr, tuner);
+    again.set_batch_invariant(true, rows);
+    EXPECT_EQ(again.decision(1).source, GemmSource::kTuned);  // from the tuner's memory, not timed again
+    EXPECT_TRUE(same_summation_order(again.decision(1), order));
+    expect_rows_keep_their_bits(gemm, p);
+  }
+}
+
 // Where ranks share the GPU, a batch-invariant GEMM decides again among the powers
 // of two, and its rows keep their bits across row counts under the new decision.
 TEST(DecodeGemm, BatchInvariantDecidesAgainWhereRanksShareTheGpu) {
   TPD_REQUIRE_GPU();
   std::mt19937_64 rng(test::fresh_seed());
   Problem p(7168, 2304, rng);
-  DecodeGemm gemm(p.weight(), nullptr, private_tuner(true));
+  DecodeGemm gemm(p.weight(), nullptr, private_tuner(false));
   gemm.set_batch_invariant(true);
   ASSERT_EQ(gemm.decision(1).path, GemmPath::kWarpSplitK);
   EXPECT_EQ(gemm.decision(1).split, 3);  // the rule's split at 8 rows
