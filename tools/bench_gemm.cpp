@@ -57,6 +57,7 @@ struct Row {
   double read_us = 0;         // a plain streaming read of the same weight copies
   std::optional<double> invariant_us;  // --compare-invariant: the batch-invariant decision
   std::string invariant_tactic;
+  float invariant_tuned_us = 0;  // the tuner's median of the invariant order (at the hint's bucket; 0: not timed)
   std::vector<Timed> forced;  // every candidate, forced
 
   double best(bool (*keep)(GemmPath)) const {
@@ -151,6 +152,7 @@ void bench_shape(const GemmShape& s, const Options& o, const Gpu& gpu, cudaStrea
     if (!invariant.empty() && m <= kGemmMaxRows) {
       r.invariant_us = time(invariant);
       r.invariant_tactic = tactic_of(invariant[0]->decision(m), s.n, s.k, m);
+      r.invariant_tuned_us = invariant[0]->decision(m).measured_us;
     }
     std::vector<GemmDecision> candidates;
     if (forced[0]->engine_eligible() && m <= kGemmMaxRows) candidates = forced[0]->candidates(m);
@@ -265,15 +267,16 @@ void print_invariant(const std::vector<Row>& rows) {
     if (!r.invariant_us) continue;
     if (count++ == 0)
       fmt::print("\nBatch-invariant mode: µs of the default dispatch and of the invariant decision\n{:<6} {:<12} {:>3} "
-                 "{:>8} {:>9} {:>6}  {}\n",
-                 "set", "linear", "M", "default", "invariant", "ratio", "invariant decision");
+                 "{:>8} {:>9} {:>6} {:>7}  {}\n",
+                 "set", "linear", "M", "default", "invariant", "ratio", "tuned", "invariant decision");
     const double ratio = *r.invariant_us / r.ours_us;
     if (r.m <= 8) {
       above += ratio > kTarget;
       worst = std::max(worst, ratio);
     }
-    fmt::print("{:<6} {:<12} {:>3} {:>8.2f} {:>9.2f} {:>6.3f}  {}\n", r.shape.set, r.shape.name, r.m, r.ours_us,
-               *r.invariant_us, ratio, r.invariant_tactic);
+    const std::string tuned = r.invariant_tuned_us > 0 ? fmt::format("{:.2f}", r.invariant_tuned_us) : "-";
+    fmt::print("{:<6} {:<12} {:>3} {:>8.2f} {:>9.2f} {:>6.3f} {:>7}  {}\n", r.shape.set, r.shape.name, r.m, r.ours_us,
+               *r.invariant_us, ratio, tuned, r.invariant_tactic);
   }
   if (count)
     fmt::print("target invariant <= {:.2f} x the default at M <= 8: {} rows above; worst {:.3f}\n", kTarget, above,
@@ -321,6 +324,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const ben
     if (r.invariant_us) {
       j["rows"].back()["invariant_us"] = *r.invariant_us;
       j["rows"].back()["invariant_tactic"] = r.invariant_tactic;
+      j["rows"].back()["invariant_tuned_us"] = r.invariant_tuned_us;
     }
   }
   std::ofstream(path) << j.dump(2) << "\n";

@@ -79,10 +79,11 @@ __device__ __forceinline__ bool counted(const Args& a, const Unit& u) {
 }
 
 struct Finisher {
-  // 16-byte loads a lane keeps in flight. Why 8: the program's TP 8 chain took
-  // 5-9 % less than with 16 at M 1 / 8 / 28, TP 4 4-6 % (two runs each, one call;
-  // docs/performance.md): the polls' loads compete less with the weight stream.
-  static constexpr int kBatch = 8;
+  // 16-byte loads a lane keeps in flight. Why 4: the program's TP 8 chain took
+  // 5-9 % less with 8 than with 16 at M 1 / 8 / 28 (TP 4 4-6 %), and 1-2 % less
+  // again with 4 (two runs each, one call per pair; docs/performance.md): the polls'
+  // loads compete less with the weight stream.
+  static constexpr int kBatch = 4;
 
   const Args& a;
   const CtaUnits& units;
