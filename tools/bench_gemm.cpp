@@ -108,7 +108,7 @@ std::vector<GemmShape> shapes_of(const Options& o) {
 void bench_shape(const GemmShape& s, const Options& o, const Gpu& gpu, cudaStream_t stream, std::vector<Row>& rows) {
   const std::size_t bytes = static_cast<std::size_t>(s.bytes());
   const int copies = weight_copies(bytes, gpu.l2);
-  const int calls = std::max(copies, 10);
+  const int calls = rotation_calls(copies, 10);
   DeviceBuffer pool(bytes * static_cast<std::size_t>(copies));  // [copies, N, K] bf16
   fill_uniform_bf16(pool.get(), static_cast<int64_t>(bytes / 2) * copies, 42, 1.0f, stream);
   auto cublas = std::make_shared<CublasContext>();

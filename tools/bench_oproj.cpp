@@ -240,7 +240,7 @@ double time_calls(Team& team, const std::function<void(int copy)>& enqueue, int 
   for (int i = 0; i < team.driven(); ++i) streams.push_back(team.stream(i));
   enqueue(0);  // eager warm-up outside the capture
   team.synchronize();
-  const int calls = std::max(o.calls, copies);
+  const int calls = rotation_calls(copies, o.calls);
   const GraphTiming t = time_graph(
       streams[0],
       [&](cudaStream_t origin, int call) {
@@ -453,7 +453,7 @@ void register_bench_oproj(CLI::App& app) {
       ->check(CLI::IsMember({"producer-consumer", "fused", "two-shot"}));
   cmd->add_option("--blocks", o->blocks, "AttnRes saved blocks")->capture_default_str()->check(CLI::Range(0, kAttnResMaxBlocks));
   cmd->add_option("--replays", o->replays, "timed graph replays per measurement")->capture_default_str()->check(CLI::Range(1, 100000));
-  cmd->add_option("--calls", o->calls, "calls per graph (at least the weight copies)")->capture_default_str()->check(CLI::Range(1, 1000));
+  cmd->add_option("--calls", o->calls, "calls per graph (at least; rounded up to whole rotations of the weight copies)")->capture_default_str()->check(CLI::Range(1, 1000));
   cmd->add_option("--json", o->json, "also write the rows as JSON to this file");
   cmd->callback([o] { run(*o); });
 }

@@ -101,8 +101,8 @@ PathTiming::PathTiming(const std::vector<GemmDecision>& candidates, const Tensor
   auto copy = [=](int c) {
     return c % copies == 0 ? weight : TensorView::bf16(pool + bytes * static_cast<std::size_t>(c % copies - 1), n, k);
   };
-  const int calls = std::max(copies, std::clamp(static_cast<int>(std::ceil(kGraphBytes / static_cast<double>(bytes))),
-                                                kMinCalls, kMaxCalls));
+  const int calls = rotation_calls(
+      copies, std::clamp(static_cast<int>(std::ceil(kGraphBytes / static_cast<double>(bytes))), kMinCalls, kMaxCalls));
   replays_ = static_cast<double>(bytes) * calls > kLargeGraphBytes ? kRoundsLarge : kRounds;
 
   // A candidate that cannot be prepared, captured or run, or whose output is not
