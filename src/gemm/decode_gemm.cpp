@@ -124,8 +124,9 @@ void DecodeGemm::adopt_invariant_decisions(int rows) {
   const GemmDecision order = invariant_order(rows, nullptr);
   std::array<GemmDecision, kGemmBuckets> chosen;
   for (int b = 0; b < kGemmBuckets; ++b) {
-    GemmDecision d = invariant_member(order, gemm_bucket_max(b));
-    if (b != gemm_m_bucket(rows)) d.measured_us = 0;  // timed at the hint's rows only
+    const bool timed = b == gemm_m_bucket(rows);  // the hint's bucket runs the order as timed
+    GemmDecision d = timed ? order : invariant_member(order, gemm_bucket_max(b));
+    if (!timed) d.measured_us = 0;
     chosen[static_cast<std::size_t>(b)] = d;
   }
   forget_decisions();

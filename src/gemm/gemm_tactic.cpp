@@ -295,12 +295,13 @@ GemmDecision invariant_member(const GemmDecision& order, int m) {
   if (order.path != GemmPath::kWgmma) return order;
   // Why the full-SM ring at 64 tokens: the half-SM one holds 4 stages there, and
   // 11 measured faster on every TP 8 shape at M 64 (lm_head 110.8 against 132.0 us;
-  // docs/performance.md). The ring does not change the bits.
+  // docs/performance.md). Neither the ring nor the tiles change the bits.
   const int tokens = wgmma::token_tile(m);
   const int budget = tokens == 64 ? kWgmmaFullBudget : kWgmmaHalfBudget;
   GemmDecision d = order;
-  d.sub_tiles = 1;
-  d.stages = static_cast<uint8_t>(wgmma::stages_within(1, tokens, budget));
+  const int sub = order.sub_tiles;
+  if (!wgmma::shape_built(sub, tokens) || wgmma::stages_within(sub, tokens, budget) == 0) d.sub_tiles = 1;
+  d.stages = static_cast<uint8_t>(wgmma::stages_within(d.sub_tiles, tokens, budget));
   d.clusters = 0;
   return d;
 }
@@ -318,9 +319,9 @@ std::vector<GemmDecision> invariant_candidates(int64_t n, int64_t k, int m, Gemm
       if (warp_blocks_fit(n, row_tiles))
         for (int split = 1; split <= kWarpMaxSplit; ++split)
           if (warp_split_ok(k, split) && split_ok(split)) out.push_back(warp_decision(split, row_tiles));
-  if (engines.wgmma && wgmma_eligible(n, k))
-    for (int split = 1; split <= kWarpMaxSplit; ++split)
-      if (wgmma_split_ok(k, split) && split_ok(split)) out.push_back(invariant_member(wgmma_decision(split, 1, 0), m));
+  if (engines.wgmma)
+    for (const GemmDecision& d : wgmma_candidates(n, k, m))
+      if (split_ok(d.split)) out.push_back(d);
   for (GemmDecision& d : out) d.source = GemmSource::kTuned;
   return out;
 }

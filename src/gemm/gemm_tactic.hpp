@@ -146,16 +146,17 @@ GemmDecision invariant_decision(int64_t n, int64_t k, int m, int sms, GemmEngine
 // 35840 at M 1: split 4 17.3 us, split 5 23.6).
 int narrow_invariant_split(int64_t n, int64_t k, int sms, bool powers_of_two = false);
 // The decision of one summation order as a batch-invariant GEMM runs it at m rows:
-// a warp decision as it is; a wgmma one at 64-row tiles and the half-SM ring (the
-// full one at 64 tokens), which change no bits.
+// a warp decision as it is; a wgmma one with its tiles where they are built for m's
+// token tile (else 64-row tiles) and the deepest half-SM ring (the full one at 64
+// tokens): neither changes the bits.
 GemmDecision invariant_member(const GemmDecision& order, int m);
 // Whether two engine decisions sum every row in the same order: the same engine
 // and split (and, for the warp engine, the same CTA shape).
 bool same_summation_order(const GemmDecision& a, const GemmDecision& b);
 // The summation orders a batch-invariant GEMM may take, as they run at m rows (the
 // tuner times them at the row count the calls mostly have): the wide and the narrow
-// warp CTA and the wgmma engine at every legal split (the powers of two where ranks
-// share the GPU). Each runs every row count 1 .. kGemmMaxRows.
+// warp CTA at every legal split and the wgmma engine's candidates (the powers of two
+// where ranks share the GPU). Each runs every row count 1 .. kGemmMaxRows.
 std::vector<GemmDecision> invariant_candidates(int64_t n, int64_t k, int m, GemmEngines engines, bool shared_gpu);
 // The wgmma engine's invariant split: the fewest CTAs per cluster whose 64-row
 // blocks times the split fill the SMs, at most 8 and legal for K (powers of two

@@ -502,9 +502,10 @@ TEST(GemmRules, InvariantDecisionsKeepOneEngineAndSplit) {
 // and, as it runs at any m, the same order; wgmma's ring and tiles follow m.
 TEST(GemmRules, InvariantCandidatesRunEveryRowCountInOneOrder) {
   const auto all = invariant_candidates(896, 35840, 8, {true, true}, false);
-  EXPECT_EQ(all.size(), 24u);  // wide, narrow and wgmma at splits 1-8
-  EXPECT_EQ(invariant_candidates(896, 35840, 8, {true, true}, true).size(), 12u);  // 1, 2, 4, 8
-  EXPECT_EQ(invariant_candidates(1000, 640, 8, {false, true}, false).size(), 5u);  // 10 chunks of 64: splits 1-5
+  const std::size_t wgmma = wgmma_candidates(896, 35840, 8).size();
+  EXPECT_EQ(all.size(), 16 + wgmma);  // wide and narrow at splits 1-8, the wgmma engine's candidates
+  EXPECT_EQ(invariant_candidates(896, 35840, 8, {true, true}, true).size(), 8 + wgmma / 2);  // splits 1, 2, 4, 8
+  EXPECT_EQ(invariant_candidates(1000, 640, 8, {false, true}, false).size(), wgmma_candidates(1000, 640, 8).size());
   EXPECT_TRUE(invariant_candidates(256, 1000, 8, {true, true}, false).empty());  // neither engine
   for (const GemmDecision& c : all) {
     EXPECT_EQ(c.source, GemmSource::kTuned);
@@ -520,6 +521,10 @@ TEST(GemmRules, InvariantCandidatesRunEveryRowCountInOneOrder) {
   EXPECT_EQ(w.clusters, 0);
   EXPECT_EQ(w.stages, wgmma::stages_within(1, 64, kWgmmaFullBudget));
   EXPECT_EQ(invariant_member(wgmma_decision(3, 1, 9), 8).stages, wgmma::stages_within(1, 8, kWgmmaHalfBudget));
+  const GemmDecision two = invariant_member(wgmma_decision(3, 2, 12), 8);  // its tiles kept where built
+  EXPECT_EQ(two.sub_tiles, 2);
+  EXPECT_EQ(two.stages, wgmma::stages_within(2, 8, kWgmmaHalfBudget));
+  EXPECT_EQ(invariant_member(wgmma_decision(3, 4, 6), 32).sub_tiles, 1);  // 4 tiles: 16 tokens at most
   EXPECT_TRUE(same_summation_order(wgmma_decision(2, 1, 4), wgmma_decision(2, 4, 9)));  // tiles and ring: same bits
   EXPECT_FALSE(same_summation_order(wgmma_decision(2, 1, 4), wgmma_decision(3, 1, 4)));
   EXPECT_FALSE(same_summation_order(warp_decision(2), warp_decision(2, 1)));  // wide and narrow CTAs
