@@ -122,10 +122,12 @@ inline constexpr int kWgmmaHalfBudget = kSmemPerSm / 2 - kSmemReservedPerCta;
 // budget that holds kMinStages stages.
 std::vector<GemmDecision> wgmma_candidates(int64_t n, int64_t k, int m);
 
-// What a batch-invariant DecodeGemm runs at every row count 1 .. kGemmMaxRows: one
-// engine at one split per shape, so that a row's summation order (the split's K
-// ranges, each walked in order, the partials summed in rank order) never depends on
-// how many rows the call has. The same on every rank of a team: a function of the
+// The static rule of batch-invariant mode (tuning off; with tuning it is the
+// fallback of the tuned order, DecodeGemm::invariant_order): what a batch-invariant
+// DecodeGemm runs at every row count 1 .. kGemmMaxRows, one engine at one split per
+// shape, so that a row's summation order (the split's K ranges, each walked in
+// order, the partials summed in rank order) never depends on how many rows the call
+// has. The same on every rank of a team: a function of the
 // shape, the SM count, the engines that take the weight, whether ranks share the
 // GPU and `rows`, the row count the calls mostly have (1..kGemmMaxRows). The warp
 // engine where the static rule prefers it at `rows` rows (at the rule's split for
