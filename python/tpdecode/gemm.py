@@ -95,11 +95,12 @@ class DecodeGemm:
 
     def set_batch_invariant(self, on: bool, rows: int = 8) -> None:
         """Batch-invariant mode on or off; ``rows`` (1 .. 64, read when on), the row
-        count the calls mostly have, only picks the engine (the warp engine where its
-        rule prefers it at that many rows, never above 16: as fast as the default
-        there, 1.5-3 x slower at 32-64 rows; else the wgmma engine): every row count
-        keeps one summation order. Another hint decides again (a row's bits may
-        change between hints, never between calls)."""
+        count the calls mostly have, picks the summation order every row count then
+        keeps: the fastest engine, CTA shape and split timed at that many rows (once
+        per shape and hint; with tuning off, a static rule). Calls far above the hint
+        pay for it (an order fast at 8 rows is 1.5-6 x the default at 32-64). Another
+        hint decides again (a row's bits may change between hints, never between
+        calls)."""
         if torch.cuda.is_current_stream_capturing():
             raise RuntimeError("DecodeGemm.batch_invariant under CUDA-graph capture: set it before capturing")
         if on and not 1 <= int(rows) <= self.max_rows:

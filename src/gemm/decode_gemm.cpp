@@ -121,18 +121,16 @@ GemmDecision DecodeGemm::invariant_order(int rows, cudaStream_t stream) {
 void DecodeGemm::adopt_invariant_decisions(int rows) {
   check(engines_.warp || engines_.wgmma,
         "decode_gemm: batch-invariant mode needs one of the engines, and neither takes a {}x{} weight", n(), k());
-  const GemmDecision order = invariant_order(rows, nullptr);
-  std::array<GemmDecision, kGemmBuckets> chosen;
-  for (int b = 0; b < kGemmBuckets; ++b) {
-    const bool timed = b == gemm_m_bucket(rows);  // the hint's bucket runs the order as timed
-    GemmDecision d = timed ? order : invariant_member(order, gemm_bucket_max(b));
-    if (!timed) d.measured_us = 0;
-    chosen[static_cast<std::size_t>(b)] = d;
-  }
   forget_decisions();
   invariant_ = false;
   try {
-    for (int b = 0; b < kGemmBuckets; ++b) adopt(gemm_bucket_max(b), chosen[static_cast<std::size_t>(b)]);
+    const GemmDecision order = invariant_order(rows, nullptr);
+    for (int b = 0; b < kGemmBuckets; ++b) {
+      const bool timed = b == gemm_m_bucket(rows);  // the hint's bucket runs the order as timed
+      GemmDecision d = timed ? order : invariant_member(order, gemm_bucket_max(b));
+      if (!timed) d.measured_us = 0;
+      adopt(gemm_bucket_max(b), d);
+    }
   } catch (...) {
     // Why: a GEMM is either batch-invariant in every bucket or in none.
     forget_decisions();
