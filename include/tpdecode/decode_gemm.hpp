@@ -140,7 +140,7 @@ class DecodeGemm {
   // The summation order batch-invariant mode runs for calls mostly of `rows` rows:
   // the fastest of invariant_candidates at that bucket (tuned, cached, agreed by the
   // team as other decisions are), or the static invariant_decision.
-  GemmDecision invariant_order(int rows, cudaStream_t stream);
+  GemmDecision invariant_order(int rows);
   struct TileMaps;  // the weight's tensor maps for the wgmma engine (gemm_paths.hpp)
 
   TensorView weight_;

@@ -95,15 +95,16 @@ void DecodeGemm::set_batch_invariant(bool on, int rows) {
   adopt_invariant_decisions(rows);
 }
 
-GemmDecision DecodeGemm::invariant_order(int rows, cudaStream_t stream) {
+GemmDecision DecodeGemm::invariant_order(int rows) {
   const int timed = gemm_bucket_max(gemm_m_bucket(rows));  // the hint's bucket, timed at its most rows
   const GemmDecision rule = invariant_decision(n(), k(), timed, sms_, engines_, sharing_ > 1, rows);
   const std::vector<GemmDecision> candidates = invariant_candidates(n(), k(), timed, engines_, sharing_ > 1);
   GemmKey key = this->key(rows);
   key.chain = false;  // why: a batch-invariant GEMM's decisions depend on nothing else
   key.invariant = true;
+  // Why the legacy stream: set_batch_invariant takes none (host only, never under capture).
   const GemmMeasure measure = [&](const std::vector<GemmDecision>& c) {
-    return time_paths(c, weight_, timed, *cublas_, pdl_, stream,
+    return time_paths(c, weight_, timed, *cublas_, pdl_, nullptr,
                       [this](const std::string& message) { tuner_->warn(message); });
   };
   const GemmDecision d = resolve_decision(*tuner_, key, device_, candidates, measure, rule, agree_);
@@ -124,7 +125,7 @@ void DecodeGemm::adopt_invariant_decisions(int rows) {
   forget_decisions();
   invariant_ = false;
   try {
-    const GemmDecision order = invariant_order(rows, nullptr);
+    const GemmDecision order = invariant_order(rows);
     for (int b = 0; b < kGemmBuckets; ++b) {
       const bool timed = b == gemm_m_bucket(rows);  // the hint's bucket runs the order as timed
       GemmDecision d = timed ? order : invariant_member(order, gemm_bucket_max(b));
