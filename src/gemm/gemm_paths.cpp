@@ -19,8 +19,9 @@ DeviceSet warp_devices;
 
 GemmDecision prepare_path(const GemmDecision& d, const TensorView& weight, int m) {
   if (d.path == GemmPath::kWarpSplitK && !warp_devices.has_current()) {
-    for (int tiles : {1, 2, 4, 8}) prepare_warp_splitk(tiles, kWarpWarps);
-    for (int tiles : {1, 2}) prepare_warp_splitk(tiles, 1);
+    for (int row_tiles : kWarpRowTileChoices)
+      for (int tiles : {1, 2, 4, 8})
+        if (warp_row_tiles_ok(row_tiles, 8 * tiles)) prepare_warp_splitk(tiles, row_tiles);
     warp_devices.add_current();
   }
   if (d.path != GemmPath::kWgmma) return d;

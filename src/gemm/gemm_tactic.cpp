@@ -101,10 +101,10 @@ int warp_ctas_per_sm(int token_tiles, int row_tiles) {
 }
 
 bool warp_row_tiles_ok(int row_tiles, int m) {
-  return row_tiles == kWarpWarps || (row_tiles == 1 && m <= kWarpNarrowMaxRows);
+  return row_tiles == kWarpWarps || ((row_tiles == 1 || row_tiles == 2) && m <= kWarpNarrowMaxRows);
 }
 
-int warp_launch_rows(int row_tiles, int m) { return row_tiles == 1 ? std::min(m, kWarpNarrowMaxRows) : m; }
+int warp_launch_rows(int row_tiles, int m) { return row_tiles < kWarpWarps ? std::min(m, kWarpNarrowMaxRows) : m; }
 
 int narrow_invariant_split(int64_t n, int64_t k, int sms, bool powers_of_two) {
   const int64_t blocks = ceil_div(n, 16);
@@ -147,7 +147,7 @@ GemmTactic choose_tactic(int64_t n, int64_t k, int m, int sms, bool powers_of_tw
 }
 
 std::string GemmTactic::describe() const {
-  return fmt::format("{} blocks{} x split {}, {} token tile{}", blocks, row_tiles == 1 ? " of 16 rows" : "", split,
+  return fmt::format("{} blocks{} x split {}, {} token tile{}", blocks, row_tiles < kWarpWarps ? fmt::format(" of {} rows", 16 * row_tiles) : "", split,
                      token_tiles, token_tiles > 1 ? "s" : "");
 }
 
@@ -315,7 +315,7 @@ std::vector<GemmDecision> invariant_candidates(int64_t n, int64_t k, int m, Gemm
   std::vector<GemmDecision> out;
   auto split_ok = [&](int split) { return !shared_gpu || warp_split_for_shared_gpu(split); };
   if (engines.warp && warp_eligible(n, k))
-    for (int row_tiles : {kWarpWarps, 1})
+    for (int row_tiles : kWarpRowTileChoices)
       if (warp_blocks_fit(n, row_tiles))
         for (int split = 1; split <= kWarpMaxSplit; ++split)
           if (warp_split_ok(k, split) && split_ok(split)) out.push_back(warp_decision(split, row_tiles));
@@ -329,7 +329,7 @@ std::vector<GemmDecision> invariant_candidates(int64_t n, int64_t k, int m, Gemm
 std::vector<GemmDecision> engine_candidates(int64_t n, int64_t k, int m, GemmEngines engines) {
   std::vector<GemmDecision> out;
   if (engines.warp && warp_eligible(n, k) && m <= kWarpCandidateMaxRows)
-    for (int row_tiles : {kWarpWarps, 1})
+    for (int row_tiles : kWarpRowTileChoices)
       if (warp_row_tiles_ok(row_tiles, m) && warp_blocks_fit(n, row_tiles))
         for (int split = 1; split <= kWarpMaxSplit; ++split)
           if (warp_split_ok(k, split)) out.push_back(warp_decision(split, row_tiles));
@@ -354,7 +354,7 @@ bool engine_decision_legal(const GemmDecision& d, int64_t n, int64_t k, int m, i
     case GemmPath::kCublas:
     case GemmPath::kCublasLt: return true;
     case GemmPath::kWarpSplitK:
-      // Why any row count for the narrow CTA: it runs them as launches of at most
+      // Why any row count for the narrow CTAs: they run them as launches of at most
       // kWarpNarrowMaxRows rows (warp_launch_rows).
       return engines.warp && warp_eligible(n, k) && m <= kWarpMaxRows && warp_split_ok(k, d.split) &&
              warp_row_tiles_ok(d.sub_tiles, warp_launch_rows(d.sub_tiles, m)) && warp_blocks_fit(n, d.sub_tiles);

@@ -4,6 +4,7 @@
 // public: tpdecode/gemm_decision.hpp). Pure host logic: no GPU needed.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -42,7 +43,7 @@ bool warp_weight_ok(const TensorView& weight);
 struct GemmTactic {
   int token_tiles = 1;  // 8-token MMA tiles per CTA: 1, 2, 4 or 8 (M <= 8, 16, 32, 64)
   int split = 1;        // CTAs per row block (a cluster), each a K range; 1 .. 8
-  int row_tiles = 4;    // 16-row tiles of W per CTA: 4 (one per warp) or 1 (warps split K)
+  int row_tiles = 4;    // 16-row tiles of W per CTA: 4 (one per warp), 2 or 1 (warps split K)
   int64_t blocks = 0;   // ceil(N / (16 row_tiles))
   int64_t ctas = 0;     // blocks * split
   double predicted_us = 0;  // the rule's time model (see choose_tactic)
@@ -55,11 +56,14 @@ inline constexpr int kWarpWarps = 4;          // warps per CTA, each one 16-row 
 inline constexpr int kWarpCtaRows = 64;       // W rows per CTA (the wide CTA: a tile per warp)
 inline constexpr int kWarpStages = 4;         // ring stages
 inline constexpr int kWarpStageBytes = 4096;  // [16 rows, 128] bf16 per warp and stage
-// The narrow CTA: one 16-row tile of W, its four warps taking every fourth chunk of
+// The narrow CTAs: one 16-row tile of W, its four warps taking every fourth chunk of
 // the CTA's K range (each copies its own x slices), the four sums added in warp
-// order. Four times the CTAs of the wide one over the same rows, with no cluster
-// needed to fill the SMs where N is short (tinygemm2's 16-row CTAs lead there).
-// Up to 16 rows: the x ring, one per warp, grows with the tokens.
+// order; or two tiles, two warps on each, a pair taking every other chunk with one
+// x slice (half the x traffic per weight byte: at 8 rows the one-tile CTA reads
+// half as many bytes of x from L2 as of W). Four (two) times the CTAs of the wide
+// one over the same rows, with no cluster needed to fill the SMs where N is short
+// (tinygemm2's 16-row CTAs lead there). Up to 16 rows: the x rings grow with the
+// tokens.
 inline constexpr int kWarpNarrowMaxRows = 16;
 
 // Token tiles for m rows (1 <= m <= kWarpMaxRows): 1, 2, 4 or 8.
@@ -69,11 +73,12 @@ int warp_token_tiles(int m);
 int warp_smem_bytes(int token_tiles, int row_tiles = kWarpWarps);
 // CTAs one SM holds at that size (228 KB per SM, 1 KB reserved per CTA).
 int warp_ctas_per_sm(int token_tiles, int row_tiles = kWarpWarps);
-// The CTA shapes of a warp decision (GemmDecision::sub_tiles): 4 or 1 row tiles,
-// the narrow one up to kWarpNarrowMaxRows rows.
+// The CTA shapes of a warp decision (GemmDecision::sub_tiles): 4 row tiles, or the
+// narrow 2 and 1 up to kWarpNarrowMaxRows rows.
+inline constexpr std::array<int, 3> kWarpRowTileChoices = {kWarpWarps, 2, 1};
 bool warp_row_tiles_ok(int row_tiles, int m);
 // Rows one launch of a warp decision takes at m rows: all of them for the wide CTA;
-// at most kWarpNarrowMaxRows for the narrow one, which runs more as consecutive
+// at most kWarpNarrowMaxRows for the narrow ones, which run more as consecutive
 // launches of that many (a row's sum does not depend on the launch it is in, so
 // batch-invariant mode runs a narrow decision at every row count).
 int warp_launch_rows(int row_tiles, int m);
@@ -98,7 +103,7 @@ bool warp_split_ok(int64_t k, int split);
 // (docs/history/performance-2026-11.md, "Every split 1–8").
 bool warp_split_for_shared_gpu(int split);
 // The launch shape of a warp-engine call (no prediction): any m up to
-// kWarpMaxRows (kWarpNarrowMaxRows for 1 row tile); split must be legal.
+// kWarpMaxRows (kWarpNarrowMaxRows for 1 or 2 row tiles); split must be legal.
 GemmTactic warp_launch_tactic(int64_t n, int64_t k, int m, int split, int row_tiles = kWarpWarps);
 // The rule's tactic with the split forced (benchmarks, tests); split must be legal.
 GemmTactic tactic_with_split(int64_t n, int64_t k, int m, int sms, int split);

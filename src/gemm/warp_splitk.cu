@@ -6,7 +6,7 @@ namespace tpdecode {
 namespace {
 
 // Calls f(kernel) for the (token tiles, row tiles) kernel: the wide CTA at every
-// token tile count, the narrow one at 1 and 2 (kWarpNarrowMaxRows).
+// token tile count, the narrow ones (1 and 2 row tiles) at 1 and 2 (kWarpNarrowMaxRows).
 template <class F>
 void with_kernel(int token_tiles, int row_tiles, F&& f) {
   with_token_tiles(token_tiles, [&](auto tiles) {
@@ -20,8 +20,12 @@ void with_kernel(int token_tiles, int row_tiles, F&& f) {
         f(warp_splitk::warp_splitk_kernel<kTiles, 1>);
         return;
       }
+      if (row_tiles == 2) {
+        f(warp_splitk::warp_splitk_kernel<kTiles, 2>);
+        return;
+      }
     }
-    throw InvalidArgument("warp split-K: row tiles per CTA must be 4, or 1 up to 16 rows");
+    throw InvalidArgument("warp split-K: row tiles per CTA must be 4, or 2 or 1 up to 16 rows");
   });
 }
 

@@ -6,9 +6,10 @@
 // while a warp waits): each warp copies its own [16, 128] W slice, two whole
 // 256-byte rows per instruction, the CTA copies the [M, 128] activation slice once
 // for its four warps (so x is read from L2 once per 64 weight rows, not once per
-// 16). The narrow CTA (up to 16 rows) owns one 16-row tile: warp w takes chunks w,
-// w + 4, ... of the CTA's K range with its own x slices, and the four warps' sums
-// are added in warp order. mma.sync m16n8k16 runs with W's rows on the 16-wide (A)
+// 16). The narrow CTAs (up to 16 rows) own one or two 16-row tiles: with one, warp w
+// takes chunks w, w + 4, ... of the CTA's K range with its own x slices; with two,
+// warps 2 q and 2 q + 1 (tiles 0 and 1) take chunks q, q + 2, ... with one x slice;
+// the groups' sums are added in group order. mma.sync m16n8k16 runs with W's rows on the 16-wide (A)
 // side and the tokens on the 8-wide (B) side. The split-K partials (FP32) of one
 // row block are summed over its `split` CTAs, ranks 0..split-1 in that order,
 // through distributed shared memory (the CTAs of a block are consecutive ranks of
@@ -66,7 +67,7 @@ struct Slot {
 
 // One CTA of the engine (every thread of the CTA calls it; kThreads threads;
 // warp_smem_bytes(kTiles, kRowTiles) of dynamic shared memory at `smem`).
-//  - kRowTiles: 16-row tiles of W per CTA, 4 (the wide CTA) or 1 (the narrow one).
+//  - kRowTiles: 16-row tiles of W per CTA, 4 (the wide CTA), 2 or 1 (narrow ones).
 //  - after_wait(): every thread, right after griddepcontrol.wait and the first
 //    activation copies (the weights' are in flight since before the wait).
 //  - epilogue(token, column, v): once per output unit of kCols consecutive columns
@@ -77,7 +78,7 @@ struct Slot {
 template <int kTiles, int kCols, int kRowTiles = kWarpWarps, class AfterWait, class Epilogue>
 __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s, uint8_t* smem, int units,
                                         AfterWait&& after_wait, Epilogue&& epilogue) {
-  static_assert(kRowTiles == kWarpWarps || kRowTiles == 1, "a wide or a narrow CTA");
+  static_assert(kRowTiles == kWarpWarps || kRowTiles == 2 || kRowTiles == 1, "a wide or a narrow CTA");
   constexpr int kTokens = 8 * kTiles;
   constexpr int kXPieces = kTokens * 16;  // 16-byte pieces of one [tokens, 128] x slice
   constexpr int kCtaRows = 16 * kRowTiles;
@@ -95,9 +96,9 @@ __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s
   const int t = lane % 4;
   // Why not warp % kRowTiles and the like: spelled so, the wide CTA's constants
   // stay constants (a live group index cost its kernels registers and a spill).
-  const int row_tile = kRowTiles == 1 ? 0 : warp;
-  const int group = kGroups == 1 ? 0 : warp;
-  const int gtid = kGroups == 1 ? tid : lane;  // the thread's index among those sharing its x slice
+  const int row_tile = kRowTiles == 1 ? 0 : kGroups == 1 ? warp : warp % kRowTiles;
+  const int group = kGroups == 1 ? 0 : kRowTiles == 1 ? warp : warp / kRowTiles;
+  const int gtid = kGroups == 1 ? tid : tid % kGroupThreads;  // the thread's index among those sharing its x slice
   const int c_begin = static_cast<int>(static_cast<int64_t>(p.chunks) * s.rank / s.split);
   const int cta_count = static_cast<int>(static_cast<int64_t>(p.chunks) * (s.rank + 1) / s.split) - c_begin;
   const int count = warp_group_chunks(cta_count, group, kGroups);  // chunks c_begin + group + kGroups c
@@ -111,12 +112,15 @@ __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s
   uint4* my_ring = ring_w + warp * kWPieces * 32;
   uint4* group_ring_x = ring_x + group * kWarpStages * kXPieces;
   const uint64_t policy = dev::evict_first_policy();
-  // Why a warp barrier for the narrow CTA: each warp reads only what it copied.
-  auto group_sync = [] {
+  // Why a group barrier for the narrow CTAs: each group reads only what it copied
+  // (named barriers 1 and 2 for the two-tile CTA's pairs of warps).
+  auto group_sync = [&] {
     if constexpr (kGroups == 1)
       __syncthreads();
-    else
+    else if constexpr (kRowTiles == 1)
       __syncwarp();
+    else
+      asm volatile("bar.sync %0, %1;" ::"r"(1 + group), "n"(kGroupThreads) : "memory");
   };
   auto column = [&](int c) { return static_cast<int64_t>(c_begin + group + kGroups * c) * kWarpChunkK; };
   auto slot_w = [&](int c) { return my_ring + (c % kWarpStages) * kWarpWarps * kWPieces * 32; };
@@ -201,7 +205,7 @@ __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s
     my_partials[(tok + 1) * kCtaRows + row + 8] = acc[j][3];
   }
   if constexpr (kGroups > 1) {
-    // The narrow CTA's four sums, added in warp order into group 0's partials (each
+    // A narrow CTA's group sums, added in group order into group 0's partials (each
     // thread reads and writes its own elements).
     __syncthreads();
     for (int e = tid; e < kTokens * kCtaRows; e += kThreads) {

@@ -21,7 +21,7 @@ struct WarpSplitKParams {
   int64_t out_stride;  // elements
 };
 
-// The narrow CTA's K partition: of a CTA's `cta_chunks` chunks, warp group `group`
+// The narrow CTAs' K partition: of a CTA's `cta_chunks` chunks, warp group `group`
 // of `groups` takes chunks group, group + groups, ... (neighbouring warps read
 // neighbouring columns of the same rows); how many that is. Every chunk goes to
 // exactly one group (tests/cpu/gemm_rules_test.cpp).
@@ -30,7 +30,7 @@ constexpr int warp_group_chunks(int cta_chunks, int group, int groups) {
 }
 
 // Raises the kernel's dynamic shared-memory limit (host only; before any capture):
-// row_tiles 4 (wide CTAs) at 1, 2, 4 or 8 token tiles, 1 (narrow) at 1 or 2.
+// row_tiles 4 (wide CTAs) at 1, 2, 4 or 8 token tiles, 2 or 1 (narrow) at 1 or 2.
 void prepare_warp_splitk(int token_tiles, int row_tiles);
 
 void launch_warp_splitk(const WarpSplitKParams& p, const GemmTactic& t, bool pdl, cudaStream_t stream);

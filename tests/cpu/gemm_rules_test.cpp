@@ -66,6 +66,10 @@ TEST(GemmRules, SeveralCtasFitOnAnSm) {
   EXPECT_EQ(warp_smem_bytes(1, 1), 4 * 4 * 4096 + 4 * 4 * 8 * 256 + 4 * 8 * 16 * 4);
   EXPECT_EQ(warp_ctas_per_sm(1, 1), 2);
   EXPECT_EQ(warp_ctas_per_sm(2, 1), 1);
+  // The two-tile one: two x rings (one per pair of warps), partials of 32 rows.
+  EXPECT_EQ(warp_smem_bytes(1, 2), 4 * 4 * 4096 + 2 * 4 * 8 * 256 + 2 * 8 * 32 * 4);
+  EXPECT_EQ(warp_ctas_per_sm(1, 2), 2);
+  EXPECT_EQ(warp_ctas_per_sm(2, 2), 2);
   EXPECT_EQ(warp_smem_bytes(1), warp_smem_bytes(1, kWarpWarps));
 }
 
@@ -74,25 +78,31 @@ TEST(GemmRules, NarrowCtasUpTo16Rows) {
   EXPECT_TRUE(warp_row_tiles_ok(1, 1));
   EXPECT_TRUE(warp_row_tiles_ok(1, kWarpNarrowMaxRows));
   EXPECT_FALSE(warp_row_tiles_ok(1, kWarpNarrowMaxRows + 1));
-  EXPECT_FALSE(warp_row_tiles_ok(2, 8));
+  EXPECT_TRUE(warp_row_tiles_ok(2, kWarpNarrowMaxRows));
+  EXPECT_FALSE(warp_row_tiles_ok(2, kWarpNarrowMaxRows + 1));
+  EXPECT_FALSE(warp_row_tiles_ok(3, 8));
   EXPECT_FALSE(warp_row_tiles_ok(0, 8));
   const GemmTactic t = warp_launch_tactic(2112, 7168, 8, 1, 1);
   EXPECT_EQ(t.blocks, 132);
   EXPECT_EQ(t.ctas, 132);
   EXPECT_EQ(t.describe(), "132 blocks of 16 rows x split 1, 1 token tile");
   EXPECT_EQ(warp_launch_tactic(2112, 7168, 8, 2).blocks, 33);
+  EXPECT_EQ(warp_launch_tactic(2112, 7168, 8, 2, 2).describe(), "66 blocks of 32 rows x split 2, 1 token tile");
+  EXPECT_EQ(warp_launch_tactic(80, 1024, 8, 1, 2).blocks, 3);  // the last block half past N
   EXPECT_THROW(warp_launch_tactic(2112, 7168, 17, 1, 1), InvalidArgument);
   // A narrow decision runs more rows as launches of 16; the wide one in one launch.
   EXPECT_EQ(warp_launch_rows(1, 8), 8);
   EXPECT_EQ(warp_launch_rows(1, 16), 16);
   EXPECT_EQ(warp_launch_rows(1, 17), 16);
   EXPECT_EQ(warp_launch_rows(1, 64), 16);
+  EXPECT_EQ(warp_launch_rows(2, 33), 16);
   EXPECT_EQ(warp_launch_rows(kWarpWarps, 64), 64);
   const GemmEngines warp{true};
   EXPECT_TRUE(engine_decision_legal(warp_decision(3, 1), 2112, 7168, 16, kH200Sms, warp));
   EXPECT_TRUE(engine_decision_legal(warp_decision(3, 1), 2112, 7168, 17, kH200Sms, warp));  // launches of 16
   EXPECT_TRUE(engine_decision_legal(warp_decision(3, 1), 2112, 7168, 64, kH200Sms, warp));
-  EXPECT_FALSE(engine_decision_legal(warp_decision(3, 2), 2112, 7168, 8, kH200Sms, warp));
+  EXPECT_TRUE(engine_decision_legal(warp_decision(3, 2), 2112, 7168, 64, kH200Sms, warp));
+  EXPECT_FALSE(engine_decision_legal(warp_decision(3, 3), 2112, 7168, 8, kH200Sms, warp));
   EXPECT_FALSE(engine_decision_legal(warp_decision(3, 0), 2112, 7168, 8, kH200Sms, warp));
   // The grid's y limit: 65535 blocks of 16 rows.
   EXPECT_TRUE(engine_decision_legal(warp_decision(1, 1), 16 * 65535, 128, 8, kH200Sms, warp));
@@ -267,12 +277,12 @@ TEST(GemmRules, CandidatesAreLegalAndEndWithCublas) {
       warps += d.path == GemmPath::kWarpSplitK;
     }
     // Every split up to 8 that leaves each cluster rank two chunks, odd ones too, for
-    // each CTA shape (the narrow one up to 16 rows).
+    // each CTA shape (the two narrow ones up to 16 rows).
     const int64_t chunks = k / kWarpChunkK;
     const int splits = engines.warp && m <= kWarpCandidateMaxRows
                            ? static_cast<int>(std::min<int64_t>(kWarpMaxSplit, std::max<int64_t>(1, chunks / 2)))
                            : 0;
-    EXPECT_EQ(warps, splits * (m <= kWarpNarrowMaxRows ? 2 : 1)) << n << "x" << k << " M " << m;
+    EXPECT_EQ(warps, splits * (m <= kWarpNarrowMaxRows ? 3 : 1)) << n << "x" << k << " M " << m;
     EXPECT_TRUE(engine_decision_legal(rule_decision(n, k, m, kH200Sms, engines), n, k, m, kH200Sms, engines));
   }
   // No engine: cuBLAS alone.
@@ -503,8 +513,8 @@ TEST(GemmRules, InvariantDecisionsKeepOneEngineAndSplit) {
 TEST(GemmRules, InvariantCandidatesRunEveryRowCountInOneOrder) {
   const auto all = invariant_candidates(896, 35840, 8, {true, true}, false);
   const std::size_t wgmma = wgmma_candidates(896, 35840, 8).size();
-  EXPECT_EQ(all.size(), 16 + wgmma);  // wide and narrow at splits 1-8, the wgmma engine's candidates
-  EXPECT_EQ(invariant_candidates(896, 35840, 8, {true, true}, true).size(), 8 + wgmma / 2);  // splits 1, 2, 4, 8
+  EXPECT_EQ(all.size(), 24 + wgmma);  // wide and two narrow at splits 1-8, the wgmma engine's candidates
+  EXPECT_EQ(invariant_candidates(896, 35840, 8, {true, true}, true).size(), 12 + wgmma / 2);  // splits 1, 2, 4, 8
   EXPECT_EQ(invariant_candidates(1000, 640, 8, {false, true}, false).size(), wgmma_candidates(1000, 640, 8).size());
   EXPECT_TRUE(invariant_candidates(256, 1000, 8, {true, true}, false).empty());  // neither engine
   for (const GemmDecision& c : all) {

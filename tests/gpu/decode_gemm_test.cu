@@ -39,8 +39,10 @@ std::vector<GemmDecision> engine_decisions(int64_t n, int64_t k, int m) {
     const int other = legal[static_cast<std::size_t>(m + n / 16) % legal.size()];
     out.push_back(warp_decision(rule));
     if (other != rule) out.push_back(warp_decision(other));
-    if (warp_row_tiles_ok(1, m))
+    if (warp_row_tiles_ok(1, m)) {
       out.push_back(warp_decision(legal[static_cast<std::size_t>(3 * m + n / 64) % legal.size()], 1));
+      out.push_back(warp_decision(legal[static_cast<std::size_t>(5 * m + n / 32) % legal.size()], 2));
+    }
   }
   const std::vector<GemmDecision> tactics = wgmma_candidates(n, k, m);
   if (!tactics.empty()) {
@@ -108,7 +110,7 @@ TEST(DecodeGemm, EdgeShapesEverySplit) {
     DecodeGemm gemm(p.weight(), nullptr, private_tuner(false));
     for (int split = 1; split <= kWarpMaxSplit; ++split)
       for (int m : {1, 8, 13, 32})
-        for (int row_tiles : {kWarpWarps, 1}) {
+        for (int row_tiles : kWarpRowTileChoices) {
           if (!warp_split_ok(s.k, split) || !warp_row_tiles_ok(row_tiles, m)) continue;
           gemm.force(m, warp_decision(split, row_tiles));
           check_rows(p, gemm, cublas, m, 3);
@@ -124,7 +126,7 @@ TEST(DecodeGemm, EveryWarpSplitAgrees) {
   DecodeGemm gemm(p.weight(), nullptr, private_tuner(false));
   for (int split = 1; split <= kWarpMaxSplit; ++split)
     for (int m : {1, 13, 32})
-      for (int row_tiles : {kWarpWarps, 1}) {
+      for (int row_tiles : kWarpRowTileChoices) {
         if (!warp_row_tiles_ok(row_tiles, m)) continue;
         gemm.force(m, warp_decision(split, row_tiles));
         ASSERT_EQ(gemm.decision(m).split, split);
