@@ -93,8 +93,7 @@ int warp_smem_bytes(int token_tiles, int row_tiles) {
   const int ring_w = kWarpStages * kWarpWarps * kWarpStageBytes;    // [stages, warps, 8 pieces, 32 lanes] x 16 B
   const int ring_x = k_groups * kWarpStages * 8 * token_tiles * kWarpChunkK * 2;  // [groups, stages, 4, tokens, 4] x 16 B
   const int partials = k_groups * 8 * token_tiles * 16 * row_tiles * 4;  // [groups, tokens, CTA rows] f32
-  const int x_barriers = row_tiles < kWarpWarps ? k_groups * kWarpStages * 8 : 0;  // narrow: x boxes' mbarriers
-  return ring_w + ring_x + partials + x_barriers;
+  return ring_w + ring_x + partials;
 }
 
 int warp_ctas_per_sm(int token_tiles, int row_tiles) {

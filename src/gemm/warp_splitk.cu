@@ -1,5 +1,4 @@
 #include "core/launch.cuh"
-#include "core/tensor_map.hpp"
 #include "gemm/token_tiles.hpp"
 #include "gemm/warp_splitk.cuh"
 
@@ -39,17 +38,6 @@ void prepare_warp_splitk(int token_tiles, int row_tiles) {
   });
 }
 
-CUtensorMap narrow_x_map(const void* x, int m, int64_t k, int token_tiles) {
-  // [k / 32 blocks][m][32] (the block dimension strides 64 bytes), in boxes
-  // [4][8 token_tiles][32]: a chunk's [4 i, tokens, 4 t] pieces; rows past m zero.
-  Bf16MapShape s;
-  s.rank = 3;
-  s.dims = {32, static_cast<uint64_t>(m), static_cast<uint64_t>(k / 32)};
-  s.strides = {static_cast<uint64_t>(k) * 2, 64};
-  s.box = {32, static_cast<uint32_t>(8 * token_tiles), static_cast<uint32_t>(kWarpChunkK / 32)};
-  return encode_bf16_map(x, s, "warp split-K");
-}
-
 void launch_warp_splitk(const WarpSplitKParams& p, const GemmTactic& t, bool pdl, cudaStream_t stream) {
   LaunchShape s;
   s.grid = dim3(static_cast<unsigned>(t.split), static_cast<unsigned>(t.blocks));
@@ -57,8 +45,7 @@ void launch_warp_splitk(const WarpSplitKParams& p, const GemmTactic& t, bool pdl
   s.smem = static_cast<std::size_t>(warp_smem_bytes(t.token_tiles, t.row_tiles));
   s.cluster = t.split;
   s.pdl = pdl;
-  const CUtensorMap x_map = t.row_tiles < kWarpWarps ? narrow_x_map(p.x, p.m, p.k, t.token_tiles) : CUtensorMap{};
-  with_kernel(t.token_tiles, t.row_tiles, [&](auto kernel) { launch_kernel(kernel, s, stream, p, x_map); });
+  with_kernel(t.token_tiles, t.row_tiles, [&](auto kernel) { launch_kernel(kernel, s, stream, p); });
 }
 
 }  // namespace tpdecode

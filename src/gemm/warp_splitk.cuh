@@ -9,9 +9,7 @@
 // 16). The narrow CTAs (up to 16 rows) own one or two 16-row tiles: with one, warp w
 // takes chunks w, w + 4, ... of the CTA's K range with its own x slices; with two,
 // warps 2 q and 2 q + 1 (tiles 0 and 1) take chunks q, q + 2, ... with one x slice;
-// the groups' sums are added in group order. A narrow CTA's x slices arrive as one
-// tensor-map box per chunk and group (the copies of one thread, not 4 per lane of
-// every warp at 8 rows), completing on an mbarrier per stage. mma.sync m16n8k16 runs with W's rows on the 16-wide (A)
+// the groups' sums are added in group order. mma.sync m16n8k16 runs with W's rows on the 16-wide (A)
 // side and the tokens on the 8-wide (B) side. The split-K partials (FP32) of one
 // row block are summed over its `split` CTAs, ranks 0..split-1 in that order,
 // through distributed shared memory (the CTAs of a block are consecutive ranks of
@@ -68,8 +66,7 @@ struct Slot {
 };
 
 // One CTA of the engine (every thread of the CTA calls it; kThreads threads;
-// warp_smem_bytes(kTiles, kRowTiles) of dynamic shared memory at `smem`, 128-byte
-// aligned; x_map: a narrow CTA's x (narrow_x_map), unused by the wide one).
+// warp_smem_bytes(kTiles, kRowTiles) of dynamic shared memory at `smem`).
 //  - kRowTiles: 16-row tiles of W per CTA, 4 (the wide CTA), 2 or 1 (narrow ones).
 //  - after_wait(): every thread, right after griddepcontrol.wait and the first
 //    activation copies (the weights' are in flight since before the wait).
@@ -79,21 +76,18 @@ struct Slot {
 //    (token, column) order, spread over the block's CTAs. Every CTA of the cluster
 //    passes the same number of cluster barriers, whatever its epilogue does.
 template <int kTiles, int kCols, int kRowTiles = kWarpWarps, class AfterWait, class Epilogue>
-__device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s, uint8_t* smem,
-                                        const CUtensorMap* x_map, int units, AfterWait&& after_wait,
-                                        Epilogue&& epilogue) {
+__device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s, uint8_t* smem, int units,
+                                        AfterWait&& after_wait, Epilogue&& epilogue) {
   static_assert(kRowTiles == kWarpWarps || kRowTiles == 2 || kRowTiles == 1, "a wide or a narrow CTA");
   constexpr int kTokens = 8 * kTiles;
   constexpr int kXPieces = kTokens * 16;  // 16-byte pieces of one [tokens, 128] x slice
   constexpr int kCtaRows = 16 * kRowTiles;
   constexpr int kGroups = kWarpWarps / kRowTiles;  // warps along K, each with its own x ring
   constexpr int kGroupThreads = 32 * kRowTiles;    // the threads that share one x slice
-  constexpr bool kTmaX = kRowTiles < kWarpWarps;   // x by tensor-map boxes, not by copies of every lane
   static_assert(kCtaRows % kCols == 0, "a unit never straddles a block");
   uint4* ring_w = reinterpret_cast<uint4*>(smem);               // [stages, warps, 8 pieces, 32 lanes] x 16 B
   uint4* ring_x = ring_w + kWarpStages * kWarpWarps * kWPieces * 32;  // [groups, stages, 4 i, tokens, 4 t] x 16 B
   float* partials = reinterpret_cast<float*>(ring_x + kGroups * kWarpStages * kXPieces);  // [groups, tokens, rows]
-  uint64_t* x_full = reinterpret_cast<uint64_t*>(partials + kGroups * kTokens * kCtaRows);  // [groups, stages] (kTmaX)
 
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32;
@@ -118,7 +112,6 @@ __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s
   uint4* my_ring = ring_w + warp * kWPieces * 32;
   uint4* group_ring_x = ring_x + group * kWarpStages * kXPieces;
   const uint64_t policy = dev::evict_first_policy();
-  const uint64_t x_policy = kTmaX ? dev::evict_last_policy() : 0;
   // Why a group barrier for the narrow CTAs: each group reads only what it copied
   // (named barriers 1 and 2 for the two-tile CTA's pairs of warps).
   auto group_sync = [&] {
@@ -132,7 +125,6 @@ __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s
   auto column = [&](int c) { return static_cast<int64_t>(c_begin + group + kGroups * c) * kWarpChunkK; };
   auto slot_w = [&](int c) { return my_ring + (c % kWarpStages) * kWarpWarps * kWPieces * 32; };
   auto slot_x = [&](int c) { return group_ring_x + (c % kWarpStages) * kXPieces; };
-  uint64_t* group_x_full = x_full + group * kWarpStages;
   auto issue_w = [&](int c) {
     if (!active) return;
     const int64_t kb = column(c);
@@ -140,30 +132,16 @@ __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s
 #pragma unroll
     for (int j = 0; j < kWPieces; ++j) dev::copy16_async(sl + w_piece_slot(j, lane), w_lane + 2 * j * p.k + kb, policy);
   };
-  auto issue_x = [&](int c) {  // rows >= m stay zero (set once below, or by the box)
+  auto issue_x = [&](int c) {  // rows >= m stay zero (set once below)
     const int64_t kb = column(c);
     uint4* sl = slot_x(c);
-    if constexpr (kTmaX) {
-      // The box [4 i][tokens][32 columns] lands as the ring's [4 i, tokens, 4 t] pieces.
-      if (gtid == 0) {
-        uint64_t* bar = group_x_full + c % kWarpStages;
-        dev::mbar_arrive_expect_tx(bar, kXPieces * 16);
-        dev::tma_load_3d(sl, x_map, 0, 0, static_cast<int>(kb / 32), bar, x_policy);
-      }
-    } else {
-      for (int q = gtid; q < p.m * 16; q += kGroupThreads) {
-        const int token = q / 16;
-        const int col16 = q % 16;
-        dev::copy16_async(sl + ((col16 / 4) * kTokens + token) * 4 + col16 % 4, x + token * p.k + kb + 8 * col16);
-      }
+    for (int q = gtid; q < p.m * 16; q += kGroupThreads) {
+      const int token = q / 16;
+      const int col16 = q % 16;
+      dev::copy16_async(sl + ((col16 / 4) * kTokens + token) * 4 + col16 % 4, x + token * p.k + kb + 8 * col16);
     }
   };
 
-  if constexpr (kTmaX) {
-    if (gtid < kWarpStages) dev::mbar_init(group_x_full + gtid, 1);
-    dev::mbar_init_fence();
-    __syncthreads();
-  }
   // Why: the weights do not depend on the previous kernel, so their copies start
   // before the grid-dependency wait; the activations are read only after it.
 #pragma unroll
@@ -171,12 +149,11 @@ __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s
     if (c < count) issue_w(c);
     dev::copy_commit();
   }
-  if constexpr (!kTmaX)
-    for (int q = gtid; q < kWarpStages * kXPieces; q += kGroupThreads)
-      if ((q % kXPieces) / 4 % kTokens >= p.m) group_ring_x[q] = make_uint4(0, 0, 0, 0);
+  for (int q = gtid; q < kWarpStages * kXPieces; q += kGroupThreads)
+    if ((q % kXPieces) / 4 % kTokens >= p.m) group_ring_x[q] = make_uint4(0, 0, 0, 0);
   dev::pdl_wait();
   for (int c = 0; c < kWarpStages - 1 && c < count; ++c) issue_x(c);
-  if constexpr (!kTmaX) dev::copy_commit();
+  dev::copy_commit();
   after_wait();
 
   float acc[kTiles][4] = {};
@@ -190,24 +167,16 @@ __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s
       issue_x(c + kWarpStages - 1);
     }
     dev::copy_commit();
-    if constexpr (kTmaX) {
-      // Copy groups so far: W 0, W 1, W 2 (prologue), then one per iteration: chunk
-      // c's has 3 younger ones. Its x box completes on the stage's barrier.
+    // Groups so far: W 0, W 1, W 2, X 0-2 (prologue), then one per iteration. Chunk c
+    // is in the prologue (c <= 2: the X group is the 4th) or in iteration c - 3's
+    // group, with 3 younger ones.
+    if (c == 0)
+      dev::copy_wait<1>();
+    else if (c == 1)
+      dev::copy_wait<2>();
+    else
       dev::copy_wait<3>();
-      __syncwarp();  // the warp's W pieces, copied by other lanes, are visible
-      dev::mbar_wait(group_x_full + c % kWarpStages, static_cast<uint32_t>(c / kWarpStages) & 1u);
-    } else {
-      // Groups so far: W 0, W 1, W 2, X 0-2 (prologue), then one per iteration. Chunk
-      // c is in the prologue (c <= 2: the X group is the 4th) or in iteration c - 3's
-      // group, with 3 younger ones.
-      if (c == 0)
-        dev::copy_wait<1>();
-      else if (c == 1)
-        dev::copy_wait<2>();
-      else
-        dev::copy_wait<3>();
-      group_sync();  // chunk c's x, copied by other threads, is visible
-    }
+    group_sync();  // chunk c's x, copied by other threads, is visible
     const uint4* sw = slot_w(c);
     const uint4* sx = slot_x(c);
     uint4 ws[2][4];  // rows g, g + 8; columns 32 i + 8 t
@@ -294,9 +263,8 @@ __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s
 }
 
 template <int kTiles, int kRowTiles>
-__global__ void __launch_bounds__(kThreads)
-    warp_splitk_kernel(const WarpSplitKParams p, const __grid_constant__ CUtensorMap x_map) {
-  extern __shared__ __align__(128) uint8_t smem[];
+__global__ void __launch_bounds__(kThreads) warp_splitk_kernel(const WarpSplitKParams p) {
+  extern __shared__ __align__(16) uint8_t smem[];
   // Why: the next kernel in the stream may launch as soon as every CTA of this one
   // runs, so its weight prefetch overlaps this kernel's tail (it reads this
   // kernel's output only after its own griddepcontrol.wait, which waits for all of
@@ -305,7 +273,7 @@ __global__ void __launch_bounds__(kThreads)
   const Slot s{static_cast<int64_t>(blockIdx.y), static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x), 0};
   auto* out = static_cast<__nv_bfloat16*>(p.out);
   run_cta<kTiles, 1, kRowTiles>(
-      p, s, smem, &x_map, 8 * kTiles * 16 * kRowTiles, [] {},
+      p, s, smem, 8 * kTiles * 16 * kRowTiles, [] {},
       [&](int tok, int64_t col, const float (&v)[1]) {  // consecutive threads, consecutive columns
         if (tok < p.m && col < p.n) out[tok * p.out_stride + col] = __float2bfloat16_rn(v[0]);
       });

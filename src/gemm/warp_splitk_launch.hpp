@@ -2,7 +2,6 @@
 // caller (decode_gemm.cpp).
 #pragma once
 
-#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -33,9 +32,6 @@ constexpr int warp_group_chunks(int cta_chunks, int group, int groups) {
 // Raises the kernel's dynamic shared-memory limit (host only; before any capture):
 // row_tiles 4 (wide CTAs) at 1, 2, 4 or 8 token tiles, 2 or 1 (narrow) at 1 or 2.
 void prepare_warp_splitk(int token_tiles, int row_tiles);
-
-// A narrow CTA's x: m rows of [m, k] (contiguous), boxes of one 128-column chunk.
-CUtensorMap narrow_x_map(const void* x, int m, int64_t k, int token_tiles);
 
 void launch_warp_splitk(const WarpSplitKParams& p, const GemmTactic& t, bool pdl, cudaStream_t stream);
 

@@ -63,11 +63,11 @@ TEST(GemmRules, SeveralCtasFitOnAnSm) {
   EXPECT_EQ(rule_decision(2112, 7168, kWarpCandidateMaxRows + 1, kH200Sms, {true}).path, GemmPath::kCublas);
   // The narrow CTA: the same W ring, an x ring per warp; two per SM at 8 rows (room
   // for the next kernel's CTA beside each), one at 16.
-  EXPECT_EQ(warp_smem_bytes(1, 1), 4 * 4 * 4096 + 4 * 4 * 8 * 256 + 4 * 8 * 16 * 4 + 4 * 4 * 8);
+  EXPECT_EQ(warp_smem_bytes(1, 1), 4 * 4 * 4096 + 4 * 4 * 8 * 256 + 4 * 8 * 16 * 4);
   EXPECT_EQ(warp_ctas_per_sm(1, 1), 2);
   EXPECT_EQ(warp_ctas_per_sm(2, 1), 1);
   // The two-tile one: two x rings (one per pair of warps), partials of 32 rows.
-  EXPECT_EQ(warp_smem_bytes(1, 2), 4 * 4 * 4096 + 2 * 4 * 8 * 256 + 2 * 8 * 32 * 4 + 2 * 4 * 8);
+  EXPECT_EQ(warp_smem_bytes(1, 2), 4 * 4 * 4096 + 2 * 4 * 8 * 256 + 2 * 8 * 32 * 4);
   EXPECT_EQ(warp_ctas_per_sm(1, 2), 2);
   EXPECT_EQ(warp_ctas_per_sm(2, 2), 2);
   EXPECT_EQ(warp_smem_bytes(1), warp_smem_bytes(1, kWarpWarps));
