@@ -177,7 +177,8 @@ const char* gemm_source_name(GemmSource s) {
 std::string describe(const GemmDecision& d) {
   switch (d.path) {
     case GemmPath::kWarpSplitK:
-      return fmt::format("warp split {}{}", int{d.split}, d.sub_tiles == 1 ? ", 16-row CTAs" : "");
+      return fmt::format("warp split {}{}", int{d.split},
+                         d.sub_tiles < kWarpWarps ? fmt::format(", {}-row CTAs", 16 * d.sub_tiles) : "");
     case GemmPath::kWgmma:
       return fmt::format("wgmma split {} x {} rows, {} stages{}", int{d.split}, 64 * int{d.sub_tiles}, int{d.stages},
                          d.clusters ? fmt::format(", {} clusters", int{d.clusters}) : std::string());

@@ -108,6 +108,7 @@ TEST(GemmRules, NarrowCtasUpTo16Rows) {
   EXPECT_TRUE(engine_decision_legal(warp_decision(1, 1), 16 * 65535, 128, 8, kH200Sms, warp));
   EXPECT_FALSE(engine_decision_legal(warp_decision(1, 1), 16 * 65536, 128, 8, kH200Sms, warp));
   EXPECT_EQ(describe(warp_decision(2, 1)), "warp split 2, 16-row CTAs");
+  EXPECT_EQ(describe(warp_decision(2, 2)), "warp split 2, 32-row CTAs");
   EXPECT_EQ(describe(warp_decision(2)), "warp split 2");
   EXPECT_FALSE(warp_decision(2, 1).same_path(warp_decision(2)));
 }
@@ -538,6 +539,7 @@ TEST(GemmRules, InvariantCandidatesRunEveryRowCountInOneOrder) {
   EXPECT_TRUE(same_summation_order(wgmma_decision(2, 1, 4), wgmma_decision(2, 4, 9)));  // tiles and ring: same bits
   EXPECT_FALSE(same_summation_order(wgmma_decision(2, 1, 4), wgmma_decision(3, 1, 4)));
   EXPECT_FALSE(same_summation_order(warp_decision(2), warp_decision(2, 1)));  // wide and narrow CTAs
+  EXPECT_FALSE(same_summation_order(warp_decision(2, 2), warp_decision(2, 1)));  // the two narrow CTAs
   EXPECT_FALSE(same_summation_order(warp_decision(2), wgmma_decision(2, 1, 4)));
   EXPECT_FALSE(same_summation_order(cublas_decision(), cublas_decision()));  // cuBLAS promises no order
 }
