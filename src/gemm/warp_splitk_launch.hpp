@@ -29,6 +29,14 @@ constexpr int warp_group_chunks(int cta_chunks, int group, int groups) {
   return cta_chunks > group ? (cta_chunks - group + groups - 1) / groups : 0;
 }
 
+// A narrow CTA group's walk over its `count` chunks: position c takes chunk
+// (c + block) mod count, a rotation by the row block (every chunk once; tests/cpu/
+// gemm_rules_test.cpp). The wide CTA walks in order.
+constexpr int rotated_chunk(int c, int64_t block, int count) {
+  const int rotation = count > 0 ? static_cast<int>(block % count) : 0;
+  return c + rotation < count ? c + rotation : c + rotation - count;
+}
+
 // Raises the kernel's dynamic shared-memory limit (host only; before any capture):
 // row_tiles 4 (wide CTAs) at 1, 2, 4 or 8 token tiles, 2 or 1 (narrow) at 1 or 2.
 void prepare_warp_splitk(int token_tiles, int row_tiles);

@@ -73,6 +73,24 @@ TEST(GemmRules, SeveralCtasFitOnAnSm) {
   EXPECT_EQ(warp_smem_bytes(1), warp_smem_bytes(1, kWarpWarps));
 }
 
+// The narrow CTAs' rotated K walk visits each of a group's chunks once, starting at
+// the block's rotation; block 0 (and any multiple of the count) walks in order.
+TEST(GemmRules, NarrowWalkIsARotation) {
+  for (int count : {1, 2, 7, 14, 56})
+    for (int64_t block : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{13}, int64_t{65534}}) {
+      std::vector<int> seen(static_cast<std::size_t>(count), 0);
+      for (int c = 0; c < count; ++c) {
+        const int r = rotated_chunk(c, block, count);
+        ASSERT_GE(r, 0);
+        ASSERT_LT(r, count);
+        ++seen[static_cast<std::size_t>(r)];
+      }
+      EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), count) << count << " chunks, block " << block;
+      EXPECT_EQ(rotated_chunk(0, block, count), static_cast<int>(block % count));
+    }
+  EXPECT_EQ(rotated_chunk(3, 14, 7), 3);  // a multiple of the count: in order
+}
+
 TEST(GemmRules, NarrowCtasUpTo16Rows) {
   EXPECT_TRUE(warp_row_tiles_ok(kWarpWarps, 64));
   EXPECT_TRUE(warp_row_tiles_ok(1, 1));
