@@ -25,7 +25,7 @@ namespace {
 // tactic's meaning changed), an engine's speed does, or the way a decision is made
 // from timings does (tune_rule.hpp): decisions measured under another revision are
 // not used, so every bucket is decided again among today's candidates.
-constexpr int kEngineRevision = 9;  // 9: the warp engine's two-tile narrow CTA
+constexpr int kEngineRevision = 9;  // 9: the warp engine's two-tile narrow CTA, the narrow CTAs' rotated walk
 
 // Adds a fixed cost per candidate to every sample of an inner timing.
 class ChargedTiming final : public GemmTiming {
