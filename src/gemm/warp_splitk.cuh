@@ -129,8 +129,9 @@ __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s
   // 2.7-5 % faster at M 1-8, 1792 x 35840 at M 8 2.7 %; the wide CTA, whose blocks
   // read x once per 64 rows, lost up to 2.8 % and walks in order). The order depends
   // on the block, not on M: the bits are the same at every row count.
+  const int rotation = kRowTiles < kWarpWarps ? walk_rotation(s.block, count) : 0;
   auto column = [&](int c) {
-    const int r = kRowTiles < kWarpWarps ? rotated_chunk(c, s.block, count) : c;
+    const int r = kRowTiles < kWarpWarps ? rotated_chunk(c, rotation, count) : c;
     return static_cast<int64_t>(c_begin + group + kGroups * r) * kWarpChunkK;
   };
   auto slot_w = [&](int c) { return my_ring + (c % kWarpStages) * kWarpWarps * kWPieces * 32; };

@@ -30,10 +30,10 @@ constexpr int warp_group_chunks(int cta_chunks, int group, int groups) {
 }
 
 // A narrow CTA group's walk over its `count` chunks: position c takes chunk
-// (c + block) mod count, a rotation by the row block (every chunk once; tests/cpu/
-// gemm_rules_test.cpp). The wide CTA walks in order.
-constexpr int rotated_chunk(int c, int64_t block, int count) {
-  const int rotation = count > 0 ? static_cast<int>(block % count) : 0;
+// (c + rotation) mod count, rotation = walk_rotation(row block, count) (every chunk
+// once; tests/cpu/gemm_rules_test.cpp). The wide CTA walks in order.
+constexpr int walk_rotation(int64_t block, int count) { return count > 0 ? static_cast<int>(block % count) : 0; }
+constexpr int rotated_chunk(int c, int rotation, int count) {
   return c + rotation < count ? c + rotation : c + rotation - count;
 }
 

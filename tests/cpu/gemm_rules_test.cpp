@@ -80,15 +80,16 @@ TEST(GemmRules, NarrowWalkIsARotation) {
     for (int64_t block : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{13}, int64_t{65534}}) {
       std::vector<int> seen(static_cast<std::size_t>(count), 0);
       for (int c = 0; c < count; ++c) {
-        const int r = rotated_chunk(c, block, count);
+        const int r = rotated_chunk(c, walk_rotation(block, count), count);
         ASSERT_GE(r, 0);
         ASSERT_LT(r, count);
         ++seen[static_cast<std::size_t>(r)];
       }
       EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), count) << count << " chunks, block " << block;
-      EXPECT_EQ(rotated_chunk(0, block, count), static_cast<int>(block % count));
+      EXPECT_EQ(rotated_chunk(0, walk_rotation(block, count), count), static_cast<int>(block % count));
     }
-  EXPECT_EQ(rotated_chunk(3, 14, 7), 3);  // a multiple of the count: in order
+  EXPECT_EQ(walk_rotation(14, 7), 0);  // a multiple of the count: in order
+  EXPECT_EQ(walk_rotation(5, 0), 0);   // no chunks
 }
 
 TEST(GemmRules, NarrowCtasUpTo16Rows) {
