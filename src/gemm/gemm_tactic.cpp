@@ -147,8 +147,9 @@ GemmTactic choose_tactic(int64_t n, int64_t k, int m, int sms, bool powers_of_tw
 }
 
 std::string GemmTactic::describe() const {
-  return fmt::format("{} blocks{} x split {}, {} token tile{}", blocks, row_tiles < kWarpWarps ? fmt::format(" of {} rows", 16 * row_tiles) : "", split,
-                     token_tiles, token_tiles > 1 ? "s" : "");
+  const std::string rows = row_tiles < kWarpWarps ? fmt::format(" of {} rows", 16 * row_tiles) : "";
+  return fmt::format("{} blocks{} x split {}, {} token tile{}", blocks, rows, split, token_tiles,
+                     token_tiles > 1 ? "s" : "");
 }
 
 // ---- Decisions and buckets ------------------------------------------------------
