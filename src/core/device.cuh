@@ -1,11 +1,10 @@
 // The device-helper layer every kernel uses: programmatic dependent launch (PDL),
 // the global timer, fences, asynchronous copies with L2 cache policies, bulk copies
-// and tensor-map boxes (TMA) completing on mbarriers, warp-level MMA, and BF16
-// (bf16.hpp, shared with the host). The mailboxes' loads and stores are the memory policy's
+// (TMA) completing on mbarriers, warp-level MMA, and BF16 (bf16.hpp, shared with the
+// host). The mailboxes' loads and stores are the memory policy's
 // (src/comm/memory.hpp: one class for device and host).
 #pragma once
 
-#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -83,35 +82,6 @@ __device__ __forceinline__ void bulk_copy_to_shared(void* smem, const void* glob
 // Requests `bytes` (a multiple of 16, 16-byte aligned) into L2 without waiting.
 __device__ __forceinline__ void bulk_prefetch_l2(const void* global, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(global), "r"(bytes) : "memory");
-}
-
-// The 2-D box of `map` at (column c0, row r0) into this CTA's shared memory, counted
-// against `bar`'s transaction bytes, with an L2 policy. Rows and columns past the
-// tensor arrive as zeros (and count as bytes all the same).
-__device__ __forceinline__ void tma_load_2d(void* smem, const CUtensorMap* map, int c0, int r0, uint64_t* bar,
-                                            uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
-      " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(shared_address(smem)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(r0), "r"(shared_address(bar)), "l"(policy)
-      : "memory");
-}
-
-// The 3-D box of `map` at (c0, c1, c2) (innermost first), as tma_load_2d.
-__device__ __forceinline__ void tma_load_3d(void* smem, const CUtensorMap* map, int c0, int c1, int c2,
-                                            uint64_t* bar, uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
-      " [%0], [%1, {%2, %3, %4}], [%5], %6;" ::"r"(shared_address(smem)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(shared_address(bar)), "l"(policy)
-      : "memory");
-}
-
-// An L2 policy for data many CTAs read (activations): evict last.
-__device__ __forceinline__ uint64_t evict_last_policy() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
 }
 
 // One thread initialises; mbar_init_fence() then makes the barriers visible to

@@ -6,7 +6,6 @@
 #include <string>
 
 #include "core/device_set.hpp"
-#include "core/tensor_map.hpp"
 #include "gemm/gemm_tactic.hpp"
 #include "gemm/wgmma_launch.hpp"
 #include "gemm/wgmma_tiles.cuh"
@@ -170,18 +169,37 @@ DeviceSet prepared_devices;  // where the kernels' shared-memory limit is raised
 }  // namespace wgmma
 
 CUtensorMap wgmma_tile_map(const void* w, int64_t n, int64_t k, int box_rows, int depth, int64_t row_stride) {
+  using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static const EncodeTiled encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    TPD_CUDA(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &status));
+    if (status != cudaDriverEntryPointSuccess || fn == nullptr)
+      throw Unavailable("wgmma engine: the driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<EncodeTiled>(fn);
+  }();
   // Depth 1: [n, k] in boxes [box_rows, 64]. Above: [k / 64 chunks][n][64] (the
   // chunk dimension strides 128 bytes), in boxes [depth][box_rows][64]: each chunk
   // of a box lands as the [box_rows, 64] tile a depth-1 box would.
   const bool deep = depth > 1;
-  Bf16MapShape s;
-  s.rank = deep ? 3 : 2;
-  s.dims = {static_cast<uint64_t>(deep ? wgmma::kChunkK : k), static_cast<uint64_t>(n),
-            static_cast<uint64_t>(k / wgmma::kChunkK)};
-  s.strides = {static_cast<uint64_t>(row_stride > 0 ? row_stride : k) * 2, uint64_t{wgmma::kChunkK} * 2};
-  s.box = {static_cast<uint32_t>(wgmma::kChunkK), static_cast<uint32_t>(box_rows), static_cast<uint32_t>(depth)};
-  s.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
-  return encode_bf16_map(w, s, "wgmma engine");
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(deep ? wgmma::kChunkK : k), static_cast<cuuint64_t>(n),
+                              static_cast<cuuint64_t>(k / wgmma::kChunkK)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(row_stride > 0 ? row_stride : k) * 2,
+                                 static_cast<cuuint64_t>(wgmma::kChunkK) * 2};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(wgmma::kChunkK), static_cast<cuuint32_t>(box_rows),
+                             static_cast<cuuint32_t>(depth)};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  CUtensorMap map{};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, deep ? 3 : 2, const_cast<void*>(w), dims, strides,
+                            box,
+                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw InvalidArgument("wgmma engine: cuTensorMapEncodeTiled refused a [" + std::to_string(n) + ", " +
+                          std::to_string(k) + "] operand (CUresult " + std::to_string(static_cast<int>(r)) + ")");
+  return map;
 }
 
 bool wgmma_shape_built(int sub_tiles, int tokens) {

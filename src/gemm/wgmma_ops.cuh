@@ -1,6 +1,6 @@
 // The instructions of the wgmma engine beyond the common device layer: warpgroup
-// MMA (wgmma) with shared-memory descriptors and arrivals on a peer CTA's mbarrier.
-// sm_90a only.
+// MMA (wgmma) with shared-memory descriptors, tensor-map (TMA) tile loads, and
+// arrivals on a peer CTA's mbarrier. sm_90a only.
 #pragma once
 
 #include <cuda.h>
@@ -92,7 +92,36 @@ __device__ __forceinline__ void wgmma_bf16<64>(float (&d)[32], uint64_t a, uint6
       : "l"(a), "l"(b), "r"(accumulate));
 }
 
-// ---- Peer arrivals ---------------------------------------------------------------
+// ---- Tensor-map tile loads and copy completion -----------------------------------
+// The 2-D box of `map` at (column c0, row r0) into this CTA's shared memory, counted
+// against `bar`'s transaction bytes, with an L2 policy. Rows and columns past the
+// tensor arrive as zeros (and count as bytes all the same).
+__device__ __forceinline__ void tma_load_2d(void* smem, const CUtensorMap* map, int c0, int r0, uint64_t* bar,
+                                            uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(shared_address(smem)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(r0), "r"(shared_address(bar)), "l"(policy)
+      : "memory");
+}
+
+// The 3-D box of `map` at (c0, c1, c2) (innermost first), as tma_load_2d.
+__device__ __forceinline__ void tma_load_3d(void* smem, const CUtensorMap* map, int c0, int c1, int c2,
+                                            uint64_t* bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%2, %3, %4}], [%5], %6;" ::"r"(shared_address(smem)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(shared_address(bar)), "l"(policy)
+      : "memory");
+}
+
+// An L2 policy for data many CTAs read (activations): evict last.
+__device__ __forceinline__ uint64_t evict_last_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
 // An arrival with release at cluster scope on the mbarrier at `peer_bar`: a pointer
 // into another CTA's shared memory from cluster.map_shared_rank (the own CTA's too).
 __device__ __forceinline__ void mbar_arrive_remote(uint64_t* peer_bar) {
