@@ -18,6 +18,7 @@ void register_bench_oproj(CLI::App& app);
 void register_drafter(CLI::App& app);
 // Lab instruments (engine design, not the library's benchmarks): tools/lab/.
 void register_lab_loads(CLI::App& app);
+void register_lab_launches(CLI::App& app);
 
 // A group of subcommands, created by whichever of its commands registers first.
 inline CLI::App* command_group(CLI::App& app, const char* name, const char* description) {

@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   tpdecode::cli::register_bench_oproj(app);
   tpdecode::cli::register_drafter(app);
   tpdecode::cli::register_lab_loads(app);
+  tpdecode::cli::register_lab_launches(app);
   try {
     refuse_unknown_subcommand(app, argc, argv);
     app.parse(argc, argv);
