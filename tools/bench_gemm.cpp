@@ -72,9 +72,12 @@ struct Row {
       if (keep(t.decision.path) && (!b || t.us < b->us)) b = &t;
     return b;
   }
-  static bool engine(GemmPath p) { return p == GemmPath::kWarpSplitK || p == GemmPath::kWgmma; }
+  static bool engine(GemmPath p) {
+    return p == GemmPath::kWarpSplitK || p == GemmPath::kWgmma || p == GemmPath::kWgmmaWide;
+  }
   static bool warp(GemmPath p) { return p == GemmPath::kWarpSplitK; }
   static bool wgmma(GemmPath p) { return p == GemmPath::kWgmma; }
+  static bool wide(GemmPath p) { return p == GemmPath::kWgmmaWide; }
   static bool cublas(GemmPath p) { return p == GemmPath::kCublas; }
   static bool lt(GemmPath p) { return p == GemmPath::kCublasLt; }
   static bool any(GemmPath) { return true; }
@@ -173,8 +176,8 @@ void bench_shape(const GemmShape& s, const Options& o, const Gpu& gpu, cudaStrea
 }
 
 void print_table(const std::vector<Row>& rows, const bench::ReadCeiling& ceiling) {
-  fmt::print("\n{:<6} {:<12} {:>6} {:>5} {:>7} {:>3} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>5} {:>5} {:>5} {:>6}  {}\n",
-             "set", "linear", "N", "K", "MB", "M", "ours us", "wgmma", "warp", "cuBLAS", "cuBLASLt", "vsBest", "TB/s",
+  fmt::print("\n{:<6} {:<12} {:>6} {:>5} {:>7} {:>3} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>5} {:>5} {:>5} {:>6}  {}\n",
+             "set", "linear", "N", "K", "MB", "M", "ours us", "wgmma", "wide", "warp", "cuBLAS", "cuBLASLt", "vsBest", "TB/s",
              "%ceil", "%read", "tuneMs", "dispatch -> best engine tactic");
   int flagged = 0;
   for (const Row& r : rows) {
@@ -182,16 +185,16 @@ void print_table(const std::vector<Row>& rows, const bench::ReadCeiling& ceiling
     const Timed* eng = r.best_timed(Row::engine);
     const bool slow = r.vs_best() > kDispatchSlack;
     flagged += slow;
-    fmt::print("{:<6} {:<12} {:>6} {:>5} {:>7.1f} {:>3} {:>8.2f} {:>8} {:>8} {:>8} {:>8} {:>5.3f}{} {:>5.2f} {:>4.0f}% "
-               "{:>4.0f}% {:>6.1f}  {} -> {}\n",
+    fmt::print("{:<6} {:<12} {:>6} {:>5} {:>7.1f} {:>3} {:>8.2f} {:>8} {:>8} {:>8} {:>8} {:>8} {:>5.3f}{} {:>5.2f} "
+               "{:>4.0f}% {:>4.0f}% {:>6.1f}  {} -> {}\n",
                r.shape.set, r.shape.name, r.shape.n, r.shape.k, b / 1e6, r.m, r.ours_us, us_or_dash(r.best(Row::wgmma)),
-               us_or_dash(r.best(Row::warp)), us_or_dash(r.best(Row::cublas)), us_or_dash(r.best(Row::lt)), r.vs_best(), slow ? "!" : " ",
+               us_or_dash(r.best(Row::wide)), us_or_dash(r.best(Row::warp)), us_or_dash(r.best(Row::cublas)), us_or_dash(r.best(Row::lt)), r.vs_best(), slow ? "!" : " ",
                tbps(b, r.ours_us), 100.0 * tbps(b, r.ours_us) / ceiling.tb_per_s, 100.0 * r.read_us / r.ours_us,
                r.chosen.tune_ms, r.chosen_tactic, eng ? eng->tactic : "-");
   }
   fmt::print(
-      "\nours = DecodeGemm's dispatch (the tuner's decision, PDL on); wgmma, warp = the fastest tactic of each engine "
-      "forced; cuBLAS = cublasGemmEx's default; cuBLASLt = the best of its heuristic's top algorithms; vsBest = ours / "
+      "\nours = DecodeGemm's dispatch (the tuner's decision, PDL on); wgmma, wide, warp = the fastest tactic of each "
+      "engine (wide: the wgmma engine's wide form) forced; cuBLAS = cublasGemmEx's default; cuBLASLt = the best of its heuristic's top algorithms; vsBest = ours / "
       "the fastest of them, '!' above {:.2f} ({} rows); TB/s counts "
       "weight bytes once per call; %read = a plain streaming read of the same copies / ours; tuneMs = what deciding "
       "cost (0: from the cache). Read ceiling {:.2f} TB/s ({:.1f} GB streamed in {:.1f} us).\n",
@@ -312,6 +315,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const ben
                          {"ours_us", r.ours_us},
                          {"best_engine_us", finite(r.best(Row::engine))},
                          {"best_wgmma_us", finite(r.best(Row::wgmma))},
+                         {"best_wgmma_wide_us", finite(r.best(Row::wide))},
                          {"best_warp_us", finite(r.best(Row::warp))},
                          {"cublas_us", finite(r.best(Row::cublas))},
                          {"best_cublaslt_us", finite(r.best(Row::lt))},

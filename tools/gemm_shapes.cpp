@@ -59,7 +59,8 @@ std::string tactic_of(const GemmDecision& d, int64_t n, int64_t k, int m) {
       const std::string launches = rows < m ? fmt::format(", {} launches", (m + rows - 1) / rows) : "";
       return fmt::format("warp {}{}", warp_launch_tactic(n, k, rows, d.split, d.sub_tiles).describe(), launches);
     }
-    case GemmPath::kWgmma: return describe(d);
+    case GemmPath::kWgmma:
+    case GemmPath::kWgmmaWide: return describe(d);
     case GemmPath::kCublasLt: return fmt::format("cublaslt {}", CublasContext::describe_lt(d.lt_algo));
     case GemmPath::kCublas: break;
   }

@@ -16,8 +16,9 @@ enum class GemmPath : uint8_t {
   kCublas,      // cublasGemmEx with cuBLAS's default algorithm (the stock path)
   kCublasLt,    // cublasLtMatmul with an algorithm the tuner measured
   kWgmma,       // the wgmma engine (TMA tiles, warpgroup MMA, up to 64 rows)
+  kWgmmaWide,   // the wgmma engine's wide form: 128 or 256 weight rows as the MMA's N
 };
-const char* gemm_path_name(GemmPath p);  // "warp", "cublas", "cublaslt", "wgmma"
+const char* gemm_path_name(GemmPath p);  // "warp", "cublas", "cublaslt", "wgmma", "wgmma-wide"
 
 // Where a decision came from.
 enum class GemmSource : uint8_t { kRule, kTuned, kCache, kAgreed, kForced };
@@ -31,11 +32,12 @@ using CublasLtAlgo = std::array<uint64_t, 8>;
 struct GemmDecision {
   GemmPath path = GemmPath::kCublas;
   GemmSource source = GemmSource::kRule;
-  uint8_t split = 1;        // kWarpSplitK, kWgmma: CTAs per cluster (1 .. 8), each a K range
-  uint8_t sub_tiles = 0;    // kWgmma: 64-row tiles per row block (1, 2, 4); kWarpSplitK: 16-row tiles
+  uint8_t split = 1;        // kWarpSplitK, kWgmma(Wide): CTAs per cluster (1 .. 8), each a K range
+  uint8_t sub_tiles = 0;    // kWgmma: 64-row tiles per row block (1, 2, 4); kWgmmaWide: a block's rows / 8
+                            // (16 .. 32); kWarpSplitK: 16-row tiles
                             // per CTA (4: one per warp; 1: the warps split the CTA's K range)
-  uint8_t stages = 0;       // kWgmma: ring stages
-  uint16_t clusters = 0;    // kWgmma: clusters launched (0: as many as fit, at most one per row block)
+  uint8_t stages = 0;       // kWgmma(Wide): ring stages
+  uint16_t clusters = 0;    // kWgmma(Wide): clusters launched (0: as many as fit, at most one per row block)
   float measured_us = 0;    // the tuner's median time per call (0: not measured)
   float tune_ms = 0;        // what deciding cost (both phases of timing)
   uint8_t tune_finalists = 0;  // candidates re-timed in phase 2 (1: phase 1 decided alone; 0: not tuned)
@@ -53,6 +55,7 @@ std::string describe(const GemmDecision& d);
 // Decisions to force (DecodeGemm::force) or compare with.
 GemmDecision warp_decision(int split, int row_tiles = 4);
 GemmDecision wgmma_decision(int split, int sub_tiles, int stages, int clusters = 0);
+GemmDecision wgmma_wide_decision(int split, int rows, int stages, int clusters = 0);  // rows: 128 .. 256
 GemmDecision cublas_decision();
 
 // What the weight allows (set by DecodeGemm from the operands).

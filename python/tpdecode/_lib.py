@@ -31,4 +31,4 @@ class GemmHandle(tvm_ffi.Object):
 
 # CommPath and GemmPath of the C++ API, by value.
 COMM_PATHS = ("one-shot", "two-shot", "stock")
-GEMM_PATHS = ("warp", "cublas", "cublaslt", "wgmma")  # GemmPath order
+GEMM_PATHS = ("warp", "cublas", "cublaslt", "wgmma", "wgmma-wide")  # GemmPath order

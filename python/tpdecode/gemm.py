@@ -124,7 +124,7 @@ class DecodeGemm:
         return self
 
     def path(self, m: int) -> str:
-        """"warp", "wgmma", "cublas" or "cublaslt": what a call of m contiguous rows runs now."""
+        """"warp", "wgmma", "wgmma-wide", "cublas" or "cublaslt": what a call of m contiguous rows runs now."""
         return _lib.GEMM_PATHS[self._handle.path(int(m))]
 
     def decision(self, m: int) -> str:

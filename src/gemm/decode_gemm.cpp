@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <map>
+
 #include "core/check.hpp"
 #include "gemm/gemm_paths.hpp"
 #include "gemm/wgmma_launch.hpp"
@@ -40,17 +42,15 @@ bool lt_operands(const TensorView& x, const TensorView& out) {
 
 }  // namespace
 
-// The weight's tile maps by sub-tile count (1, 2, 4), made when a wgmma decision
-// first needs them (host only).
+// The weight's tile maps by a block's rows (either wgmma form), made when a wgmma
+// decision first needs them (host only).
 struct DecodeGemm::TileMaps {
-  std::array<std::optional<CUtensorMap>, 3> by_sub;
-  std::optional<CUtensorMap>& of(const GemmDecision& d) {
-    return by_sub[d.sub_tiles == 1 ? 0 : d.sub_tiles == 2 ? 1 : 2];
-  }
+  std::map<int, CUtensorMap> by_rows;
+  static int rows(const GemmDecision& d) { return wgmma_shape_of(d, 1).rows(); }
   // The map a wgmma decision launches with; null where it is not made yet.
-  const CUtensorMap* find(const GemmDecision& d) {
-    const std::optional<CUtensorMap>& m = of(d);
-    return m ? &*m : nullptr;
+  const CUtensorMap* find(const GemmDecision& d) const {
+    const auto it = by_rows.find(rows(d));
+    return it == by_rows.end() ? nullptr : &it->second;
   }
 };
 
@@ -153,10 +153,10 @@ void DecodeGemm::set_sharing(int ranks) {
 }
 
 std::vector<GemmDecision> DecodeGemm::candidates(int m) {
-  std::vector<GemmDecision> all = engine_candidates(n(), k(), m, engines_);
+  std::vector<GemmDecision> all = engine_candidates(n(), k(), m, engines_, sms_);
   if (sharing_ > 1)
     std::erase_if(all, [](const GemmDecision& d) {
-      return (d.path == GemmPath::kWarpSplitK || d.path == GemmPath::kWgmma) && !warp_split_for_shared_gpu(d.split);
+      return (d.path == GemmPath::kWarpSplitK || wgmma_path(d.path)) && !warp_split_for_shared_gpu(d.split);
     });
   GemmDecision lt;
   lt.path = GemmPath::kCublasLt;
@@ -197,9 +197,9 @@ void DecodeGemm::prepare(int m, cudaStream_t stream) {
 void DecodeGemm::adopt(int m, GemmDecision d) {
   const RelaxedCaptureMode relaxed;
   d = prepare_path(d, weight_, gemm_bucket_max(gemm_m_bucket(m)));
-  if (d.path == GemmPath::kWgmma) {
-    std::optional<CUtensorMap>& map = maps_->of(d);
-    if (!map) map = wgmma_tile_map(weight_.data, n(), k(), wgmma::kTileRows * d.sub_tiles);
+  if (wgmma_path(d.path) && !maps_->find(d)) {
+    const int rows = TileMaps::rows(d);
+    maps_->by_rows.emplace(rows, wgmma_tile_map(weight_.data, n(), k(), rows));
   }
   decisions_[gemm_m_bucket(m)] = d;
   lt_verified_[static_cast<std::size_t>(gemm_m_bucket(m))] = 0;
@@ -257,7 +257,7 @@ bool DecodeGemm::lt_runs(const GemmDecision& d, const TensorView& x, const Tenso
 
 GemmPath DecodeGemm::runnable(const GemmDecision& d, const TensorView& x, const TensorView& out, bool stored) const {
   if (d.path == GemmPath::kCublasLt) return lt_runs(d, x, out, stored) ? GemmPath::kCublasLt : GemmPath::kCublas;
-  const bool mapped = d.path != GemmPath::kWgmma || maps_->find(d);
+  const bool mapped = !wgmma_path(d.path) || maps_->find(d);
   // Why no row check: both engines take every row count up to kGemmMaxRows.
   static_assert(kWarpMaxRows == kGemmMaxRows);
   return path_prepared(d) && mapped ? d.path : GemmPath::kCublas;
@@ -298,7 +298,7 @@ GemmPath DecodeGemm::run(const TensorView& x, const TensorView& out, cudaStream_
   const GemmDecision d = stored ? *decisions_[gemm_m_bucket(m)] : unprepared_decision(m);
   const GemmPath p = runnable(d, x, out, stored);
   const CUtensorMap* map =
-      p == GemmPath::kWgmma ? maps_->find(d) : nullptr;
+      wgmma_path(p) ? maps_->find(d) : nullptr;
   launch_path(p == d.path ? d : cublas_decision(), weight_, x, out, *cublas_, pdl_, stream, map);
   return p;
 }

@@ -17,6 +17,16 @@ DeviceSet warp_devices;
 
 }  // namespace
 
+WgmmaShape wgmma_shape_of(const GemmDecision& d, int m) {
+  const bool wide = d.path == GemmPath::kWgmmaWide;
+  return {.sub_tiles = d.sub_tiles,
+          .tokens = wide ? wgmma::kMaxTokens : wgmma::token_tile(m),
+          .split = d.split,
+          .clusters = d.clusters,
+          .stages = d.stages,
+          .wide = wide};
+}
+
 GemmDecision prepare_path(const GemmDecision& d, const TensorView& weight, int m) {
   if (d.path == GemmPath::kWarpSplitK && !warp_devices.has_current()) {
     for (int row_tiles : kWarpRowTileChoices)
@@ -24,12 +34,12 @@ GemmDecision prepare_path(const GemmDecision& d, const TensorView& weight, int m
         if (warp_row_tiles_ok(row_tiles, 8 * tiles)) prepare_warp_splitk(tiles, row_tiles);
     warp_devices.add_current();
   }
-  if (d.path != GemmPath::kWgmma) return d;
+  if (!wgmma_path(d.path)) return d;
   prepare_wgmma();
   if (d.clusters > 0) return d;
-  const int tokens = wgmma::token_tile(m);
-  const int64_t blocks = (weight.rows + wgmma::kTileRows * d.sub_tiles - 1) / (wgmma::kTileRows * d.sub_tiles);
-  const int resident = wgmma_resident_clusters(d.sub_tiles, tokens, d.split, d.stages);
+  const WgmmaShape s = wgmma_shape_of(d, m);
+  const int64_t blocks = (weight.rows + s.rows() - 1) / s.rows();
+  const int resident = wgmma_resident_clusters(s);
   check(resident > 0, "decode_gemm: {} does not fit this GPU", describe(d));
   GemmDecision launched = d;
   launched.clusters = static_cast<uint16_t>(std::min<int64_t>({blocks, resident, 65535}));
@@ -39,7 +49,8 @@ GemmDecision prepare_path(const GemmDecision& d, const TensorView& weight, int m
 bool path_prepared(const GemmDecision& d) {
   switch (d.path) {
     case GemmPath::kWarpSplitK: return warp_devices.has_current();
-    case GemmPath::kWgmma: return d.clusters > 0 && wgmma_prepared();
+    case GemmPath::kWgmma:
+    case GemmPath::kWgmmaWide: return d.clusters > 0 && wgmma_prepared();
     case GemmPath::kCublas:
     case GemmPath::kCublasLt: return true;
   }
@@ -67,8 +78,10 @@ void launch_path(const GemmDecision& d, const TensorView& weight, const TensorVi
       }
       return;
     }
-    case GemmPath::kWgmma: {
-      const int rows = wgmma::kTileRows * d.sub_tiles;
+    case GemmPath::kWgmma:
+    case GemmPath::kWgmmaWide: {
+      const WgmmaShape s = wgmma_shape_of(d, m);
+      const int rows = s.rows();
       const WgmmaParams p{.x = x.data,
                           .out = out.data,
                           .m = m,
@@ -77,11 +90,6 @@ void launch_path(const GemmDecision& d, const TensorView& weight, const TensorVi
                           .out_stride = out.row_stride,
                           .blocks = (weight.rows + rows - 1) / rows,
                           .chunks = static_cast<int>(weight.cols / wgmma::kChunkK)};
-      const WgmmaShape s{.sub_tiles = d.sub_tiles,
-                         .tokens = wgmma::token_tile(m),
-                         .split = d.split,
-                         .clusters = d.clusters,
-                         .stages = d.stages};
       if (w_map) {
         launch_wgmma(*w_map, p, s, pdl, stream);
       } else {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gemm/gemm_tactic.hpp"
+#include "gemm/wgmma_launch.hpp"
 #include "tpdecode/cublas_context.hpp"
 #include "tpdecode/error.hpp"
 #include "tpdecode/gemm_tuner.hpp"
@@ -30,6 +31,9 @@ class RelaxedCaptureMode {
  private:
   cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
 };
+
+// The launch shape of a wgmma decision (either form) at m rows.
+WgmmaShape wgmma_shape_of(const GemmDecision& d, int m);
 
 // Host work `d` needs before it launches m rows of `weight` (the engines' kernel
 // attributes); returns `d` as it launches here: a wgmma decision's clusters 0

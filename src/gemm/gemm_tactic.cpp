@@ -160,6 +160,7 @@ const char* gemm_path_name(GemmPath p) {
     case GemmPath::kCublas: return "cublas";
     case GemmPath::kCublasLt: return "cublaslt";
     case GemmPath::kWgmma: return "wgmma";
+    case GemmPath::kWgmmaWide: return "wgmma-wide";
   }
   return "?";
 }
@@ -181,7 +182,9 @@ std::string describe(const GemmDecision& d) {
       return fmt::format("warp split {}{}", int{d.split},
                          d.sub_tiles < kWarpWarps ? fmt::format(", {}-row CTAs", 16 * d.sub_tiles) : "");
     case GemmPath::kWgmma:
-      return fmt::format("wgmma split {} x {} rows, {} stages{}", int{d.split}, 64 * int{d.sub_tiles}, int{d.stages},
+    case GemmPath::kWgmmaWide:
+      return fmt::format("{} split {} x {} rows, {} stages{}", gemm_path_name(d.path), int{d.split},
+                         (d.path == GemmPath::kWgmmaWide ? 8 : 64) * int{d.sub_tiles}, int{d.stages},
                          d.clusters ? fmt::format(", {} clusters", int{d.clusters}) : std::string());
     case GemmPath::kCublasLt: {
       uint64_t h = 0;  // a short name for the algorithm's bytes
@@ -208,6 +211,12 @@ GemmDecision wgmma_decision(int split, int sub_tiles, int stages, int clusters) 
   d.sub_tiles = static_cast<uint8_t>(sub_tiles);
   d.stages = static_cast<uint8_t>(stages);
   d.clusters = static_cast<uint16_t>(clusters);
+  return d;
+}
+
+GemmDecision wgmma_wide_decision(int split, int rows, int stages, int clusters) {
+  GemmDecision d = wgmma_decision(split, rows / 8, stages, clusters);
+  d.path = GemmPath::kWgmmaWide;
   return d;
 }
 
@@ -269,6 +278,27 @@ std::vector<GemmDecision> wgmma_candidates(int64_t n, int64_t k, int m) {
   return out;
 }
 
+std::vector<GemmDecision> wgmma_wide_candidates(int64_t n, int64_t k, int m, int sms) {
+  std::vector<GemmDecision> out;
+  if (!wgmma_eligible(n, k) || m <= kWideMinRows || m > kGemmMaxRows) return out;
+  for (int rows : wgmma::kWideRows) {
+    const int64_t blocks = (n + rows - 1) / rows;
+    std::vector<int> splits;
+    int fullest = 0;  // the legal split of the most CTAs in one wave
+    for (int split = 1; split <= kWarpMaxSplit; ++split) {
+      if (!wgmma_split_ok(k, split) || wgmma::wide_stages_within(rows, split, kWgmmaFullBudget) == 0) continue;
+      const int64_t ctas = blocks * split;
+      if (sms <= 0 || (ctas <= sms && 10 * ctas >= 7 * int64_t{sms}) || (split == 1 && ctas > sms))
+        splits.push_back(split);
+      if (ctas <= sms) fullest = split;
+    }
+    if (splits.empty() && fullest > 0) splits.push_back(fullest);
+    for (int split : splits)
+      out.push_back(wgmma_wide_decision(split, rows, wgmma::wide_stages_within(rows, split, kWgmmaFullBudget)));
+  }
+  return out;
+}
+
 int invariant_split(int64_t n, int64_t k, int sms, bool powers_of_two) {
   const int64_t blocks = (n + wgmma::kTileRows - 1) / wgmma::kTileRows;
   auto next = [&](int s) { return powers_of_two ? 2 * s : s + 1; };
@@ -310,7 +340,8 @@ GemmDecision invariant_member(const GemmDecision& order, int m) {
 
 bool same_summation_order(const GemmDecision& a, const GemmDecision& b) {
   if (a.path != b.path || a.split != b.split) return false;
-  return a.path == GemmPath::kWgmma || (a.path == GemmPath::kWarpSplitK && a.sub_tiles == b.sub_tiles);
+  return a.path == GemmPath::kWgmma || a.path == GemmPath::kWgmmaWide ||
+         (a.path == GemmPath::kWarpSplitK && a.sub_tiles == b.sub_tiles);
 }
 
 std::vector<GemmDecision> invariant_candidates(int64_t n, int64_t k, int m, GemmEngines engines, bool shared_gpu) {
@@ -328,15 +359,17 @@ std::vector<GemmDecision> invariant_candidates(int64_t n, int64_t k, int m, Gemm
   return out;
 }
 
-std::vector<GemmDecision> engine_candidates(int64_t n, int64_t k, int m, GemmEngines engines) {
+std::vector<GemmDecision> engine_candidates(int64_t n, int64_t k, int m, GemmEngines engines, int sms) {
   std::vector<GemmDecision> out;
   if (engines.warp && warp_eligible(n, k) && m <= kWarpCandidateMaxRows)
     for (int row_tiles : kWarpRowTileChoices)
       if (warp_row_tiles_ok(row_tiles, m) && warp_blocks_fit(n, row_tiles))
         for (int split = 1; split <= kWarpMaxSplit; ++split)
           if (warp_split_ok(k, split)) out.push_back(warp_decision(split, row_tiles));
-  if (engines.wgmma)
+  if (engines.wgmma) {
     for (const GemmDecision& d : wgmma_candidates(n, k, m)) out.push_back(d);
+    for (const GemmDecision& d : wgmma_wide_candidates(n, k, m, sms)) out.push_back(d);
+  }
   out.push_back(cublas_decision());
   for (GemmDecision& d : out) d.source = GemmSource::kTuned;
   return out;
@@ -367,6 +400,13 @@ bool engine_decision_legal(const GemmDecision& d, int64_t n, int64_t k, int m, i
              wgmma::shape_built(d.sub_tiles, tokens) && d.stages >= wgmma::kMinStages &&
              d.stages <= wgmma::kMaxStages &&
              wgmma::layout(d.sub_tiles, tokens, d.stages).smem_bytes <= kWgmmaFullBudget && d.clusters <= blocks;
+    }
+    case GemmPath::kWgmmaWide: {
+      const int rows = 8 * d.sub_tiles;
+      const int64_t blocks = (n + rows - 1) / std::max(1, rows);
+      return engines.wgmma && wgmma_eligible(n, k) && wgmma_split_ok(k, d.split) && wgmma::wide_shape_built(rows) &&
+             m > kWideMinRows && d.stages >= wgmma::kMinStages && d.stages <= wgmma::kMaxStages &&
+             wgmma::wide_layout(rows, d.stages, d.split).smem_bytes <= kWgmmaFullBudget && d.clusters <= blocks;
     }
   }
   return false;

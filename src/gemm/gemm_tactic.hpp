@@ -109,6 +109,8 @@ GemmTactic warp_launch_tactic(int64_t n, int64_t k, int m, int split, int row_ti
 GemmTactic tactic_with_split(int64_t n, int64_t k, int m, int sms, int split);
 
 // ---- The wgmma engine ------------------------------------------------------------
+// Either form of the engine (the weight as wgmma's A, or the wide form).
+inline bool wgmma_path(GemmPath p) { return p == GemmPath::kWgmma || p == GemmPath::kWgmmaWide; }
 // K a multiple of 64 (the 128-byte rows of its tiles), N and K below 2^31 (tensor-map
 // coordinates), N * K <= 2^40.
 bool wgmma_eligible(int64_t n, int64_t k);
@@ -126,6 +128,13 @@ inline constexpr int kWgmmaHalfBudget = kSmemPerSm / 2 - kSmemReservedPerCta;
 // every built sub-tile count at every legal split, with the deepest ring of each
 // budget that holds kMinStages stages.
 std::vector<GemmDecision> wgmma_candidates(int64_t n, int64_t k, int m);
+// The wide form's tactics (the weight tile as wgmma's B, wgmma_plan.hpp) for m rows:
+// every block size of kWideRows at the legal splits whose CTAs fill 70-100 % of
+// `sms` SMs in one wave (split 1 where the blocks alone are more; else the fullest
+// wave; every legal split where sms is 0), the deepest ring; none at m <=
+// kWideMinRows (the 64-token tile only: below it the weight as A reads little x).
+inline constexpr int kWideMinRows = 32;
+std::vector<GemmDecision> wgmma_wide_candidates(int64_t n, int64_t k, int m, int sms = 0);
 
 // The static rule of batch-invariant mode (tuning off; with tuning it is the
 // fallback of the tuned order, DecodeGemm::invariant_order): what a batch-invariant
@@ -177,7 +186,7 @@ bool engine_activations_ok(const TensorView& x);
 // Every engine tactic that can run (N, K, m) (the warp engine's up to
 // kWarpCandidateMaxRows, its narrow CTAs up to kWarpNarrowMaxRows), then stock cuBLAS: what the tuner times (DecodeGemm adds
 // cuBLASLt's heuristic algorithms on the GPU).
-std::vector<GemmDecision> engine_candidates(int64_t n, int64_t k, int m, GemmEngines engines);
+std::vector<GemmDecision> engine_candidates(int64_t n, int64_t k, int m, GemmEngines engines, int sms = 0);
 // The static rule (no measurement): the warp engine where choose_tactic prefers it
 // (at its split; among the powers of two where ranks share the GPU), else cuBLAS.
 // It never picks the wgmma engine, whose tactics are only ever measured.

@@ -25,7 +25,7 @@ namespace {
 // tactic's meaning changed), an engine's speed does, or the way a decision is made
 // from timings does (tune_rule.hpp): decisions measured under another revision are
 // not used, so every bucket is decided again among today's candidates.
-constexpr int kEngineRevision = 9;  // 9: the warp engine's two-tile narrow CTA, the narrow CTAs' rotated walk
+constexpr int kEngineRevision = 10;  // 10: the wgmma engine's wide form (9: the two-tile narrow CTA, rotated walk)
 
 // Adds a fixed cost per candidate to every sample of an inner timing.
 class ChargedTiming final : public GemmTiming {
@@ -67,7 +67,7 @@ std::string GemmKey::describe() const {
 std::vector<double> charge_chain_boundaries(const std::vector<GemmDecision>& candidates, std::vector<double> us) {
   check(us.size() == candidates.size(), "chain charge: {} times for {} candidates", us.size(), candidates.size());
   for (std::size_t i = 0; i < us.size(); ++i)
-    if (candidates[i].path == GemmPath::kCublas || candidates[i].path == GemmPath::kCublasLt) us[i] += kChainBoundaryUs;
+    if (charged_in_chains(candidates[i].path)) us[i] += kChainBoundaryUs;
   return us;
 }
 

@@ -39,7 +39,7 @@ CublasLtAlgo algo_of_hex(const std::string& s) {
 }
 
 std::optional<GemmPath> path_of(const std::string& name) {
-  for (GemmPath p : {GemmPath::kWarpSplitK, GemmPath::kCublas, GemmPath::kCublasLt, GemmPath::kWgmma})
+  for (GemmPath p : {GemmPath::kWarpSplitK, GemmPath::kCublas, GemmPath::kCublasLt, GemmPath::kWgmma, GemmPath::kWgmmaWide})
     if (name == gemm_path_name(p)) return p;
   return std::nullopt;
 }

@@ -36,32 +36,35 @@ struct ClusterSchedule {
   __device__ void await_inputs(int) const {}
 };
 
-template <int kSub, int kTokens>
-__global__ void __launch_bounds__(kThreads, 1)
-    wgmma_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
-                      const WgmmaParams p, const int stages) {
+// What every engine kernel does around its consumers: the ring (kWRows weight rows,
+// one block, and kXRows activation rows per stage) and the partials of layout `l`,
+// the producers' roles, and the consumer warpgroup's start after the previous
+// kernel; then consume(ring, partials, schedule, cursor, out) runs the consumers'
+// units.
+template <int kWRows, int kXRows, class Consume>
+__device__ __forceinline__ void run_engine(const CUtensorMap& w_map, const CUtensorMap& x_map, const WgmmaParams& p,
+                                           const Layout& l, Consume&& consume) {
   // Why at entry: the next kernel may launch now and prefetch its weights during
   // this one's tail; it reads this kernel's output only after its own
   // griddepcontrol.wait, which waits for all of this grid.
   dev::pdl_launch_dependents();
   extern __shared__ uint8_t smem_raw[];
   uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + kAlign - 1) & ~uintptr_t{kAlign - 1});
-  const Layout l = layout(kSub, kTokens, stages);
   auto* bars = reinterpret_cast<uint64_t*>(base + l.barriers_offset);
-  const Ring<kSub, kTokens> ring{base, stages, bars, bars + stages};
+  const Ring<kWRows, kXRows> ring{base, l.stages, bars, bars + l.stages};
   const int split = static_cast<int>(gridDim.x);
   const Partials partials{reinterpret_cast<float*>(base + l.partials_offset),
                           l.partial_bytes / 4,
                           l.partial_stride,
-                          bars + 2 * stages,
-                          bars + 2 * stages + 2,
+                          bars + 2 * l.stages,
+                          bars + 2 * l.stages + 2,
                           split,
                           static_cast<int>(blockIdx.x)};
   const int rank = static_cast<int>(blockIdx.x);
   const ClusterSchedule schedule{static_cast<int64_t>(blockIdx.y),
                                  static_cast<int64_t>(gridDim.y),
                                  p.blocks,
-                                 kSub * kTileRows,
+                                 kWRows,
                                  static_cast<int>(static_cast<int64_t>(p.chunks) * rank / split),
                                  static_cast<int>(static_cast<int64_t>(p.chunks) * (rank + 1) / split),
                                  &w_map,
@@ -97,21 +100,70 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Why: the previous kernel may still read the buffer this one writes.
   dev::pdl_wait();
   cuda::ptx::barrier_cluster_wait();
-  auto* out = static_cast<__nv_bfloat16*>(p.out);
-  float acc[kChains][kSub][kTokens / 2];
-  const int units = schedule.count();
-  for (int j = 0; j < units; ++j) {
-    const Unit u = schedule.unit(j);
-    multiply_unit(ring, u, cur, acc);
-    reduce_unit<kSub, kTokens>(partials, j, acc[0], p.m, [&](int token, int row, float v) {
-      const int64_t column = u.row0 + row;
-      if (column < p.n) out[token * p.out_stride + column] = __float2bfloat16_rn(v);
-    });
-  }
-  drain_partials(partials, units);
+  consume(ring, partials, schedule, cur, static_cast<__nv_bfloat16*>(p.out));
 }
 
-// The kernels built: (sub_tiles, tokens); a launch of another shape is refused.
+template <int kSub, int kTokens>
+__global__ void __launch_bounds__(kThreads, 1)
+    wgmma_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
+                      const WgmmaParams p, const int stages) {
+  run_engine<kSub * kTileRows, kTokens>(w_map, x_map, p, layout(kSub, kTokens, stages),
+                            [&](const auto& ring, const Partials& partials, const ClusterSchedule& schedule,
+                                Cursor& cur, __nv_bfloat16* out) {
+                              float acc[kChains][kSub][kTokens / 2];
+                              const int units = schedule.count();
+                              for (int j = 0; j < units; ++j) {
+                                const Unit u = schedule.unit(j);
+                                multiply_unit(ring, u, cur, acc);
+                                reduce_unit<kSub, kTokens>(partials, j, acc[0], p.m, [&](int token, int row, float v) {
+                                  const int64_t column = u.row0 + row;
+                                  if (column < p.n) out[token * p.out_stride + column] = __float2bfloat16_rn(v);
+                                });
+                              }
+                              drain_partials(partials, units);
+                            });
+}
+
+// The wide form (wgmma_plan.hpp): the weight tile as B, the activations padded to
+// 64 rows as A. A CTA alone writes its outputs from its accumulators; a split sums
+// its partials as the weight-as-A kernel does (compiled where its ring fits beside
+// them).
+template <int kRows>
+__global__ void __launch_bounds__(kThreads, 1)
+    wgmma_wide_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
+                      const WgmmaParams p, const int stages) {
+  constexpr bool kSplits = wide_stages_within(kRows, 2, kSmemPerCtaMax) > 0;
+  run_engine<kRows, kTileRows>(
+      w_map, x_map, p, wide_layout(kRows, stages, static_cast<int>(gridDim.x)),
+      [&](const auto& ring, const Partials& partials, const ClusterSchedule& schedule, Cursor& cur,
+          __nv_bfloat16* out) {
+        const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+        float acc[kRows / 2];
+        const int units = schedule.count();
+        for (int j = 0; j < units; ++j) {
+          const Unit u = schedule.unit(j);
+          multiply_unit_wide(ring, u, cur, acc);
+          if (kSplits && partials.split > 1) {
+            reduce_unit_wide<kRows, kMaxTokens>(partials, j, acc, p.m, [&](int token, int row, float v) {
+              const int64_t column = u.row0 + row;
+              if (column < p.n) out[token * p.out_stride + column] = __float2bfloat16_rn(v);
+            });
+            continue;
+          }
+          if (16 * warp >= p.m) continue;  // this warp's 16 tokens are all padding
+#pragma unroll
+          for (int i = 0; i < kRows / 2; ++i) {
+            const int token = wide_token(warp, lane, i);
+            const int64_t column = u.row0 + wide_row(lane, i);
+            if (token < p.m && column < p.n) out[token * p.out_stride + column] = __float2bfloat16_rn(acc[i]);
+          }
+        }
+        if (kSplits && partials.split > 1) drain_partials(partials, units);
+      });
+}
+
+// The weight-as-A kernels built: (sub_tiles, tokens); a launch of another shape is
+// refused.
 template <class F>
 bool with_kernel(int sub_tiles, int tokens, F&& f) {
   auto pick = [&](auto sub) {
@@ -140,11 +192,34 @@ bool with_kernel(int sub_tiles, int tokens, F&& f) {
   }
 }
 
+// The wide kernels built: one per block size of kWideRows.
+template <class F>
+bool with_wide_kernel(int rows, F&& f) {
+  switch (rows) {
+    case 128: return f(wgmma_wide_kernel<128>), true;
+    case 160: return f(wgmma_wide_kernel<160>), true;
+    case 192: return f(wgmma_wide_kernel<192>), true;
+    case 224: return f(wgmma_wide_kernel<224>), true;
+    case 256: return f(wgmma_wide_kernel<256>), true;
+    default: return false;
+  }
+}
+
+// The kernel of a launch shape (either form).
+template <class F>
+bool with_shape_kernel(const WgmmaShape& s, F&& f) {
+  return s.wide ? with_wide_kernel(s.rows(), f) : with_kernel(s.sub_tiles, s.tokens, f);
+}
+
+Layout layout_of(const WgmmaShape& s) {
+  return s.wide ? wide_layout(s.rows(), s.stages, s.split) : layout(s.sub_tiles, s.tokens, s.stages);
+}
+
 cudaLaunchConfig_t config_of(const WgmmaShape& s, cudaLaunchAttribute (&attrs)[2], bool pdl, cudaStream_t stream) {
   cudaLaunchConfig_t c = {};
   c.gridDim = dim3(static_cast<unsigned>(s.split), static_cast<unsigned>(s.clusters));
   c.blockDim = dim3(kThreads);
-  c.dynamicSmemBytes = static_cast<std::size_t>(layout(s.sub_tiles, s.tokens, s.stages).smem_bytes);
+  c.dynamicSmemBytes = static_cast<std::size_t>(layout_of(s).smem_bytes);
   c.stream = stream;
   // Why a cluster attribute even for split 1: the kernel addresses its partials and
   // barriers as the cluster's (a cluster of one).
@@ -208,26 +283,23 @@ bool wgmma_shape_built(int sub_tiles, int tokens) {
 
 void prepare_wgmma() {
   if (wgmma::prepared_devices.has_current()) return;
+  auto raise = [](auto kernel) {
+    TPD_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemPerCtaMax));
+  };
   for (int sub : {1, 2, 4})
-    for (int tokens : {8, 16, 32, 64})
-      wgmma::with_kernel(sub, tokens, [](auto kernel) {
-        TPD_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemPerCtaMax));
-      });
+    for (int tokens : {8, 16, 32, 64}) wgmma::with_kernel(sub, tokens, raise);
+  for (int rows : wgmma::kWideRows) wgmma::with_wide_kernel(rows, raise);
   wgmma::prepared_devices.add_current();
 }
 
 bool wgmma_prepared() { return wgmma::prepared_devices.has_current(); }
 
-int wgmma_resident_clusters(int sub_tiles, int tokens, int split, int stages) {
+int wgmma_resident_clusters(const WgmmaShape& shape) {
   prepare_wgmma();
-  WgmmaShape s;
-  s.sub_tiles = sub_tiles;
-  s.tokens = tokens;
-  s.split = split;
+  WgmmaShape s = shape;
   s.clusters = 1;
-  s.stages = stages;
   int clusters = 0;
-  const bool built = wgmma::with_kernel(sub_tiles, tokens, [&](auto kernel) {
+  const bool built = wgmma::with_shape_kernel(s, [&](auto kernel) {
     cudaLaunchAttribute attrs[2];
     const cudaLaunchConfig_t c = wgmma::config_of(s, attrs, false, nullptr);
     TPD_CUDA(cudaOccupancyMaxActiveClusters(&clusters, kernel, &c));
@@ -235,17 +307,29 @@ int wgmma_resident_clusters(int sub_tiles, int tokens, int split, int stages) {
   return built ? clusters : 0;
 }
 
+int wgmma_resident_clusters(int sub_tiles, int tokens, int split, int stages) {
+  WgmmaShape s;
+  s.sub_tiles = sub_tiles;
+  s.tokens = tokens;
+  s.split = split;
+  s.stages = stages;
+  return wgmma_resident_clusters(s);
+}
+
 void launch_wgmma(const CUtensorMap& w_map, const WgmmaParams& p, const WgmmaShape& s, bool pdl,
                   cudaStream_t stream) {
-  const CUtensorMap x_map = wgmma_tile_map(p.x, p.m, p.k, s.tokens);
-  const bool built = wgmma::with_kernel(s.sub_tiles, s.tokens, [&](auto kernel) {
+  // Why 64 rows in the wide form: the activations are wgmma's A (64 rows); the box
+  // brings rows past m as zeros.
+  const CUtensorMap x_map = wgmma_tile_map(p.x, p.m, p.k, s.wide ? wgmma::kTileRows : s.tokens);
+  const bool built = wgmma::with_shape_kernel(s, [&](auto kernel) {
     cudaLaunchAttribute attrs[2];
     const cudaLaunchConfig_t c = wgmma::config_of(s, attrs, pdl, stream);
     TPD_CUDA(cudaLaunchKernelEx(&c, kernel, w_map, x_map, p, s.stages));
   });
   if (!built)
-    throw InvalidArgument("wgmma engine: no kernel for " + std::to_string(s.sub_tiles) + " sub-tiles at " +
-                          std::to_string(s.tokens) + " tokens");
+    throw InvalidArgument(s.wide ? "wgmma engine: no wide kernel for blocks of " + std::to_string(s.rows()) + " rows"
+                                 : "wgmma engine: no kernel for " + std::to_string(s.sub_tiles) + " sub-tiles at " +
+                                       std::to_string(s.tokens) + " tokens");
 }
 
 }  // namespace tpdecode

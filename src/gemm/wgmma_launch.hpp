@@ -13,11 +13,13 @@ namespace tpdecode {
 // row blocks g, g + clusters, ... (sub_tiles * 64 rows each), its CTA of rank r the
 // r-th of `split` consecutive K ranges of every block.
 struct WgmmaShape {
-  int sub_tiles = 1;  // 64-row wgmma tiles per block and stage: 1, 2 or 4
-  int tokens = 8;     // wgmma's N: 8, 16, 32 or 64 (>= m)
+  int sub_tiles = 1;  // 64-row wgmma tiles per block and stage: 1, 2 or 4; wide: the block's rows / 8
+  int tokens = 8;     // the token tile: 8, 16, 32 or 64 (>= m; wide: 64)
   int split = 1;      // CTAs per cluster (1 .. 8)
   int clusters = 1;   // <= the row blocks
   int stages = 0;     // ring depth
+  bool wide = false;  // the weight tile as wgmma's B (wgmma_plan.hpp, wide_layout)
+  int rows() const { return wide ? 8 * sub_tiles : 64 * sub_tiles; }  // weight rows per block
 };
 
 struct WgmmaParams {
@@ -40,14 +42,17 @@ struct WgmmaParams {
 CUtensorMap wgmma_tile_map(const void* operand, int64_t rows, int64_t k, int box_rows, int depth = 1,
                            int64_t row_stride = 0);
 
-// Whether the engine is built for (sub_tiles, tokens).
+// Whether the weight-as-A kernels are built for (sub_tiles, tokens) (the wide ones:
+// wgmma::wide_shape_built).
 bool wgmma_shape_built(int sub_tiles, int tokens);
 // Raises the kernels' dynamic shared-memory limit on the current device (host only;
 // before any capture; idempotent), and whether that was done.
 void prepare_wgmma();
 bool wgmma_prepared();
-// Clusters of `split` CTAs of the (sub_tiles, tokens) kernel with `stages` stages
-// that the current device holds at once (cudaOccupancyMaxActiveClusters; 0: none).
+// Clusters of s.split CTAs of the kernel of launch shape `s` (its clusters aside)
+// that the current device holds at once (cudaOccupancyMaxActiveClusters; 0: none);
+// the second form for a weight-as-A kernel.
+int wgmma_resident_clusters(const WgmmaShape& s);
 int wgmma_resident_clusters(int sub_tiles, int tokens, int split, int stages);
 
 // w_map: wgmma_tile_map(w, n, k, s.sub_tiles * 64).

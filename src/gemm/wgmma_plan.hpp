@@ -3,6 +3,7 @@
 // template shape (64-row tiles per stage, token tile) and its ring depth.
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 namespace tpdecode::wgmma {
@@ -20,9 +21,11 @@ inline constexpr int kPartialPad = 4;      // floats after each token's row of p
 inline constexpr int kAlign = 1024;        // the 128-byte swizzle repeats every 8 rows of 128 bytes
 
 // Byte offsets of one CTA's shared memory, from a 1024-aligned base:
-//   [stages] x { W [sub_tiles * 64 rows, 64] bf16 | x [tokens, 64] bf16 }   (both 128-byte swizzled)
-//   [2] x partials [tokens, sub_tiles * 64 + pad] f32                          (double-buffered)
+//   [stages] x { W [sub_tiles * 64 rows, 64] bf16 | x [x_rows, 64] bf16 }   (both 128-byte swizzled)
+//   [partial_buffers] x partials [tokens, sub_tiles * 64 + pad] f32          (double-buffered, or none)
 //   full[stages], empty[stages], ready[2], freed[2] mbarriers
+// x_rows: the activation tile's rows, the token tile (the weight as wgmma's A) or
+// 64 (the wide kernels: the activations as A, rows past m zero).
 struct Layout {
   int w_bytes = 0;      // one stage's weight tile
   int x_bytes = 0;      // one stage's activation tile
@@ -36,19 +39,25 @@ struct Layout {
   int smem_bytes = 0;      // what the launch asks for: bytes + the alignment slack
 };
 
-constexpr Layout layout(int sub_tiles, int tokens, int stages) {
+// w_rows weight rows per stage (and per unit: the partials' rows).
+constexpr Layout layout_rows(int w_rows, int tokens, int stages, int x_rows, int partial_buffers) {
   Layout l;
-  l.w_bytes = sub_tiles * kTileBytes;
-  l.x_bytes = tokens * kChunkK * 2;  // a multiple of 1024: tokens is a multiple of 8
+  l.w_bytes = w_rows * kChunkK * 2;  // a multiple of 1024: rows are a multiple of 8
+  l.x_bytes = x_rows * kChunkK * 2;
   l.stage_bytes = l.w_bytes + l.x_bytes;
   l.stages = stages;
-  l.partial_stride = sub_tiles * kTileRows + kPartialPad;
+  l.partial_stride = w_rows + kPartialPad;
   l.partial_bytes = tokens * l.partial_stride * 4;
   l.partials_offset = stages * l.stage_bytes;
-  l.barriers_offset = l.partials_offset + 2 * l.partial_bytes;
+  l.barriers_offset = l.partials_offset + partial_buffers * l.partial_bytes;
   l.bytes = l.barriers_offset + (2 * stages + 4) * 8;
   l.smem_bytes = l.bytes + kAlign;
   return l;
+}
+
+// The weight-as-A kernels: sub_tiles 64-row tiles, a [tokens, 64] activation tile.
+constexpr Layout layout(int sub_tiles, int tokens, int stages) {
+  return layout_rows(sub_tiles * kTileRows, tokens, stages, tokens, 2);
 }
 
 // The deepest ring within `budget` bytes of shared memory (0 where not even
@@ -56,6 +65,31 @@ constexpr Layout layout(int sub_tiles, int tokens, int stages) {
 constexpr int stages_within(int sub_tiles, int tokens, int budget) {
   int stages = 0;
   while (stages < kMaxStages && layout(sub_tiles, tokens, stages + 1).smem_bytes <= budget) ++stages;
+  return stages >= kMinStages ? stages : 0;
+}
+
+// ---- The wide kernels: the weight tile as wgmma's B ----------------------------
+// A block of `rows` weight rows (128 to 256, a multiple of 32) is one wgmma's N; the
+// activations, padded to 64 rows, are its A: one instruction covers every token of
+// the block, so a CTA streams 64 / rows bytes of x per weight byte (the weight as A
+// streams tokens / 64 per 64-row tile), and the block sizes let a shape's blocks fill
+// the SMs in one wave (20480 rows: 128 blocks of 160). One accumulator chain of
+// rows / 2 registers per thread holds the k16 steps in order: another summation
+// order than the weight-as-A kernels' four chains. Built for the 64-token tile only
+// (33-64 rows; below, the weight as A reads little x). Split-K partials only where
+// split > 1.
+inline constexpr std::array<int, 5> kWideRows = {128, 160, 192, 224, 256};
+constexpr bool wide_shape_built(int rows) {
+  for (int r : kWideRows)
+    if (r == rows) return true;
+  return false;
+}
+constexpr Layout wide_layout(int rows, int stages, int split) {
+  return layout_rows(rows, kMaxTokens, stages, kTileRows, split > 1 ? 2 : 0);
+}
+constexpr int wide_stages_within(int rows, int split, int budget) {
+  int stages = 0;
+  while (stages < kMaxStages && wide_layout(rows, stages + 1, split).smem_bytes <= budget) ++stages;
   return stages >= kMinStages ? stages : 0;
 }
 

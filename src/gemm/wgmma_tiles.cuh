@@ -77,12 +77,13 @@ struct Cursor {
 };
 
 // The ring of one CTA: stages of weight and activation tiles, then the barriers. A
-// stage holds kDepth chunks: [kDepth][kSub * 64 rows][64] of the weight and
-// [kDepth][kTokens][64] of x (one tensor-map box each: wgmma_tile_map at kDepth).
-template <int kSub, int kTokens, int kDepth = 1>
+// stage holds kDepth chunks: [kDepth][kWRows][64] of the weight and
+// [kDepth][kXRows][64] of x (one tensor-map box each: wgmma_tile_map at kDepth).
+template <int kWRows, int kXRows, int kDepth = 1>
 struct Ring {
-  static constexpr int kWBytes = kDepth * kSub * kTileBytes;
-  static constexpr int kXChunkBytes = kTokens * kChunkK * 2;
+  static constexpr int kWChunkBytes = kWRows * kChunkK * 2;
+  static constexpr int kWBytes = kDepth * kWChunkBytes;
+  static constexpr int kXChunkBytes = kXRows * kChunkK * 2;
   static constexpr int kXBytes = kDepth * kXChunkBytes;
   static constexpr int kStageBytes = kWBytes + kXBytes;
   uint8_t* base;  // 1024-byte aligned
@@ -109,8 +110,8 @@ struct Partials {
 
 // Every thread of the CTA: initialises the ring's and the partials' barriers, one
 // barrier pair per thread.
-template <int kSub, int kTokens, int kDepth>
-__device__ __forceinline__ void init_barriers(const Ring<kSub, kTokens, kDepth>& ring, const Partials& p) {
+template <int kWRows, int kXRows, int kDepth>
+__device__ __forceinline__ void init_barriers(const Ring<kWRows, kXRows, kDepth>& ring, const Partials& p) {
   const int i = static_cast<int>(threadIdx.x);
   if (i < ring.stages) {
     dev::mbar_init(ring.full + i, 2);
@@ -136,15 +137,15 @@ __device__ __forceinline__ void load_step(uint8_t* smem, const CUtensorMap* map,
 // The weight producer (one thread): every unit's steps, in order, each as soon as
 // its stage is free: schedule.load_weights(i, step, stage memory, barrier, policy)
 // issues unit i's copies of that step, counted on the barrier (kWBytes in all).
-template <int kSub, int kTokens, int kDepth, class Schedule>
-__device__ __forceinline__ void produce_weights(const Ring<kSub, kTokens, kDepth>& ring, const Schedule& schedule,
+template <int kWRows, int kXRows, int kDepth, class Schedule>
+__device__ __forceinline__ void produce_weights(const Ring<kWRows, kXRows, kDepth>& ring, const Schedule& schedule,
                                                 Cursor& cur) {
   const uint64_t policy = dev::evict_first_policy();
   for (int i = 0; i < schedule.count(); ++i) {
     const Unit u = schedule.unit(i);
     for (int c = u.step_begin; c < u.step_end; ++c) {
       dev::mbar_wait(ring.empty + cur.stage, cur.parity ^ 1);
-      dev::mbar_arrive_expect_tx(ring.full + cur.stage, Ring<kSub, kTokens, kDepth>::kWBytes);
+      dev::mbar_arrive_expect_tx(ring.full + cur.stage, Ring<kWRows, kXRows, kDepth>::kWBytes);
       schedule.load_weights(i, c, ring.w(cur.stage), ring.full + cur.stage, policy);
       cur.next(ring.stages);
     }
@@ -155,8 +156,8 @@ __device__ __forceinline__ void produce_weights(const Ring<kSub, kTokens, kDepth
 // unit's steps (x's tensor map: [m, k], rows past m arrive as zeros).
 // schedule.activation_map(i): unit i's x; schedule.await_inputs(i) returns once x
 // may be read (the caller has waited for the previous kernel: griddepcontrol.wait).
-template <int kSub, int kTokens, int kDepth, class Schedule>
-__device__ __forceinline__ void produce_activations(const Ring<kSub, kTokens, kDepth>& ring,
+template <int kWRows, int kXRows, int kDepth, class Schedule>
+__device__ __forceinline__ void produce_activations(const Ring<kWRows, kXRows, kDepth>& ring,
                                                     const Schedule& schedule, Cursor& cur) {
   // Why evict-last: every row block of the weight reads these activations again.
   const uint64_t policy = dev::evict_last_policy();
@@ -171,43 +172,27 @@ __device__ __forceinline__ void produce_activations(const Ring<kSub, kTokens, kD
     schedule.await_inputs(i);
     for (int c = u.step_begin; c < u.step_end; ++c) {
       dev::mbar_wait(ring.empty + cur.stage, cur.parity ^ 1);
-      dev::mbar_arrive_expect_tx(ring.full + cur.stage, Ring<kSub, kTokens, kDepth>::kXBytes);
+      dev::mbar_arrive_expect_tx(ring.full + cur.stage, Ring<kWRows, kXRows, kDepth>::kXBytes);
       load_step<kDepth>(ring.x(cur.stage), map, c, 0, ring.full + cur.stage, policy);
       cur.next(ring.stages);
     }
   }
 }
 
-// The consumer warpgroup: the products of one unit's steps, accumulated into
-// acc[0][sub][...] (wgmma's fragment of d[64, kTokens] per 64-row sub-tile; the
-// other chains are scratch), each stage released as soon as its MMAs completed.
-template <int kSub, int kTokens, int kDepth>
-__device__ __forceinline__ void multiply_unit(const Ring<kSub, kTokens, kDepth>& ring, const Unit& u, Cursor& cur,
-                                              float (&acc)[kChains][kSub][kTokens / 2]) {
+// The consumer warpgroup: one unit's steps, each as soon as its stage is full:
+// mmas(stage) issues that stage's wgmmas (after a wgmma_fence), and each stage is
+// released as soon as its MMAs completed (the previous stage's group once the
+// next one is committed). On return every MMA issued has completed; the caller
+// fences its accumulators.
+template <class Ring, class StageMmas>
+__device__ __forceinline__ void stream_unit(const Ring& ring, const Unit& u, Cursor& cur, StageMmas&& mmas) {
   const bool releases = threadIdx.x % 32 == 0;  // one arrival per consumer warp
-#pragma unroll
-  for (int chain = 0; chain < kChains; ++chain)
-#pragma unroll
-    for (int s = 0; s < kSub; ++s) {
-#pragma unroll
-      for (int i = 0; i < kTokens / 2; ++i) acc[chain][s][i] = 0.0f;
-      dev::fence_operands(acc[chain][s]);
-    }
   int held = -1;  // the stage whose MMAs may still be in flight
   for (int c = u.step_begin; c < u.step_end; ++c) {
     const int st = cur.stage;
     dev::mbar_wait(ring.full + st, cur.parity);
     dev::wgmma_fence();
-#pragma unroll
-    for (int d = 0; d < kDepth; ++d)
-#pragma unroll
-      for (int k16 = 0; k16 < kChunkK / 16; ++k16) {
-        const uint64_t b = dev::sw128_descriptor(ring.x(st) + d * Ring<kSub, kTokens, kDepth>::kXChunkBytes, k16);
-#pragma unroll
-        for (int s = 0; s < kSub; ++s)
-          dev::wgmma_bf16<kTokens>(acc[k16][s],
-                                   dev::sw128_descriptor(ring.w(st) + (d * kSub + s) * kTileBytes, k16), b, 1);
-      }
+    mmas(st);
     dev::wgmma_commit();
     if (held >= 0) {
       dev::wgmma_wait<1>();  // the previous stage's group has completed
@@ -217,11 +202,40 @@ __device__ __forceinline__ void multiply_unit(const Ring<kSub, kTokens, kDepth>&
     cur.next(ring.stages);
   }
   dev::wgmma_wait<0>();
+  if (held >= 0 && releases) dev::mbar_arrive(ring.empty + held);
+}
+
+// The consumer warpgroup: the products of one unit's steps, accumulated into
+// acc[0][sub][...] (wgmma's fragment of d[64 rows, tokens] per 64-row sub-tile; the
+// other chains are scratch), each stage released as soon as its MMAs completed.
+template <int kWRows, int kTokens, int kDepth>
+__device__ __forceinline__ void multiply_unit(const Ring<kWRows, kTokens, kDepth>& ring, const Unit& u, Cursor& cur,
+                                              float (&acc)[kChains][kWRows / kTileRows][kTokens / 2]) {
+  constexpr int kSub = kWRows / kTileRows;
+#pragma unroll
+  for (int chain = 0; chain < kChains; ++chain)
+#pragma unroll
+    for (int s = 0; s < kSub; ++s) {
+#pragma unroll
+      for (int i = 0; i < kTokens / 2; ++i) acc[chain][s][i] = 0.0f;
+      dev::fence_operands(acc[chain][s]);
+    }
+  stream_unit(ring, u, cur, [&](int st) {
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d)
+#pragma unroll
+      for (int k16 = 0; k16 < kChunkK / 16; ++k16) {
+        const uint64_t b = dev::sw128_descriptor(ring.x(st) + d * Ring<kWRows, kTokens, kDepth>::kXChunkBytes, k16);
+#pragma unroll
+        for (int s = 0; s < kSub; ++s)
+          dev::wgmma_bf16<kTokens>(acc[k16][s],
+                                   dev::sw128_descriptor(ring.w(st) + (d * kSub + s) * kTileBytes, k16), b, 1);
+      }
+  });
 #pragma unroll
   for (int chain = 0; chain < kChains; ++chain)
 #pragma unroll
     for (int s = 0; s < kSub; ++s) dev::fence_operands(acc[chain][s]);
-  if (held >= 0 && releases) dev::mbar_arrive(ring.empty + held);
 #pragma unroll
   for (int s = 0; s < kSub; ++s)
 #pragma unroll
@@ -233,34 +247,24 @@ __device__ __forceinline__ void multiply_unit(const Ring<kSub, kTokens, kDepth>&
     }
 }
 
-// The consumer warpgroup, after multiply_unit of this CTA's j-th unit (its sum in
-// acc = acc[0] of multiply_unit): stores the partials, and once every CTA of the
-// cluster has, sums this CTA's 1/split of the first m tokens' outputs over ranks
-// 0 .. split-1 in order and hands each to out(token, row in the unit, value). Every
-// CTA of a cluster calls it for the same units in the same order.
-template <int kSub, int kTokens, class Out>
-__device__ __forceinline__ void reduce_unit(const Partials& p, int j, const float (&acc)[kSub][kTokens / 2], int m,
-                                            Out&& out) {
-  constexpr int kRows = kSub * kTileRows;
+// The consumer warpgroup, after the products of this CTA's j-th unit of kRows
+// weight rows: store(buffer) writes this thread's FP32 partials into the
+// [tokens, p.stride] buffer; once every CTA of the cluster has, sums this CTA's
+// 1/split of the first m tokens' outputs over ranks 0 .. split-1 in order and hands
+// each to out(token, row in the unit, value). Every CTA of a cluster calls it for
+// the same units in the same order.
+template <int kRows, int kTokens, class Store, class Out>
+__device__ __forceinline__ void reduce_partials(const Partials& p, int j, int m, Store&& store, Out&& out) {
   constexpr int kPerThread = kTokens * kRows / kConsumerThreads;  // outputs a thread sums at most
   const cg::cluster_group cluster = cg::this_cluster();
   const int tid = static_cast<int>(threadIdx.x);
-  const int warp = tid / 32;
-  const int lane = tid % 32;
   const int q = j & 1;
   const uint32_t use = static_cast<uint32_t>(j >> 1);
   float* mine = p.buffer(q);
   // Buffer q's previous unit was read by every CTA (a CTA alone: by this warpgroup,
   // whose named barrier below each unit ends its reads).
   if (use > 0 && p.split > 1) dev::mbar_wait_cluster(p.freed + q, (use - 1) & 1);
-#pragma unroll
-  for (int s = 0; s < kSub; ++s)
-#pragma unroll
-    for (int i = 0; i < kTokens / 2; ++i) {
-      const int token = fragment_token(lane, i);
-      const int row = s * kTileRows + fragment_row(warp, lane, i);
-      mine[token * p.stride + row] = acc[s][i];
-    }
+  store(mine);
   dev::named_barrier_sync(kEpilogueBarrier, kConsumerThreads);
   // Why release at cluster scope: the peers read these partials through distributed
   // shared memory once their wait on ready (acquire) returns; bar.sync made every
@@ -300,6 +304,71 @@ __device__ __forceinline__ void reduce_unit(const Partials& p, int j, const floa
     if (e >= e_end) break;
     out(e / kRows, e % kRows, sums[i]);
   }
+}
+
+// reduce_partials after multiply_unit (acc = its acc[0]): the partials of kSub
+// 64-row sub-tiles.
+template <int kSub, int kTokens, class Out>
+__device__ __forceinline__ void reduce_unit(const Partials& p, int j, const float (&acc)[kSub][kTokens / 2], int m,
+                                            Out&& out) {
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  reduce_partials<kSub * kTileRows, kTokens>(
+      p, j, m,
+      [&](float* mine) {
+#pragma unroll
+        for (int s = 0; s < kSub; ++s)
+#pragma unroll
+          for (int i = 0; i < kTokens / 2; ++i) {
+            const int token = fragment_token(lane, i);
+            const int row = s * kTileRows + fragment_row(warp, lane, i);
+            mine[token * p.stride + row] = acc[s][i];
+          }
+      },
+      out);
+}
+
+// ---- The wide tiles: the weight tile as B (wgmma_plan.hpp, wide_layout) ---------
+// Where a consumer thread's accumulator i lies in the wide kernels' d[64 tokens,
+// rows]: wgmma's fragment with the tokens as its rows.
+__device__ __forceinline__ int wide_token(int warp, int lane, int i) { return fragment_row(warp, lane, i); }
+__device__ __forceinline__ int wide_row(int lane, int i) { return fragment_token(lane, i); }
+
+// The consumer warpgroup: the products of one unit's steps in the wide form, one
+// wgmma m64n(kRows)k16 per 16 columns (A: the stage's [64, 64] x tile, rows past m
+// zero; B: its [kRows, 64] weight tile), every k16 step into acc in order.
+template <int kRows, int kDepth>
+__device__ __forceinline__ void multiply_unit_wide(const Ring<kRows, kTileRows, kDepth>& ring, const Unit& u,
+                                                   Cursor& cur, float (&acc)[kRows / 2]) {
+  using R = Ring<kRows, kTileRows, kDepth>;
+#pragma unroll
+  for (int i = 0; i < kRows / 2; ++i) acc[i] = 0.0f;
+  dev::fence_operands(acc);
+  stream_unit(ring, u, cur, [&](int st) {
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d)
+#pragma unroll
+      for (int k16 = 0; k16 < kChunkK / 16; ++k16)
+        dev::wgmma_bf16<kRows>(acc, dev::sw128_descriptor(ring.x(st) + d * R::kXChunkBytes, k16),
+                               dev::sw128_descriptor(ring.w(st) + d * R::kWChunkBytes, k16), 1);
+  });
+  dev::fence_operands(acc);
+}
+
+// reduce_partials after multiply_unit_wide: the [kTokens, kRows] partials.
+template <int kRows, int kTokens, class Out>
+__device__ __forceinline__ void reduce_unit_wide(const Partials& p, int j, const float (&acc)[kRows / 2], int m,
+                                                 Out&& out) {
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  reduce_partials<kRows, kTokens>(
+      p, j, m,
+      [&](float* mine) {
+#pragma unroll
+        for (int i = 0; i < kRows / 2; ++i) {
+          const int token = wide_token(warp, lane, i);
+          if (token < kTokens) mine[token * p.stride + wide_row(lane, i)] = acc[i];
+        }
+      },
+      out);
 }
 
 // The consumer warpgroup, after its last unit: waits until every CTA of the cluster

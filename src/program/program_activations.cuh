@@ -101,7 +101,7 @@ inline constexpr int kLoaderWarps = 3;
 
 template <int kTokens, int kDepth>
 struct ActivationLoader {
-  using Ring = wgmma::Ring<1, kTokens, kDepth>;
+  using Ring = wgmma::Ring<wgmma::kTileRows, kTokens, kDepth>;
   // 16-byte pieces a lane holds per round of polled loads. 4: more polls in flight
   // ran slower (8: TP 8 M 1 +5 %, M 28 +8 %; 16: +45 %), as did two stages polled
   // at once (docs/performance.md).

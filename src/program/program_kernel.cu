@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
   // Why at entry: a next kernel may launch and prefetch its weights during this
   // one's tail; it reads this kernel's outputs only after griddepcontrol.wait.
   dev::pdl_launch_dependents();
-  using Ring = wgmma::Ring<1, kTokens, kDepth>;
+  using Ring = wgmma::Ring<wgmma::kTileRows, kTokens, kDepth>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + wgmma::kAlign - 1) &
                                              ~uintptr_t{wgmma::kAlign - 1});

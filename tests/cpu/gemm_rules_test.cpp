@@ -346,6 +346,7 @@ TEST(GemmRules, DecisionRecordIsSmallAndTriviallyCopyable) {
   EXPECT_EQ(std::string(gemm_path_name(GemmPath::kWarpSplitK)), "warp");
   EXPECT_EQ(std::string(gemm_path_name(GemmPath::kCublasLt)), "cublaslt");
   EXPECT_EQ(std::string(gemm_path_name(GemmPath::kWgmma)), "wgmma");
+  EXPECT_EQ(std::string(gemm_path_name(GemmPath::kWgmmaWide)), "wgmma-wide");
   // Every field of a wgmma launch shape tells two decisions apart.
   const GemmDecision w = wgmma_decision(4, 2, 6, 33);
   EXPECT_TRUE(w.same_path(wgmma_decision(4, 2, 6, 33)));
@@ -408,14 +409,25 @@ TEST(GemmRules, WgmmaLayoutsFitAndAlign) {
   EXPECT_EQ(wgmma::stages_within(1, 8, 4096), 0);  // not even the shallowest ring
 }
 
+// A random shape the wgmma engine takes (K a multiple of 64, any N up to 40000), a
+// row count and the engines that take it.
+struct WgmmaCase {
+  int64_t n, k;
+  int m;
+  GemmEngines engines;
+};
+WgmmaCase random_wgmma_case(std::mt19937_64& rng) {
+  const int64_t n = 1 + static_cast<int64_t>(rng() % 40000);
+  const int64_t k = 64 * static_cast<int64_t>(1 + rng() % 400);
+  const int m = 1 + static_cast<int>(rng() % kGemmMaxRows);
+  return {n, k, m, {warp_eligible(n, k), wgmma_eligible(n, k)}};
+}
+
 TEST(GemmRules, WgmmaCandidatesAreLegal) {
   std::mt19937_64 rng(17);
   for (int trial = 0; trial < 300; ++trial) {
-    const int64_t n = 1 + static_cast<int64_t>(rng() % 40000);
-    const int64_t k = 64 * static_cast<int64_t>(1 + rng() % 400);
-    const int m = 1 + static_cast<int>(rng() % kGemmMaxRows);
+    const auto [n, k, m, engines] = random_wgmma_case(rng);
     SCOPED_TRACE(testing::Message() << n << "x" << k << " M " << m);
-    const GemmEngines engines{warp_eligible(n, k), wgmma_eligible(n, k)};
     const std::vector<GemmDecision> c = engine_candidates(n, k, m, engines);
     int wgmmas = 0;
     std::set<std::tuple<int, int, int>> seen;
@@ -446,6 +458,75 @@ TEST(GemmRules, WgmmaCandidatesAreLegal) {
   bad.clusters = 10;  // 2112 rows: 9 blocks of 256
   EXPECT_FALSE(engine_decision_legal(bad, 2112, 7168, 16, kH200Sms, {true, true}));
   EXPECT_FALSE(engine_decision_legal(wgmma_decision(1, 1, 8), 2112, 7168, 65, kH200Sms, {true, true}));
+}
+
+// The wide form (the weight tile as wgmma's B): its layout holds a 64-row activation
+// tile per stage and partials only where a split needs them; its candidates are
+// legal, each (split, rows, stages) once, none at 32 rows or fewer, fill the SMs in
+// one wave where some split does, and a decision past the room or the rows is refused.
+TEST(GemmRules, WideCandidatesAreLegal) {
+  for (int rows : wgmma::kWideRows) {
+    ASSERT_TRUE(wgmma::wide_shape_built(rows));
+    for (int split : {1, 2, 8}) {
+      const int stages = wgmma::wide_stages_within(rows, split, kWgmmaFullBudget);
+      SCOPED_TRACE(testing::Message() << rows << " rows, split " << split);
+      if (stages == 0) {  // 256 rows of 64 tokens' partials leave no room for 3 stages
+        EXPECT_TRUE(split > 1 && rows == 256);
+        continue;
+      }
+      const wgmma::Layout l = wgmma::wide_layout(rows, stages, split);
+      EXPECT_EQ(l.x_bytes, wgmma::kTileRows * wgmma::kChunkK * 2);  // wgmma's A: 64 rows
+      EXPECT_EQ(l.w_bytes, rows * wgmma::kChunkK * 2);
+      EXPECT_EQ(l.barriers_offset, l.partials_offset + (split > 1 ? 2 * l.partial_bytes : 0));
+      EXPECT_EQ(l.partial_bytes, wgmma::kMaxTokens * (rows + wgmma::kPartialPad) * 4);
+      EXPECT_EQ(l.stage_bytes % wgmma::kAlign, 0);
+      EXPECT_LE(l.smem_bytes, kWgmmaFullBudget);
+      EXPECT_GT(wgmma::wide_layout(rows, stages + 1, split).smem_bytes,
+                stages < wgmma::kMaxStages ? kWgmmaFullBudget : 0);
+    }
+  }
+  EXPECT_FALSE(wgmma::wide_shape_built(64));  // 64 rows as B: the weight-as-A kernels' tile
+  EXPECT_FALSE(wgmma::wide_shape_built(136));
+  std::mt19937_64 rng(23);
+  for (int trial = 0; trial < 300; ++trial) {
+    const auto [n, k, m, engines] = random_wgmma_case(rng);
+    SCOPED_TRACE(testing::Message() << n << "x" << k << " M " << m);
+    const std::vector<GemmDecision> all_splits = wgmma_wide_candidates(n, k, m);
+    const std::vector<GemmDecision> wide = wgmma_wide_candidates(n, k, m, kH200Sms);
+    if (m <= kWideMinRows) EXPECT_TRUE(all_splits.empty());
+    std::set<std::tuple<int, int, int>> seen;
+    for (const GemmDecision& d : wide) {
+      EXPECT_EQ(d.path, GemmPath::kWgmmaWide);
+      EXPECT_TRUE(engine_decision_legal(d, n, k, m, kH200Sms, engines)) << describe(d);
+      EXPECT_FALSE(engine_decision_legal(d, n, k, m, kH200Sms, {engines.warp, false}));
+      EXPECT_FALSE(engine_decision_legal(d, n, k, kWideMinRows, kH200Sms, engines));
+      EXPECT_TRUE(seen.insert({d.split, d.sub_tiles, d.stages}).second) << "a tactic twice: " << describe(d);
+      // One wave: at most the SMs, unless the blocks alone are more (split 1).
+      const int64_t blocks = (n + 8 * d.sub_tiles - 1) / (8 * d.sub_tiles);
+      EXPECT_TRUE(blocks * d.split <= kH200Sms || d.split == 1) << describe(d);
+      EXPECT_TRUE(std::find_if(all_splits.begin(), all_splits.end(),
+                               [&](const GemmDecision& e) { return e.same_path(d); }) != all_splits.end());
+    }
+    // Every block size has a tactic (a split of one wave at least).
+    if (m > kWideMinRows) EXPECT_GE(wide.size(), wgmma::kWideRows.size());
+    const std::vector<GemmDecision> all = engine_candidates(n, k, m, engines, kH200Sms);
+    EXPECT_EQ(std::count_if(all.begin(), all.end(), [](const GemmDecision& d) { return d.path == GemmPath::kWgmmaWide; }),
+              engines.wgmma ? static_cast<std::ptrdiff_t>(wide.size()) : 0);
+  }
+  // 20480 rows: blocks of 160 fill 128 of 132 SMs at split 1.
+  const std::vector<GemmDecision> lm_head = wgmma_wide_candidates(20480, 7168, 64, kH200Sms);
+  EXPECT_TRUE(std::any_of(lm_head.begin(), lm_head.end(),
+                          [](const GemmDecision& d) { return d.sub_tiles == 20 && d.split == 1; }));
+  GemmDecision bad = wgmma_wide_decision(2, 256, 3);
+  EXPECT_FALSE(engine_decision_legal(bad, 2112, 7168, 64, kH200Sms, {true, true}));  // partials of 64 tokens
+  bad.split = 1;
+  EXPECT_TRUE(engine_decision_legal(bad, 2112, 7168, 64, kH200Sms, {true, true}));
+  bad.clusters = 10;  // 2112 rows: 9 blocks of 256
+  EXPECT_FALSE(engine_decision_legal(bad, 2112, 7168, 64, kH200Sms, {true, true}));
+  EXPECT_FALSE(engine_decision_legal(wgmma_wide_decision(1, 136, 4), 2112, 7168, 64, kH200Sms, {true, true}));
+  EXPECT_EQ(describe(wgmma_wide_decision(2, 160, 5)), "wgmma-wide split 2 x 160 rows, 5 stages");
+  EXPECT_FALSE(same_summation_order(wgmma_wide_decision(2, 256, 3), wgmma_decision(2, 4, 3)));
+  EXPECT_TRUE(same_summation_order(wgmma_wide_decision(2, 256, 3), wgmma_wide_decision(2, 128, 6)));
 }
 
 // A batch-invariant GEMM keeps one engine at one split at every row count: the

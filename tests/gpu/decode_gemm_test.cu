@@ -27,7 +27,7 @@ std::vector<int> row_counts() {
 
 // The engine decisions checked for (shape, m): the warp engine at the rule's split
 // (its split for 32 rows above 32) and at another legal split, its narrow CTAs (up to
-// 16 rows) at a third, and two of the wgmma engine's tactics (different ones from M
+// 16 rows) at a third, and two of each wgmma form's tactics (different ones from M
 // to M, so that every tactic meets every token tile).
 std::vector<GemmDecision> engine_decisions(int64_t n, int64_t k, int m) {
   std::vector<GemmDecision> out;
@@ -44,13 +44,13 @@ std::vector<GemmDecision> engine_decisions(int64_t n, int64_t k, int m) {
       out.push_back(warp_decision(legal[static_cast<std::size_t>(5 * m + n / 32) % legal.size()], 2));
     }
   }
-  const std::vector<GemmDecision> tactics = wgmma_candidates(n, k, m);
-  if (!tactics.empty()) {
-    const std::size_t a = static_cast<std::size_t>(m + n / 16) % tactics.size();
-    const std::size_t b = static_cast<std::size_t>(7 * m + n / 64 + 3) % tactics.size();
-    out.push_back(tactics[a]);
-    if (b != a) out.push_back(tactics[b]);
-  }
+  for (const std::vector<GemmDecision>& tactics : {wgmma_candidates(n, k, m), wgmma_wide_candidates(n, k, m)})
+    if (!tactics.empty()) {
+      const std::size_t a = static_cast<std::size_t>(m + n / 16) % tactics.size();
+      const std::size_t b = static_cast<std::size_t>(7 * m + n / 64 + 3) % tactics.size();
+      out.push_back(tactics[a]);
+      if (b != a) out.push_back(tactics[b]);
+    }
   return out;
 }
 

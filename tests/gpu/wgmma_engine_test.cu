@@ -1,4 +1,5 @@
-// The wgmma engine launched directly, at every built (sub-tiles, token tile), split,
+// The wgmma engine launched directly, in both forms (the weight as wgmma's A; the
+// wide form, the weight as B), at every built (sub-tiles, token tile), split,
 // cluster count and ring depth: its error against the FP64 reference no worse than
 // cuBLAS's on the same inputs (plus the stated slack), every output element
 // written, bitwise repeatable, and the same bits for every launch shape that keeps
@@ -24,7 +25,7 @@ constexpr int kMaxSmem = 227 * 1024;
 
 // Runs out = x[:m] * W^T with the engine at shape `s` (clusters, stages as given).
 void run(const Problem& p, int m, const WgmmaShape& s, void* out, cudaStream_t stream, bool pdl = false) {
-  const CUtensorMap map = wgmma_tile_map(p.w.get(), p.n, p.k, s.sub_tiles * wgmma::kTileRows);
+  const CUtensorMap map = wgmma_tile_map(p.w.get(), p.n, p.k, s.rows());
   WgmmaParams params{};
   params.x = p.x.get();
   params.out = out;
@@ -32,7 +33,7 @@ void run(const Problem& p, int m, const WgmmaShape& s, void* out, cudaStream_t s
   params.n = p.n;
   params.k = p.k;
   params.out_stride = p.n;
-  params.blocks = (p.n + s.sub_tiles * wgmma::kTileRows - 1) / (s.sub_tiles * wgmma::kTileRows);
+  params.blocks = (p.n + s.rows() - 1) / s.rows();
   params.chunks = static_cast<int>(p.k / wgmma::kChunkK);
   launch_wgmma(map, params, s, pdl, stream);
 }
@@ -42,42 +43,45 @@ struct Case {
   int m;
 };
 
-// The launch shapes checked for one weight: every built (sub-tiles, tokens), each
-// at up to three row counts it serves, splits 1, 2, 3 and 8 where K allows, all
+// The launch shapes checked for one weight: every built (form, sub-tiles, tokens),
+// each at up to three row counts it serves, splits 1, 2, 3 and 8 where K allows, all
 // resident clusters and fewer (so that clusters loop over several blocks), the
 // deepest ring and the shallowest.
 std::vector<Case> cases(int64_t n, int64_t k, std::mt19937_64& rng) {
   std::vector<Case> out;
   const int chunks = static_cast<int>(k / wgmma::kChunkK);
+  std::vector<WgmmaShape> kinds;  // (form, block, token tile) of every built kernel
   for (int sub : {1, 2, 4})
-    for (int tokens : {8, 16, 32, 64}) {
-      if (!wgmma_shape_built(sub, tokens)) continue;
-      const int deepest = wgmma::stages_within(sub, tokens, kMaxSmem);
-      const int64_t blocks = (n + sub * 64 - 1) / (sub * 64);
-      for (int split : {1, 2, 3, 8}) {
-        if (split > chunks) continue;
-        for (int stages : {deepest, wgmma::kMinStages}) {
-          if (quick() && stages != deepest) continue;
-          const int resident = wgmma_resident_clusters(sub, tokens, split, stages);
-          if (resident <= 0) {
-            ADD_FAILURE() << "no cluster of " << split << " fits: " << sub << " sub-tiles, " << tokens << " tokens, "
-                          << stages << " stages";
-            continue;
-          }
-          for (int64_t clusters : {std::min<int64_t>(blocks, resident), std::min<int64_t>(blocks, 3)}) {
-            WgmmaShape s;
-            s.sub_tiles = sub;
-            s.tokens = tokens;
-            s.split = split;
-            s.clusters = static_cast<int>(clusters);
-            s.stages = stages;
-            const int lower = tokens == 8 ? 1 : tokens / 2 + 1;
-            std::uniform_int_distribution<int> pick(lower, tokens);
-            for (int m : {lower, pick(rng), tokens}) out.push_back({s, m});
-          }
+    for (int tokens : {8, 16, 32, 64})
+      if (wgmma_shape_built(sub, tokens)) kinds.push_back({.sub_tiles = sub, .tokens = tokens});
+  for (int rows : wgmma::kWideRows) kinds.push_back({.sub_tiles = rows / 8, .tokens = 64, .wide = true});
+  for (const WgmmaShape& kind : kinds) {
+    const int64_t blocks = (n + kind.rows() - 1) / kind.rows();
+    for (int split : {1, 2, 3, 8}) {
+      if (split > chunks) continue;
+      const int deepest = kind.wide ? wgmma::wide_stages_within(kind.rows(), split, kMaxSmem)
+                                    : wgmma::stages_within(kind.sub_tiles, kind.tokens, kMaxSmem);
+      if (deepest == 0) continue;  // the wide form's partials leave too little room for a ring
+      for (int stages : {deepest, wgmma::kMinStages}) {
+        if (quick() && stages != deepest) continue;
+        WgmmaShape s = kind;
+        s.split = split;
+        s.stages = stages;
+        const int resident = wgmma_resident_clusters(s);
+        if (resident <= 0) {
+          ADD_FAILURE() << "no cluster of " << split << " fits: " << s.rows() << " rows, " << s.tokens << " tokens, "
+                        << stages << " stages";
+          continue;
+        }
+        for (int64_t clusters : {std::min<int64_t>(blocks, resident), std::min<int64_t>(blocks, 3)}) {
+          s.clusters = static_cast<int>(clusters);
+          const int lower = s.tokens == 8 ? 1 : s.tokens / 2 + 1;
+          std::uniform_int_distribution<int> pick(lower, s.tokens);
+          for (int m : {lower, pick(rng), s.tokens}) out.push_back({s, m});
         }
       }
     }
+  }
   return out;
 }
 
@@ -89,11 +93,12 @@ TEST(WgmmaEngine, EveryLaunchShapeAgreesWithTheReference) {
   if (!quick()) shapes.insert(shapes.end(), {{2304, 1536}, {896, 35840}, {4608, 7168}, {4160, 2112 * 2}});
   for (const auto& [n, k] : shapes) {
     Problem p(n, k, rng);
-    // The bits of each (m, split, tokens): every other launch shape must give them.
-    std::map<std::tuple<int, int, int>, std::vector<uint16_t>> bits;
+    // The bits of each (m, split, tokens, form): every other launch shape must give them.
+    std::map<std::tuple<int, int, int, bool>, std::vector<uint16_t>> bits;
     for (const Case& c : cases(n, k, rng)) {
       const WgmmaShape& s = c.shape;
-      SCOPED_TRACE(testing::Message() << n << "x" << k << " M " << c.m << ": " << s.sub_tiles << " sub-tiles, "
+      SCOPED_TRACE(testing::Message() << n << "x" << k << " M " << c.m << ": " << (s.wide ? "wide, " : "")
+                                      << s.rows() << " rows, "
                                       << s.tokens << " tokens, split " << s.split << ", " << s.clusters
                                       << " clusters, " << s.stages << " stages");
       const std::size_t bytes = static_cast<std::size_t>(c.m * n) * 2;
@@ -112,7 +117,7 @@ TEST(WgmmaEngine, EveryLaunchShapeAgreesWithTheReference) {
       EXPECT_LE(ours, theirs * (1 + kRelSlack) + kAbsSlack) << "cuBLAS " << theirs;
       ASSERT_LT(ours, 1e-2);
       ASSERT_EQ(count_differences(out.get(), again.get(), c.m * n), 0u) << "a second run differs";
-      const auto [it, first] = bits.try_emplace({c.m, s.split, s.tokens}, got);
+      const auto [it, first] = bits.try_emplace({c.m, s.split, s.tokens, s.wide}, got);
       if (!first) EXPECT_TRUE(it->second == got) << "another launch shape with this split gave other bits";
     }
   }

@@ -45,7 +45,7 @@ def test_decode_gemm_chain_links_decide_and_stay_correct():
     assert not gemm.chain
     x = torch.randn(8, 7168, device="cuda").to(torch.bfloat16)
     torch.testing.assert_close(gemm(x).float(), reference(x, w).float(), rtol=2**-7, atol=2**-6)
-    assert gemm.path(8) in ("warp", "wgmma", "cublas", "cublaslt")
+    assert gemm.path(8) in ("warp", "wgmma", "wgmma-wide", "cublas", "cublaslt")
 
 
 def test_decode_gemm_argument_errors():
