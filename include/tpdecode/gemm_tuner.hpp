@@ -56,15 +56,14 @@ struct GemmKey {
 // 11 stock links replaced by the warp engine took 22.8 us less at M 1 and 17.1 us
 // less at M 8, although those links were 0.2-1.0 us slower alone: ~2.3 us a link.
 inline constexpr double kChainBoundaryUs = 2.0;
-// The paths charged kChainBoundaryUs: the stock ones, and the wgmma engine's wide
-// form, whose CTA takes a whole SM's shared memory, so the next link's CTAs become
-// resident only as it drains (with its links tuned uncharged, the TP 8 chain at
-// M 64 took 351.7 us against the stock chain's 330.3; docs/performance.md).
-inline bool charged_in_chains(GemmPath p) {
-  return p == GemmPath::kCublas || p == GemmPath::kCublasLt || p == GemmPath::kWgmmaWide;
-}
+// The decisions charged kChainBoundaryUs: the stock ones, and the wgmma engine's
+// wide form on more than half an SM's shared memory, whose CTA leaves no room for
+// the next link's, so that link's CTAs become resident only as it drains (with
+// such links tuned uncharged, the TP 8 chain at M 64 took 351.7 us against the
+// stock chain's 330.3; docs/performance.md).
+bool charged_in_chains(const GemmDecision& d);
 // The times a chain link's decision compares: `us` (per candidate) with
-// kChainBoundaryUs added to those of the paths charged_in_chains.
+// kChainBoundaryUs added to those charged_in_chains.
 std::vector<double> charge_chain_boundaries(const std::vector<GemmDecision>& candidates, std::vector<double> us);
 
 // The tpdecode engines' revision and the cuBLASLt version: decisions made under

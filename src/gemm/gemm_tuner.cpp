@@ -12,8 +12,10 @@
 #include <numeric>
 
 #include "core/check.hpp"
+#include "gemm/gemm_tactic.hpp"
 #include "gemm/tune_file.hpp"
 #include "gemm/tune_rule.hpp"
+#include "gemm/wgmma_plan.hpp"
 #include "tpdecode/version.hpp"
 #include "tpdecode/cublas_context.hpp"
 #include "tpdecode/error.hpp"
@@ -64,10 +66,16 @@ std::string GemmKey::describe() const {
                      sharing > 1 ? fmt::format(", shared by {}", sharing) : "", invariant ? ", batch-invariant" : "");
 }
 
+bool charged_in_chains(const GemmDecision& d) {
+  if (d.path == GemmPath::kWgmmaWide)
+    return wgmma::wide_layout(8 * d.sub_tiles, d.stages, d.split).smem_bytes > kWgmmaHalfBudget;
+  return d.path == GemmPath::kCublas || d.path == GemmPath::kCublasLt;
+}
+
 std::vector<double> charge_chain_boundaries(const std::vector<GemmDecision>& candidates, std::vector<double> us) {
   check(us.size() == candidates.size(), "chain charge: {} times for {} candidates", us.size(), candidates.size());
   for (std::size_t i = 0; i < us.size(); ++i)
-    if (charged_in_chains(candidates[i].path)) us[i] += kChainBoundaryUs;
+    if (charged_in_chains(candidates[i])) us[i] += kChainBoundaryUs;
   return us;
 }
 

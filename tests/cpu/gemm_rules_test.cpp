@@ -462,7 +462,7 @@ TEST(GemmRules, WgmmaCandidatesAreLegal) {
 
 // The wide form (the weight tile as wgmma's B): its layout holds a 64-row activation
 // tile per stage and partials only where a split needs them; its candidates are
-// legal, each (split, rows, stages) once, none at 32 rows or fewer, fill the SMs in
+// legal, each (split, rows, stages) once, none at 16 rows or fewer, fill the SMs in
 // one wave where some split does, and a decision past the room or the rows is refused.
 TEST(GemmRules, WideCandidatesAreLegal) {
   for (int rows : wgmma::kWideRows) {

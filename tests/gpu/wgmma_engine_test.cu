@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "gemm/gemm_tactic.hpp"
 #include "gemm/wgmma_launch.hpp"
 #include "gemm/wgmma_plan.hpp"
 #include "gpu/gemm_problem.hpp"
@@ -75,7 +76,7 @@ std::vector<Case> cases(int64_t n, int64_t k, std::mt19937_64& rng) {
         }
         for (int64_t clusters : {std::min<int64_t>(blocks, resident), std::min<int64_t>(blocks, 3)}) {
           s.clusters = static_cast<int>(clusters);
-          const int lower = s.tokens == 8 ? 1 : s.tokens / 2 + 1;
+          const int lower = s.wide ? kWideMinRows + 1 : s.tokens == 8 ? 1 : s.tokens / 2 + 1;
           std::uniform_int_distribution<int> pick(lower, s.tokens);
           for (int m : {lower, pick(rng), s.tokens}) out.push_back({s, m});
         }
