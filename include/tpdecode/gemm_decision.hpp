@@ -16,7 +16,7 @@ enum class GemmPath : uint8_t {
   kCublas,      // cublasGemmEx with cuBLAS's default algorithm (the stock path)
   kCublasLt,    // cublasLtMatmul with an algorithm the tuner measured
   kWgmma,       // the wgmma engine (TMA tiles, warpgroup MMA, up to 64 rows)
-  kWgmmaWide,   // the wgmma engine's wide form: 128 or 256 weight rows as the MMA's N
+  kWgmmaWide,   // the wgmma engine's wide form: 128-256 weight rows as the MMA's N, 17-64 rows
 };
 const char* gemm_path_name(GemmPath p);  // "warp", "cublas", "cublaslt", "wgmma", "wgmma-wide"
 

@@ -57,10 +57,10 @@ struct GemmKey {
 // less at M 8, although those links were 0.2-1.0 us slower alone: ~2.3 us a link.
 inline constexpr double kChainBoundaryUs = 2.0;
 // The decisions charged kChainBoundaryUs: the stock ones, and the wgmma engine's
-// wide form on more than half an SM's shared memory, whose CTA leaves no room for
-// the next link's, so that link's CTAs become resident only as it drains (with
-// such links tuned uncharged, the TP 8 chain at M 64 took 351.7 us against the
-// stock chain's 330.3; docs/performance.md).
+// wide form, whose CTA leaves no room on its SM for most next links' CTAs (all its
+// shared memory; 160-253 registers a thread), so that link's CTAs become resident
+// only as it drains (with such links tuned uncharged, the TP 8 chain at M 64 took
+// 351.7 us against the stock chain's 330.3; docs/performance.md).
 bool charged_in_chains(const GemmDecision& d);
 // The times a chain link's decision compares: `us` (per candidate) with
 // kChainBoundaryUs added to those charged_in_chains.

@@ -294,9 +294,7 @@ std::vector<GemmDecision> wgmma_wide_candidates(int64_t n, int64_t k, int m, int
     }
     if (splits.empty() && fullest > 0) splits.push_back(fullest);
     for (int split : splits)
-      for (int budget : {kWgmmaFullBudget, kWgmmaHalfBudget})
-        if (const int stages = wgmma::wide_stages_within(rows, split, budget); stages > 0)
-          out.push_back(wgmma_wide_decision(split, rows, stages));
+      out.push_back(wgmma_wide_decision(split, rows, wgmma::wide_stages_within(rows, split, kWgmmaFullBudget)));
   }
   return out;
 }

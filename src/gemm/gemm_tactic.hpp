@@ -131,9 +131,10 @@ std::vector<GemmDecision> wgmma_candidates(int64_t n, int64_t k, int m);
 // The wide form's tactics (the weight tile as wgmma's B, wgmma_plan.hpp) for m rows:
 // every block size of kWideRows at the legal splits whose CTAs fill 70-100 % of
 // `sms` SMs in one wave (split 1 where the blocks alone are more; else the fullest
-// wave; every legal split where sms is 0), each with the deepest ring and, where it
-// holds kMinStages, the half-SM one (the next kernel's CTA fits beside it); none at
-// m <= kWideMinRows (below, the weight as A reads little x per weight byte).
+// wave; every legal split where sms is 0), the deepest ring (a half-SM one would not
+// let the next kernel's CTA in: a wide CTA holds 160-253 registers a thread, 30-49 K
+// of the SM's 64 K); none at m <= kWideMinRows (below, the weight as A reads little
+// x per weight byte).
 inline constexpr int kWideMinRows = 16;
 std::vector<GemmDecision> wgmma_wide_candidates(int64_t n, int64_t k, int m, int sms = 0);
 

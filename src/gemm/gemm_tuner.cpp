@@ -12,10 +12,8 @@
 #include <numeric>
 
 #include "core/check.hpp"
-#include "gemm/gemm_tactic.hpp"
 #include "gemm/tune_file.hpp"
 #include "gemm/tune_rule.hpp"
-#include "gemm/wgmma_plan.hpp"
 #include "tpdecode/version.hpp"
 #include "tpdecode/cublas_context.hpp"
 #include "tpdecode/error.hpp"
@@ -67,9 +65,7 @@ std::string GemmKey::describe() const {
 }
 
 bool charged_in_chains(const GemmDecision& d) {
-  if (d.path == GemmPath::kWgmmaWide)
-    return wgmma::wide_layout(8 * d.sub_tiles, d.stages, d.split).smem_bytes > kWgmmaHalfBudget;
-  return d.path == GemmPath::kCublas || d.path == GemmPath::kCublasLt;
+  return d.path == GemmPath::kCublas || d.path == GemmPath::kCublasLt || d.path == GemmPath::kWgmmaWide;
 }
 
 std::vector<double> charge_chain_boundaries(const std::vector<GemmDecision>& candidates, std::vector<double> us) {

@@ -10,8 +10,8 @@
 namespace tpdecode {
 
 // One launch: `clusters` clusters of `split` CTAs; cluster g takes the weight's
-// row blocks g, g + clusters, ... (sub_tiles * 64 rows each), its CTA of rank r the
-// r-th of `split` consecutive K ranges of every block.
+// row blocks g, g + clusters, ... (rows() each), its CTA of rank r the r-th of
+// `split` consecutive K ranges of every block.
 struct WgmmaShape {
   int sub_tiles = 1;  // 64-row wgmma tiles per block and stage: 1, 2 or 4; wide: the block's rows / 8
   int tokens = 8;     // the token tile: 8, 16, 32 or 64 (>= m; wide: 64)
@@ -29,7 +29,7 @@ struct WgmmaParams {
   int64_t n;
   int64_t k;           // a multiple of 64
   int64_t out_stride;  // elements
-  int64_t blocks;      // ceil(n / (sub_tiles * 64))
+  int64_t blocks;      // ceil(n / rows per block: WgmmaShape::rows())
   int chunks;          // k / 64
 };
 
@@ -55,7 +55,7 @@ bool wgmma_prepared();
 int wgmma_resident_clusters(const WgmmaShape& s);
 int wgmma_resident_clusters(int sub_tiles, int tokens, int split, int stages);
 
-// w_map: wgmma_tile_map(w, n, k, s.sub_tiles * 64).
+// w_map: wgmma_tile_map(w, n, k, s.rows()).
 void launch_wgmma(const CUtensorMap& w_map, const WgmmaParams& p, const WgmmaShape& s, bool pdl,
                   cudaStream_t stream);
 

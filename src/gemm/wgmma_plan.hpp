@@ -1,6 +1,7 @@
-// The wgmma engine's shared-memory plan, shared by its kernel (wgmma_tiles.cuh) and
+// The wgmma engine's shared-memory plan, shared by its kernels (wgmma_tiles.cuh) and
 // the host (its tactics, launch sizes): constexpr functions of the launch's
-// template shape (64-row tiles per stage, token tile) and its ring depth.
+// template shape (the weight rows per stage, the token tile) and its ring depth, in
+// both forms (the weight as wgmma's A, or the wide form's B).
 #pragma once
 
 #include <array>
@@ -21,8 +22,8 @@ inline constexpr int kPartialPad = 4;      // floats after each token's row of p
 inline constexpr int kAlign = 1024;        // the 128-byte swizzle repeats every 8 rows of 128 bytes
 
 // Byte offsets of one CTA's shared memory, from a 1024-aligned base:
-//   [stages] x { W [sub_tiles * 64 rows, 64] bf16 | x [x_rows, 64] bf16 }   (both 128-byte swizzled)
-//   [partial_buffers] x partials [tokens, sub_tiles * 64 + pad] f32          (double-buffered, or none)
+//   [stages] x { W [w_rows, 64] bf16 | x [x_rows, 64] bf16 }   (both 128-byte swizzled)
+//   [partial_buffers] x partials [tokens, w_rows + pad] f32     (double-buffered, or none)
 //   full[stages], empty[stages], ready[2], freed[2] mbarriers
 // x_rows: the activation tile's rows, the token tile (the weight as wgmma's A) or
 // 64 (the wide kernels: the activations as A, rows past m zero).
@@ -75,9 +76,9 @@ constexpr int stages_within(int sub_tiles, int tokens, int budget) {
 // streams tokens / 64 per 64-row tile), and the block sizes let a shape's blocks fill
 // the SMs in one wave (20480 rows: 128 blocks of 160). One accumulator chain of
 // rows / 2 registers per thread holds the k16 steps in order: another summation
-// order than the weight-as-A kernels' four chains. Built for the 64-token tile only
-// (33-64 rows; below, the weight as A reads little x). Split-K partials only where
-// split > 1.
+// order than the weight-as-A kernels' four chains. One kernel per block size for
+// 17-64 rows (partials sized for 64 tokens; at 16 rows and fewer the weight as A
+// reads little x). Split-K partials only where split > 1.
 inline constexpr std::array<int, 5> kWideRows = {128, 160, 192, 224, 256};
 constexpr bool wide_shape_built(int rows) {
   for (int r : kWideRows)

@@ -8,12 +8,13 @@
 //    per instruction, K-major, 128-byte swizzle; the activations as B: N = tokens),
 //    and releases the stage once those MMAs completed; FP32 accumulators in
 //    registers, one chain per 16-column step of the chunk (kChains); then reduces
-//    the unit over the cluster (reduce_unit);
-//  - warp 4, lane 0: the weight producer: one TMA box of [sub_tiles * 64 rows, 64]
-//    per stage, issued as soon as the stage is free. It never waits for the previous
-//    kernel: weights do not depend on it;
+//    the unit over the cluster (reduce_unit). In the wide form (multiply_unit_wide)
+//    4 wgmma m64n(rows)k16 instead: the activations as A, the weight tile as B;
+//  - warp 4, lane 0: the weight producer: one TMA box of [rows, 64] (the block's
+//    weight rows) per stage, issued as soon as the stage is free. It never waits for
+//    the previous kernel: weights do not depend on it;
 //  - warp 5, lane 0: the activation producer: one TMA box of [tokens, 64] of x into
-//    the same stage (rows m .. tokens - 1 arrive as zeros), after
+//    the same stage (64 rows in the wide form; rows m .. on arrive as zeros), after
 //    griddepcontrol.wait.
 // A stage is full once both boxes' bytes landed (full: 2 arrivals with their
 // transaction bytes), and free once the 4 consumer warps' MMAs on it completed
@@ -152,7 +153,7 @@ __device__ __forceinline__ void produce_weights(const Ring<kWRows, kXRows, kDept
   }
 }
 
-// The activation producer (one thread): the [kTokens, 64] boxes of x at every
+// The activation producer (one thread): the [kXRows, 64] boxes of x at every
 // unit's steps (x's tensor map: [m, k], rows past m arrive as zeros).
 // schedule.activation_map(i): unit i's x; schedule.await_inputs(i) returns once x
 // may be read (the caller has waited for the previous kernel: griddepcontrol.wait).

@@ -301,12 +301,10 @@ TEST(GemmTuner, ChainLinksChargeStockCandidates) {
     const bool stock = kCandidates[i].path == GemmPath::kCublas || kCandidates[i].path == GemmPath::kCublasLt;
     EXPECT_DOUBLE_EQ(charged[i], us[i] + (stock ? kChainBoundaryUs : 0.0)) << describe(kCandidates[i]);
   }
-  // The wide form on the full SM is charged as a stock link (the next link's CTAs do not
-  // fit beside it); on the half-SM ring it is not, nor is the other wgmma form.
-  const std::vector<GemmDecision> wgmma = {wgmma_wide_decision(1, 160, 8), wgmma_wide_decision(1, 160, 3),
-                                           wgmma_decision(2, 1, 11)};
-  EXPECT_EQ(charge_chain_boundaries(wgmma, {5.0, 5.0, 5.0}),
-            (std::vector<double>{5.0 + kChainBoundaryUs, 5.0, 5.0}));
+  // The wide form is charged as a stock link (the next link's CTAs do not fit beside
+  // it); the other wgmma form is not.
+  const std::vector<GemmDecision> wgmma = {wgmma_wide_decision(1, 160, 8), wgmma_decision(2, 1, 11)};
+  EXPECT_EQ(charge_chain_boundaries(wgmma, {5.0, 5.0}), (std::vector<double>{5.0 + kChainBoundaryUs, 5.0}));
   EXPECT_THROW(charge_chain_boundaries(kCandidates, {1.0}), InvalidArgument);
 
   const TempFile file("tpdecode_tune_chain");

@@ -62,7 +62,8 @@ void run(const Options& o) {
   fmt::print("{} ({:.1f} MB, {} copies), M {}: {} launches per candidate\n", o.shape, bytes / 1e6, copies, o.m,
              o.calls);
   int call = 0;
-  for (const GemmDecision& d : gemms[0]->candidates(o.m)) {
+  // Why the bucket's largest row count: force() checks a decision there (as the tuner times it).
+  for (const GemmDecision& d : gemms[0]->candidates(gemm_bucket_max(gemm_m_bucket(o.m)))) {
     const std::string tactic = tactic_of(d, s.n, s.k, o.m);
     if (!selected(o, tactic)) continue;
     for (auto& g : gemms) g->force(o.m, d);
