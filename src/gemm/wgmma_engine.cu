@@ -48,6 +48,9 @@ __device__ __forceinline__ void run_engine(const CUtensorMap& w_map, const CUten
   // this one's tail; it reads this kernel's output only after its own
   // griddepcontrol.wait, which waits for all of this grid.
   dev::pdl_launch_dependents();
+  // Why before the barriers' initialisation: the first weight copy needs the map.
+  if (threadIdx.x == kWeightWarp * 32)
+    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&w_map)) : "memory");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + kAlign - 1) & ~uintptr_t{kAlign - 1});
   auto* bars = reinterpret_cast<uint64_t*>(base + l.barriers_offset);
@@ -84,10 +87,7 @@ __device__ __forceinline__ void run_engine(const CUtensorMap& w_map, const CUten
   const int warp = static_cast<int>(threadIdx.x) / 32;
   Cursor cur;
   if (warp == kWeightWarp) {
-    if (threadIdx.x % 32 == 0) {
-      asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&w_map)) : "memory");
-      produce_weights(ring, schedule, cur);
-    }
+    if (threadIdx.x % 32 == 0) produce_weights(ring, schedule, cur);
     return;
   }
   if (warp == kActivationWarp) {
@@ -103,6 +103,21 @@ __device__ __forceinline__ void run_engine(const CUtensorMap& w_map, const CUten
   consume(ring, partials, schedule, cur, static_cast<__nv_bfloat16*>(p.out));
 }
 
+// One unit's outputs: out[token, row0 + row] for the first m tokens and the
+// weight's rows, rounded to BF16 once.
+struct UnitOutputs {
+  __nv_bfloat16* out;
+  int64_t stride;
+  int64_t n;
+  int64_t row0;
+  __device__ void operator()(int token, int row, float v) const {
+    const int64_t column = row0 + row;
+    if (column < n) out[token * stride + column] = __float2bfloat16_rn(v);
+  }
+};
+
+// The weight as A. A CTA alone writes its outputs from its accumulators (store_unit);
+// a split sums its partials over the cluster (reduce_unit).
 template <int kSub, int kTokens>
 __global__ void __launch_bounds__(kThreads, 1)
     wgmma_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
@@ -115,19 +130,19 @@ __global__ void __launch_bounds__(kThreads, 1)
                               for (int j = 0; j < units; ++j) {
                                 const Unit u = schedule.unit(j);
                                 multiply_unit(ring, u, cur, acc);
-                                reduce_unit<kSub, kTokens>(partials, j, acc[0], p.m, [&](int token, int row, float v) {
-                                  const int64_t column = u.row0 + row;
-                                  if (column < p.n) out[token * p.out_stride + column] = __float2bfloat16_rn(v);
-                                });
+                                const UnitOutputs to{out, p.out_stride, p.n, u.row0};
+                                if (partials.split == 1)
+                                  store_unit<kSub, kTokens>(acc[0], p.m, to);
+                                else
+                                  reduce_unit<kSub, kTokens>(partials, j, acc[0], p.m, to);
                               }
                               drain_partials(partials, units);
                             });
 }
 
 // The wide form (wgmma_plan.hpp): the weight tile as B, the activations padded to
-// 64 rows as A. A CTA alone writes its outputs from its accumulators; a split sums
-// its partials as the weight-as-A kernel does (compiled where its ring fits beside
-// them).
+// 64 rows as A. As the weight-as-A kernel, a CTA alone stores and a split reduces
+// (its partials compiled where its ring fits beside them).
 template <int kRows>
 __global__ void __launch_bounds__(kThreads, 1)
     wgmma_wide_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
@@ -137,26 +152,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       w_map, x_map, p, wide_layout(kRows, stages, static_cast<int>(gridDim.x)),
       [&](const auto& ring, const Partials& partials, const ClusterSchedule& schedule, Cursor& cur,
           __nv_bfloat16* out) {
-        const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
         float acc[kRows / 2];
         const int units = schedule.count();
         for (int j = 0; j < units; ++j) {
           const Unit u = schedule.unit(j);
           multiply_unit_wide(ring, u, cur, acc);
-          if (kSplits && partials.split > 1) {
-            reduce_unit_wide<kRows, kMaxTokens>(partials, j, acc, p.m, [&](int token, int row, float v) {
-              const int64_t column = u.row0 + row;
-              if (column < p.n) out[token * p.out_stride + column] = __float2bfloat16_rn(v);
-            });
-            continue;
-          }
-          if (16 * warp >= p.m) continue;  // this warp's 16 tokens are all padding
-#pragma unroll
-          for (int i = 0; i < kRows / 2; ++i) {
-            const int token = wide_token(warp, lane, i);
-            const int64_t column = u.row0 + wide_row(lane, i);
-            if (token < p.m && column < p.n) out[token * p.out_stride + column] = __float2bfloat16_rn(acc[i]);
-          }
+          const UnitOutputs to{out, p.out_stride, p.n, u.row0};
+          if (kSplits && partials.split > 1)
+            reduce_unit_wide<kRows, kMaxTokens>(partials, j, acc, p.m, to);
+          else
+            store_unit_wide<kRows>(acc, p.m, to);
         }
         if (kSplits && partials.split > 1) drain_partials(partials, units);
       });

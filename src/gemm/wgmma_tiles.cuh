@@ -7,8 +7,9 @@
 //    stage, runs 4 x sub_tiles wgmma m64nNk16 (the weight tile as A: 64 weight rows
 //    per instruction, K-major, 128-byte swizzle; the activations as B: N = tokens),
 //    and releases the stage once those MMAs completed; FP32 accumulators in
-//    registers, one chain per 16-column step of the chunk (kChains); then reduces
-//    the unit over the cluster (reduce_unit). In the wide form (multiply_unit_wide)
+//    registers, one chain per 16-column step of the chunk (kChains); then stores
+//    the unit's outputs from them (store_unit, a CTA alone) or reduces the unit
+//    over the cluster (reduce_unit). In the wide form (multiply_unit_wide)
 //    4 wgmma m64n(rows)k16 instead: the activations as A, the weight tile as B;
 //  - warp 4, lane 0: the weight producer: one TMA box of [rows, 64] (the block's
 //    weight rows) per stage, issued as soon as the stage is free. It never waits for
@@ -109,19 +110,23 @@ struct Partials {
   __device__ float* buffer(int q) const { return buffers + q * buffer_floats; }
 };
 
-// Every thread of the CTA: initialises the ring's and the partials' barriers, one
-// barrier pair per thread.
+// Thread 0 of the CTA: initialises the ring's and the partials' barriers, then
+// fences once. Why one thread: with a barrier pair and a fence per thread, the
+// first weight copy left ~90 cycles later per stage of the ring (a CTA's trace on
+// an H200: 2,600 cycles after its start at 7 stages, 4,300 at 24;
+// docs/performance.md), and mbarrier.init is one shared-memory store.
 template <int kWRows, int kXRows, int kDepth>
 __device__ __forceinline__ void init_barriers(const Ring<kWRows, kXRows, kDepth>& ring, const Partials& p) {
-  const int i = static_cast<int>(threadIdx.x);
-  if (i < ring.stages) {
-    dev::mbar_init(ring.full + i, 2);
-    dev::mbar_init(ring.empty + i, kConsumerWarps);
-  } else if (i < ring.stages + 2) {
-    dev::mbar_init(p.ready + (i - ring.stages), static_cast<uint32_t>(p.split));
-    dev::mbar_init(p.freed + (i - ring.stages), static_cast<uint32_t>(p.split));
+  if (threadIdx.x != 0) return;
+  for (int s = 0; s < ring.stages; ++s) {
+    dev::mbar_init(ring.full + s, 2);
+    dev::mbar_init(ring.empty + s, kConsumerWarps);
   }
-  if (i < ring.stages + 2) dev::mbar_init_fence();
+  for (int q = 0; q < 2; ++q) {
+    dev::mbar_init(p.ready + q, static_cast<uint32_t>(p.split));
+    dev::mbar_init(p.freed + q, static_cast<uint32_t>(p.split));
+  }
+  dev::mbar_init_fence();
 }
 
 // One K step of a [rows, k] operand's tensor map (wgmma_tile_map at kDepth) into a
@@ -280,21 +285,31 @@ __device__ __forceinline__ void reduce_partials(const Partials& p, int j, int m,
   const int e_end = static_cast<int>(static_cast<int64_t>(elements) * (p.rank + 1) / p.split);
   // Every sum first, then the peers are told their partials are free, then the
   // outputs. Why in that order: the release of that arrival would otherwise wait
-  // for this thread's global stores of the outputs.
+  // for this thread's global stores of the outputs. Why in batches of kBatch
+  // elements with no branch between their reads (past e_end, the last element
+  // again): the reads of a batch are in flight together, where a branch after each
+  // element kept one in flight (with it, a CTA's epilogue of 64 rows x 32 tokens,
+  // 16 elements a thread, took ~6,500 cycles at split 1; docs/performance.md); a
+  // batch wholly past e_end is skipped (reading every slot cost the wide form's
+  // splits, whose ranks own few of them, 2.5 x).
+  constexpr int kBatch = 8;
   float sums[kPerThread];
 #pragma unroll
-  for (int i = 0; i < kPerThread; ++i) {
-    const int e = e_begin + tid + i * kConsumerThreads;
-    if (e >= e_end) break;
-    const int at = (e / kRows) * p.stride + e % kRows;
-    float part[8];
+  for (int g = 0; g < kPerThread; g += kBatch) {
+    if (e_begin + tid + g * kConsumerThreads >= e_end) break;
 #pragma unroll
-    for (int r = 0; r < 8; ++r) part[r] = r < p.split ? cluster.map_shared_rank(mine, r)[at] : 0.0f;
-    float sum = part[0];
+    for (int i = g; i < g + kBatch && i < kPerThread; ++i) {
+      const int e = min(e_begin + tid + i * kConsumerThreads, e_end - 1);
+      const int at = (e / kRows) * p.stride + e % kRows;
+      float part[8];
 #pragma unroll
-    for (int r = 1; r < 8; ++r)
-      if (r < p.split) sum += part[r];
-    sums[i] = sum;
+      for (int r = 0; r < 8; ++r) part[r] = r < p.split ? cluster.map_shared_rank(mine, r)[at] : 0.0f;
+      float sum = part[0];
+#pragma unroll
+      for (int r = 1; r < 8; ++r)
+        if (r < p.split) sum += part[r];
+      sums[i] = sum;
+    }
   }
   dev::named_barrier_sync(kEpilogueBarrier, kConsumerThreads);
   if (p.split > 1 && tid == 0)
@@ -302,8 +317,7 @@ __device__ __forceinline__ void reduce_partials(const Partials& p, int j, int m,
 #pragma unroll
   for (int i = 0; i < kPerThread; ++i) {
     const int e = e_begin + tid + i * kConsumerThreads;
-    if (e >= e_end) break;
-    out(e / kRows, e % kRows, sums[i]);
+    if (e < e_end) out(e / kRows, e % kRows, sums[i]);
   }
 }
 
@@ -326,6 +340,21 @@ __device__ __forceinline__ void reduce_unit(const Partials& p, int j, const floa
           }
       },
       out);
+}
+
+// A CTA alone (split 1), after multiply_unit (acc = its acc[0]): each accumulator of
+// the first m tokens straight to out(token, row in the unit, value), with no
+// partials (the bits reduce_unit gives at split 1: a sum of one part).
+template <int kSub, int kTokens, class Out>
+__device__ __forceinline__ void store_unit(const float (&acc)[kSub][kTokens / 2], int m, Out&& out) {
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+#pragma unroll
+  for (int s = 0; s < kSub; ++s)
+#pragma unroll
+    for (int i = 0; i < kTokens / 2; ++i) {
+      const int token = fragment_token(lane, i);
+      if (token < m) out(token, s * kTileRows + fragment_row(warp, lane, i), acc[s][i]);
+    }
 }
 
 // ---- The wide tiles: the weight tile as B (wgmma_plan.hpp, wide_layout) ---------
@@ -370,6 +399,18 @@ __device__ __forceinline__ void reduce_unit_wide(const Partials& p, int j, const
         }
       },
       out);
+}
+
+// store_unit after multiply_unit_wide.
+template <int kRows, class Out>
+__device__ __forceinline__ void store_unit_wide(const float (&acc)[kRows / 2], int m, Out&& out) {
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  if (16 * warp >= m) return;  // this warp's 16 tokens are all padding
+#pragma unroll
+  for (int i = 0; i < kRows / 2; ++i) {
+    const int token = wide_token(warp, lane, i);
+    if (token < m) out(token, wide_row(lane, i), acc[i]);
+  }
 }
 
 // The consumer warpgroup, after its last unit: waits until every CTA of the cluster
