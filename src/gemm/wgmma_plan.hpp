@@ -61,12 +61,16 @@ constexpr Layout layout(int sub_tiles, int tokens, int stages) {
   return layout_rows(sub_tiles * kTileRows, tokens, stages, tokens, 2);
 }
 
-// The deepest ring within `budget` bytes of shared memory (0 where not even
-// kMinStages fit).
-constexpr int stages_within(int sub_tiles, int tokens, int budget) {
+// The deepest ring whose layout_of(stages) fits `budget` bytes of shared memory (0
+// where not even kMinStages fit).
+template <class LayoutOf>
+constexpr int deepest_ring(LayoutOf layout_of, int budget) {
   int stages = 0;
-  while (stages < kMaxStages && layout(sub_tiles, tokens, stages + 1).smem_bytes <= budget) ++stages;
+  while (stages < kMaxStages && layout_of(stages + 1).smem_bytes <= budget) ++stages;
   return stages >= kMinStages ? stages : 0;
+}
+constexpr int stages_within(int sub_tiles, int tokens, int budget) {
+  return deepest_ring([=](int stages) { return layout(sub_tiles, tokens, stages); }, budget);
 }
 
 // ---- The wide kernels: the weight tile as wgmma's B ----------------------------
@@ -89,9 +93,7 @@ constexpr Layout wide_layout(int rows, int stages, int split) {
   return layout_rows(rows, kMaxTokens, stages, kTileRows, split > 1 ? 2 : 0);
 }
 constexpr int wide_stages_within(int rows, int split, int budget) {
-  int stages = 0;
-  while (stages < kMaxStages && wide_layout(rows, stages + 1, split).smem_bytes <= budget) ++stages;
-  return stages >= kMinStages ? stages : 0;
+  return deepest_ring([=](int stages) { return wide_layout(rows, stages, split); }, budget);
 }
 
 // The token tile for m rows (1 <= m <= kMaxTokens).
