@@ -67,10 +67,10 @@ struct GemmEngines {
 // ---- M buckets -------------------------------------------------------------------
 // Most rows DecodeGemm's engines take in one call; more rows always run cuBLAS.
 inline constexpr int kGemmMaxRows = 64;
-// Decisions are made per bucket of row counts: 1, 2, 3-4, 5-8, 9-12, 13-16, 17-24,
-// 25-32, 33-48, 49-64. A bucket never straddles the engines' token tiles (8, 16, 32,
-// 64 rows).
-inline constexpr int kGemmBuckets = 10;
+// Decisions are made per bucket of row counts: 1, 2, 3-4, 5-8, 9-12, 13-16, 17-20,
+// 21-24, 25-28, 29-32, 33-40, 41-48, 49-56, 57-64. A bucket never straddles the
+// engines' token tiles (8, 16, 32, 64 rows).
+inline constexpr int kGemmBuckets = 14;
 int gemm_m_bucket(int m);         // 1 <= m <= kGemmMaxRows
 int gemm_bucket_min(int bucket);
 int gemm_bucket_max(int bucket);  // the row count the tuner times

@@ -223,7 +223,11 @@ GemmDecision wgmma_wide_decision(int split, int rows, int stages, int clusters) 
 GemmDecision cublas_decision() { return GemmDecision{}; }
 
 namespace {
-constexpr std::array<int, kGemmBuckets + 1> kBucketEdges = {1, 2, 3, 5, 9, 13, 17, 25, 33, 49, 65};  // [edge, next)
+// [edge, next). Four rows wide from 9 to 32 and eight above: cuBLASLt's algorithms and
+// cuBLAS's default change speed inside a token tile (TP 4 gate_up 9216 x 7168: cuBLAS's
+// default timed at 32 rows ran 1.15 x cuBLASLt's best at 28), and a bucket is timed at
+// its most rows, which the drafter's row counts (R x 7) then hit or lie near.
+constexpr std::array<int, kGemmBuckets + 1> kBucketEdges = {1, 2, 3, 5, 9, 13, 17, 21, 25, 29, 33, 41, 49, 57, 65};
 }  // namespace
 
 int gemm_m_bucket(int m) {

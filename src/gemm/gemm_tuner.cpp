@@ -25,7 +25,7 @@ namespace {
 // tactic's meaning changed), an engine's speed does, or the way a decision is made
 // from timings does (tune_rule.hpp): decisions measured under another revision are
 // not used, so every bucket is decided again among today's candidates.
-constexpr int kEngineRevision = 11;  // 11: the wgmma engine stores split 1 from its accumulators (10: its wide form)
+constexpr int kEngineRevision = 12;  // 12: buckets of 4 rows to 32, of 8 above (11: split 1 stored from the accumulators)
 
 // Adds a fixed cost per candidate to every sample of an inner timing.
 class ChargedTiming final : public GemmTiming {

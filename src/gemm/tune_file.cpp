@@ -14,6 +14,7 @@
 
 #include "core/check.hpp"
 #include "gemm/gemm_tactic.hpp"
+#include "tpdecode/gemm_tuner.hpp"
 
 namespace tpdecode {
 namespace {
@@ -57,8 +58,9 @@ T small_unsigned(const Json& e, const char* field, int64_t max) {
   return static_cast<T>(v);
 }
 
-// The entry; none where its path is one this library no longer has (a file written
-// by another version: its key's version never matches this one's).
+// The entry; none where its path is one this library no longer has, or its rows are
+// not one of our buckets (a file written by another version: its key's version never
+// matches this one's).
 std::optional<TuneEntry> entry_of(const Json& e) {
   const std::optional<GemmPath> path = path_of(e.at("path").get<std::string>());
   if (!path) return std::nullopt;
@@ -73,8 +75,6 @@ std::optional<TuneEntry> entry_of(const Json& e) {
   const int m_max = e.at("m_max").get<int>();
   check<Error>(m_min >= 1 && m_max <= kGemmMaxRows && m_min <= m_max, "m_min, m_max = {}, {}", m_min, m_max);
   t.key.bucket = gemm_m_bucket(m_min);
-  check<Error>(gemm_bucket_min(t.key.bucket) == m_min && gemm_bucket_max(t.key.bucket) == m_max,
-               "m {}-{} is not a bucket", m_min, m_max);
   t.key.dtype = dtype_of(e.at("dtype").get<std::string>());
   t.key.chain = e.value("chain", false);  // absent in files written before chain decisions
   t.key.sharing = e.value("sharing", 1);  // absent in files written before shared-GPU decisions
@@ -96,6 +96,11 @@ std::optional<TuneEntry> entry_of(const Json& e) {
   t.decision.tune_finalists = e.contains("finalists") ? small_unsigned<uint8_t>(e, "finalists", 255) : uint8_t{0};
   t.decision.tune_rounds = e.contains("rounds") ? small_unsigned<uint8_t>(e, "rounds", 255) : uint8_t{0};
   t.decision.tune_stable = e.value("stable", false);
+  if (gemm_bucket_min(t.key.bucket) != m_min || gemm_bucket_max(t.key.bucket) != m_max) {
+    // Rows another version bucketed otherwise: skipped with that version's entries.
+    check<Error>(t.key.version != gemm_library_version(), "m {}-{} is not a bucket", m_min, m_max);
+    return std::nullopt;
+  }
   return t;
 }
 

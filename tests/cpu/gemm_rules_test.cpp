@@ -274,6 +274,8 @@ TEST(GemmRules, BucketsPartitionTheRowsWithinTokenTiles) {
   EXPECT_EQ(expected, kGemmBuckets - 1);
   EXPECT_EQ(gemm_m_bucket(7), gemm_m_bucket(8));    // 5-8
   EXPECT_NE(gemm_m_bucket(13), gemm_m_bucket(12));  // 13-16 vs 9-12
+  EXPECT_NE(gemm_m_bucket(28), gemm_m_bucket(29));  // a 28-row call is timed at 28, not 32
+  for (int m : {8, 28, 56}) EXPECT_EQ(gemm_bucket_max(gemm_m_bucket(m)), m);  // the drafter's R x 7 rows
   // No bucket straddles the rows where the warp engine is a candidate.
   EXPECT_EQ(gemm_bucket_max(gemm_m_bucket(kWarpCandidateMaxRows)), kWarpCandidateMaxRows);
   EXPECT_THROW(gemm_m_bucket(0), InvalidArgument);

@@ -373,9 +373,10 @@ TEST(GemmTuner, CorruptCacheWarnsIsIgnoredAndKept) {
   for (const std::string& bad :
        {std::string("{ not json"), std::string(R"({"format": "other", "entries": []})"),
         std::string(R"({"format": "tpdecode-gemm-tune/1", "entries": [{"device": "x"}]})"),
-        std::string(R"({"format": "tpdecode-gemm-tune/1", "entries": [{"device": "NVIDIA H200", "sms": 132,
-           "version": "v", "n": 16, "k": 128, "m_min": 3, "m_max": 5, "dtype": "bf16", "path": "warp",
-           "split": 1, "lt_algo": "00", "us": 1, "tune_ms": 1}]})")}) {
+        // Rows that are not a bucket, written by this version.
+        R"({"format": "tpdecode-gemm-tune/1", "entries": [{"device": "NVIDIA H200", "sms": 132, "version": ")" +
+            gemm_library_version() + R"(", "n": 16, "k": 128, "m_min": 3, "m_max": 5, "dtype": "bf16",
+           "path": "warp", "split": 1, "lt_algo": ")" + std::string(128, '0') + R"(", "us": 1, "tune_ms": 1}]})"}) {
     SCOPED_TRACE(bad);
     { std::ofstream(file.path) << bad; }
     Warnings warnings;
@@ -395,15 +396,17 @@ TEST(GemmTuner, CorruptCacheWarnsIsIgnoredAndKept) {
   }
 }
 
-// A file written by a version with another engine: its entries of a path this
-// library lacks are skipped without a warning; the others load, and a save keeps
-// only what this library can read.
-TEST(GemmTuner, EntriesOfAPathThisVersionLacksAreSkipped) {
+// A file written by a version with another engine or other buckets: its entries of
+// a path this library lacks or of rows that are not a bucket here are skipped
+// without a warning; the others load, and a save keeps only what this library can read.
+TEST(GemmTuner, EntriesOfAPathOrBucketThisVersionLacksAreSkipped) {
   const TempFile file("tpdecode_tune_old_path");
   const std::string text = R"({"format": "tpdecode-gemm-tune/1", "entries": [
       {"device": "NVIDIA H200", "sms": 132, "version": "tpdecode test", "n": 4608, "k": 7168, "m_min": 5,
        "m_max": 8, "dtype": "bf16", "path": "stream", "split": 1, "variant": 2, "lt_algo": "%s", "us": 1,
        "tune_ms": 1},
+      {"device": "NVIDIA H200", "sms": 132, "version": "tpdecode test", "n": 1536, "k": 7168, "m_min": 25,
+       "m_max": 32, "dtype": "bf16", "path": "warp", "split": 2, "lt_algo": "%s", "us": 1, "tune_ms": 1},
       {"device": "NVIDIA H200", "sms": 132, "version": "tpdecode test", "n": 2112, "k": 7168, "m_min": 5,
        "m_max": 8, "dtype": "bf16", "path": "warp", "split": 6, "lt_algo": "%s", "us": 1, "tune_ms": 1}]})";
   std::string filled = text;
@@ -417,6 +420,7 @@ TEST(GemmTuner, EntriesOfAPathThisVersionLacksAreSkipped) {
   GemmTuner tuner(o);
   EXPECT_EQ(warnings.count(), 0u);
   EXPECT_FALSE(tuner.cached(key_of(4608, 3)).has_value());
+  for (int m = 25; m <= 32; ++m) EXPECT_FALSE(tuner.cached(key_of(1536, gemm_m_bucket(m))).has_value());
   ASSERT_TRUE(tuner.cached(key_of(2112, 3)).has_value());
   EXPECT_TRUE(tuner.cached(key_of(2112, 3))->same_path(warp_decision(6)));
   tuner.insert(key_of(999), warp_decision(4));
