@@ -9,6 +9,9 @@
 //                            rewritten after each new decision. A corrupt file is
 //                            reported and ignored (never overwritten); an
 //                            unwritable one is reported once; neither stops a run.
+//   TPDECODE_TUNE_TRACE=1    each decision made by timing explained on stderr: every
+//                            candidate's phase-1 median, the finalists' phase-2
+//                            medians, the choice (why the dispatch took a path).
 //
 // Teams: a rank's decision may differ from its peers' (timing noise), and
 // replicated GEMMs must stay bitwise identical on every rank. DecodeGemm::
@@ -99,6 +102,7 @@ struct GemmTunerOptions {
   bool enabled = true;     // false: the cached decision, else the static rule
   std::string cache_path;  // empty: decisions stay in memory
   GemmWarning warn;        // empty: "tpdecode: warning: ..." on stderr
+  GemmWarning trace;       // empty: no explanation; else each timed decision's, one message
   static GemmTunerOptions from_env();
 };
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -45,6 +46,28 @@ class ChargedTiming final : public GemmTiming {
   std::unique_ptr<GemmTiming> inner_;
   std::vector<double> charge_;
 };
+
+// A timed decision explained: the candidates by phase-1 median (fastest first), each
+// finalist's median over its phase-2 samples, the choice.
+std::string explain(const GemmKey& key, const std::vector<GemmDecision>& candidates, const GemmSamples& phase1,
+                    const std::map<std::size_t, std::vector<double>>& phase2, const GemmChoice& choice) {
+  std::vector<std::size_t> order(candidates.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  const auto median = [&](std::size_t i) {
+    const double m = valid_median(phase1[i]);
+    return std::isnan(m) ? std::numeric_limits<double>::infinity() : m;
+  };
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return median(a) < median(b); });
+  std::string text = fmt::format("{}: {} candidates, {} finalists, {} rounds{}; phase 1 medians (us):", key.describe(),
+                                 candidates.size(), choice.finalists, choice.rounds, choice.stable ? ", stable" : "");
+  for (std::size_t i : order) {
+    text += fmt::format("\n  {:>9.2f}  {}", median(i), describe(candidates[i]));
+    if (const auto it = phase2.find(i); it != phase2.end())
+      text += fmt::format("  (phase 2: {:.2f} over {} samples)", valid_median(it->second), it->second.size());
+    if (i == choice.winner) text += "  <- chosen";
+  }
+  return text;
+}
 
 double ms_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
@@ -92,6 +115,8 @@ GemmTunerOptions GemmTunerOptions::from_env() {
   const char* tune = std::getenv("TPDECODE_TUNE");
   o.enabled = !(tune && std::string(tune) == "0");
   if (const char* path = std::getenv("TPDECODE_TUNE_CACHE")) o.cache_path = path;
+  if (const char* trace = std::getenv("TPDECODE_TUNE_TRACE"); trace && std::string(trace) == "1")
+    o.trace = [](const std::string& message) { fmt::print(stderr, "tpdecode: tune: {}\n", message); };
   return o;
 }
 
@@ -209,11 +234,15 @@ GemmDecision GemmTuner::decide(const GemmKey& key, int device, const std::vector
     const double phase1_ms = ms_since(start);
     const auto phase2 = std::chrono::steady_clock::now();
     double last_round_ms = 0;
+    std::map<std::size_t, std::vector<double>> phase2_samples;  // per finalist, for the trace
     const GemmRetime retime = [&](const std::vector<std::size_t>& finalists) {
       const auto round = std::chrono::steady_clock::now();
       GemmSamples s = timing->time(finalists, replays);
       check<Error>(s.size() == finalists.size(), "{} samples for {} finalists", s.size(), finalists.size());
       last_round_ms = ms_since(round);
+      if (impl_->options.trace)
+        for (std::size_t f = 0; f < finalists.size(); ++f)
+          phase2_samples[finalists[f]].insert(phase2_samples[finalists[f]].end(), s[f].begin(), s[f].end());
       return s;
     };
     const auto more = [&] { return ms_since(phase2) + last_round_ms <= phase1_ms; };
@@ -226,6 +255,7 @@ GemmDecision GemmTuner::decide(const GemmKey& key, int device, const std::vector
       impl_->warn(fmt::format("re-timing the finalists of {} failed ({}); phase 1's fastest runs it", key.describe(),
                               e.what()));
     }
+    if (impl_->options.trace) impl_->options.trace(explain(key, candidates, phase1, phase2_samples, choice));
     timing.reset();  // its graphs and weight copies go before the time is read
     chosen = candidates[choice.winner];
     chosen.source = GemmSource::kTuned;

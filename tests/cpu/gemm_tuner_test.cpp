@@ -182,6 +182,38 @@ TEST(GemmTuner, OptionsFromTheEnvironment) {
   EXPECT_TRUE(o.cache_path.empty());
   ::unsetenv("TPDECODE_TUNE");
   EXPECT_TRUE(GemmTunerOptions::from_env().enabled);
+  EXPECT_FALSE(GemmTunerOptions::from_env().trace);
+  ::setenv("TPDECODE_TUNE_TRACE", "1", 1);
+  EXPECT_TRUE(GemmTunerOptions::from_env().trace);
+  ::unsetenv("TPDECODE_TUNE_TRACE");
+}
+
+// The trace names every candidate with its phase-1 median, fastest first, the
+// finalists' phase-2 medians and the choice; a decision from the cache is not traced.
+TEST(GemmTuner, TraceExplainsATimedDecision) {
+  Warnings traces;
+  GemmTunerOptions o;
+  o.trace = traces.sink();
+  GemmTuner tuner(o);
+  FakeTimer timer{{20.0, 12.0, 10.5, 11.0, 10.6, 30.0}};
+  const GemmDecision d = tuner.decide(key_of(4608), 0, kCandidates, timer.measure(), cublas_decision());
+  ASSERT_EQ(traces.count(), 1u);
+  const std::string& text = traces.seen[0];
+  EXPECT_NE(text.find(key_of(4608).describe()), std::string::npos) << text;
+  std::size_t last = 0;
+  for (std::size_t i : {2, 4, 3, 1, 0, 5}) {  // by median
+    const std::size_t at = text.find(describe(kCandidates[i]));
+    ASSERT_NE(at, std::string::npos) << describe(kCandidates[i]) << " in " << text;
+    EXPECT_GT(at, last) << text;
+    last = at;
+  }
+  EXPECT_NE(text.find(describe(d) + "  (phase 2: 10.50"), std::string::npos) << text;  // 10.5, 10.6 within 5 %
+  EXPECT_NE(text.find(describe(kCandidates[4]) + "  (phase 2: 10.60"), std::string::npos) << text;
+  EXPECT_EQ(text.find(describe(kCandidates[1]) + "  (phase 2"), std::string::npos) << text;  // 12: not a finalist
+  EXPECT_EQ(text.find("<- chosen"), text.rfind("<- chosen"));
+  EXPECT_NE(text.find("(phase 2: 10.50 over 10 samples)  <- chosen"), std::string::npos) << text;
+  tuner.decide(key_of(4608), 0, kCandidates, timer.measure(), cublas_decision());
+  EXPECT_EQ(traces.count(), 1u);
 }
 
 TEST(GemmTuner, ConcurrentCallersOfOneKeyDecideOnce) {
