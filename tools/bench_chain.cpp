@@ -126,7 +126,12 @@ void bench_tp(int tp, const Options& o, const Gpu& gpu, cudaStream_t stream, std
     outs.emplace_back(static_cast<std::size_t>(max_m * l.shape.n) * 2);
   }
   for (int m : o.ms) {
-    for (Link& l : links) l.gemm->prepare(m, stream);  // tunes each shape once
+    // Decided as one chain of adjacent links (each shape tuned once, as a chain link and
+    // where that took a PDL path also alone): every set's layers in launch order, then
+    // the lm_head.
+    std::vector<DecodeGemm*> in_order;
+    for (Link& l : links) in_order.push_back(l.gemm.get());
+    DecodeGemm::decide_adjacent(in_order, m, stream);
     for (bool with_head : {false, true}) {
       std::vector<std::vector<std::size_t>> chains;  // [set]
       for (int set = 0; set < sets; ++set) chains.push_back(chain(set, with_head));

@@ -88,6 +88,19 @@ class DecodeGemm {
   // decisions made so far (the next eager call decides again).
   void set_chain(bool on);
   bool chain() const { return chain_; }
+  // Links launched back to back with no other kernel between them (`links` in launch
+  // order, each set_chain(true)): decides m's bucket of every link for the chain as a
+  // whole. A link decided alone as a chain link charges a stock path kChainBoundaryUs
+  // for the overlap it costs both neighbours; but a boundary overlaps only between two
+  // PDL kernels, so an engine link between stock links buys nothing with it. Each link
+  // is prepared as a chain link; where that took a PDL path, its bucket is also decided
+  // alone (tuned and cached like any decision, agreed by a team); then every link takes
+  // the option of the two with the least time for the chain: the links' measured times
+  // plus kChainBoundaryUs / 2 per boundary with a non-PDL kernel on either side, the
+  // chain's ends counting as PDL neighbours (src/gemm/adjacent_links.hpp). Decisions
+  // not measured (the static rule, forced, batch-invariant) stay as they are. Host
+  // only, never under capture; synchronises `stream` when it times.
+  static void decide_adjacent(const std::vector<DecodeGemm*>& links, int m, cudaStream_t stream = nullptr);
   // `ranks` ranks' GEMMs run on this GPU at once (a local team's driven ranks;
   // default 1): its buckets are decided under a key of their own, among the splits
   // warp_split_for_shared_gpu keeps. Changing it drops the decisions made so far
@@ -124,6 +137,10 @@ class DecodeGemm {
  private:
   void check_operands(const TensorView& x, const TensorView& out) const;
   bool engine_takes(const TensorView& x) const;
+  GemmKey key(int m, bool chain) const;
+  // m's bucket decided as a chain link or alone (cached, timed or the static rule;
+  // the team's agreement) and checked to run here; the rule where a cached one cannot.
+  GemmDecision resolve(int m, bool chain, cudaStream_t stream);
   // The decision a call of m rows takes without preparing (under capture).
   GemmDecision unprepared_decision(int m) const;
   // The decision made runnable: cuBLAS where its path is not prepared here or the

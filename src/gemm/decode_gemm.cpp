@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/check.hpp"
+#include "gemm/adjacent_links.hpp"
 #include "gemm/gemm_paths.hpp"
 #include "gemm/wgmma_launch.hpp"
 #include "gemm/wgmma_plan.hpp"
@@ -72,9 +73,11 @@ DecodeGemm::DecodeGemm(const TensorView& weight, std::shared_ptr<CublasContext> 
   device_name_ = props.name;
 }
 
-GemmKey DecodeGemm::key(int m) const {
+GemmKey DecodeGemm::key(int m) const { return key(m, chain_); }
+
+GemmKey DecodeGemm::key(int m, bool chain) const {
   static const std::string version = gemm_library_version();
-  return {device_name_, sms_, version, n(), k(), gemm_m_bucket(m), DType::kBF16, chain_, sharing_};
+  return {device_name_, sms_, version, n(), k(), gemm_m_bucket(m), DType::kBF16, chain, sharing_};
 }
 
 void DecodeGemm::set_chain(bool on) {
@@ -171,27 +174,59 @@ std::vector<GemmDecision> DecodeGemm::candidates(int m) {
 void DecodeGemm::prepare(int m, cudaStream_t stream) {
   check(!capturing(stream), "decode_gemm: prepare() under stream capture");
   if (!engine_eligible() || m < 1 || m > kGemmMaxRows || decisions_[gemm_m_bucket(m)]) return;
+  adopt(m, resolve(m, chain_, stream));
+}
+
+GemmDecision DecodeGemm::resolve(int m, bool chain, cudaStream_t stream) {
   const int rows = gemm_bucket_max(gemm_m_bucket(m));  // what the bucket is timed and prepared at
   const GemmDecision rule = rule_decision(n(), k(), rows, sms_, engines_, sharing_ > 1);
   const GemmMeasure measure = [&](const std::vector<GemmDecision>& c) {
     std::unique_ptr<GemmTiming> t = time_paths(c, weight_, rows, *cublas_, pdl_, stream,
                                                [this](const std::string& message) { tuner_->warn(message); });
-    return chain_ ? charge_chain_boundaries(c, std::move(t)) : std::move(t);
+    return chain ? charge_chain_boundaries(c, std::move(t)) : std::move(t);
   };
-  GemmDecision d = resolve_decision(*tuner_, key(m), device_, candidates(rows), measure, rule, agree_);
+  GemmDecision d = resolve_decision(*tuner_, key(m, chain), device_, candidates(rows), measure, rule, agree_);
   const bool runs = engine_decision_legal(d, n(), k(), rows, sms_, engines_) &&
                     (d.path != GemmPath::kCublasLt ||
                      cublas_->lt_algorithm_ok(shape_of(rows, k()), weight_, shape_of(rows, n()), d.lt_algo));
   if (!runs) {
     // Why throw for a team's decision: running another path than the peers would
     // break bitwise agreement of replicated GEMMs silently.
-    check(!agree_, "decode_gemm: the team's decision for {} ({}) cannot run on this rank", key(m).describe(),
+    check(!agree_, "decode_gemm: the team's decision for {} ({}) cannot run on this rank", key(m, chain).describe(),
           describe(d));
     tuner_->warn(fmt::format("decode_gemm: cached decision {} for {} cannot run here; the static rule runs it",
-                             describe(d), key(m).describe()));
+                             describe(d), key(m, chain).describe()));
     d = rule;
   }
-  adopt(m, d);
+  return d;
+}
+
+void DecodeGemm::decide_adjacent(const std::vector<DecodeGemm*>& links, int m, cudaStream_t stream) {
+  check(!capturing(stream), "decode_gemm: decide_adjacent() under stream capture");
+  std::vector<LinkOptions> options(links.size());
+  std::vector<std::optional<GemmDecision>> alone(links.size());  // a link's stock option, where it has one
+  for (std::size_t i = 0; i < links.size(); ++i) {
+    DecodeGemm& g = *links[i];
+    check(g.chain(), "decode_gemm: decide_adjacent() on a GEMM not marked set_chain(true) ({}x{})", g.n(), g.k());
+    g.prepare(m, stream);
+    const std::optional<GemmDecision> own =
+        g.prepared(m) ? std::optional<GemmDecision>(g.decision(m)) : std::nullopt;  // none: cuBLAS, always
+    const bool measured = own && own->source != GemmSource::kForced && own->measured_us > 0 && !g.invariant_;
+    if (!own || !measured || charged_in_chains(*own)) {
+      // One option: its path, whatever the neighbours (its time is the same in every assignment).
+      (own && !charged_in_chains(*own) ? options[i].pdl_us : options[i].stock_us) = 0;
+      continue;
+    }
+    options[i].pdl_us = own->measured_us;
+    const GemmDecision a = g.resolve(m, false, stream);
+    if (charged_in_chains(a) && a.measured_us > 0) {
+      options[i].stock_us = a.measured_us;
+      alone[i] = a;
+    }
+  }
+  const std::vector<bool> pdl = choose_adjacent_links(options, kChainBoundaryUs / 2);
+  for (std::size_t i = 0; i < links.size(); ++i)
+    if (!pdl[i] && alone[i]) links[i]->adopt(m, *alone[i]);
 }
 
 void DecodeGemm::adopt(int m, GemmDecision d) {

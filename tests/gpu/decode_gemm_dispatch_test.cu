@@ -177,6 +177,59 @@ TEST(DecodeGemm, SharedGpuTimesThePowerOfTwoSplits) {
   EXPECT_THROW(gemm.set_sharing(0), InvalidArgument);
 }
 
+// Links decided as one chain (decide_adjacent), from decisions planted in the tuner
+// (no timing): an engine link between stock links takes its stock decision alone,
+// among engine links it keeps its own; a link not marked as a chain link is refused.
+TEST(DecodeGemm, AdjacentLinksAreDecidedAsAChain) {
+  TPD_REQUIRE_GPU();
+  auto tuner = private_tuner(false);
+  const int m = 8;
+  auto measured = [](GemmDecision d, float us) {
+    d.source = GemmSource::kTuned;
+    d.measured_us = us;
+    return d;
+  };
+  std::vector<DeviceBuffer> weights;
+  // A chain link of shape n x k whose chain decision is `chain` and (if given) whose
+  // decision alone is `alone`.
+  auto link = [&](int64_t n, int64_t k, const GemmDecision& chain, std::optional<GemmDecision> alone) {
+    weights.emplace_back(static_cast<std::size_t>(n * k) * 2);
+    auto g = std::make_unique<DecodeGemm>(TensorView::bf16(weights.back().get(), n, k), nullptr, tuner);
+    g->set_chain(true);
+    tuner->insert(g->key(m), chain);
+    if (alone) {
+      GemmKey key = g->key(m);
+      key.chain = false;
+      tuner->insert(key, *alone);
+    }
+    return g;
+  };
+  const GemmDecision engine = measured(warp_decision(4), 9.4f), stock_alone = measured(cublas_decision(), 8.5f);
+  const GemmDecision stock_link = measured(cublas_decision(), 14.0f);  // charged: 12 + 2
+  const GemmDecision engine_link = measured(warp_decision(2), 7.0f);
+  {
+    auto before = link(4096, 2048, stock_link, std::nullopt);
+    auto middle = link(4096, 4096, engine, stock_alone);
+    auto after = link(2048, 4096, stock_link, std::nullopt);
+    DecodeGemm::decide_adjacent({before.get(), middle.get(), after.get()}, m);
+    EXPECT_EQ(middle->decision(m).path, GemmPath::kCublas);
+    EXPECT_EQ(before->decision(m).path, GemmPath::kCublas);
+    EXPECT_EQ(middle->path(m), GemmPath::kCublas);
+  }
+  {
+    auto before = link(3072, 2048, engine_link, std::nullopt);
+    auto middle = link(4096, 4096, engine, stock_alone);  // the same shape: the same planted decisions
+    auto after = link(2048, 3072, engine_link, std::nullopt);
+    DecodeGemm::decide_adjacent({before.get(), middle.get(), after.get()}, m);
+    EXPECT_TRUE(middle->decision(m).same_path(engine));
+    EXPECT_TRUE(before->decision(m).same_path(engine_link));
+    EXPECT_EQ(middle->path(m), GemmPath::kWarpSplitK);
+    auto alone = link(1024, 2048, engine_link, std::nullopt);
+    alone->set_chain(false);
+    EXPECT_THROW(DecodeGemm::decide_adjacent({before.get(), alone.get()}, m), InvalidArgument);
+  }
+}
+
 TEST(DecodeGemm, IneligibleCasesRunOnCublas) {
   TPD_REQUIRE_GPU();
   std::mt19937_64 rng(test::fresh_seed());

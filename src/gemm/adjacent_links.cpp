@@ -1,0 +1,45 @@
+#include "gemm/adjacent_links.hpp"
+
+#include <array>
+#include <cmath>
+
+#include "core/check.hpp"
+
+namespace tpdecode {
+
+std::vector<bool> choose_adjacent_links(const std::vector<LinkOptions>& links, double boundary_us) {
+  check(boundary_us >= 0, "adjacent links: a boundary of {} us", boundary_us);
+  const std::size_t n = links.size();
+  if (n == 0) return {};
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  // best[i][s]: the least cost of links i .. n-1 and of the boundaries after link i,
+  // given link i takes option s (0: PDL, 1: stock); the right end is a PDL neighbour.
+  std::vector<std::array<double, 2>> best(n);
+  const auto lost = [&](bool pdl_a, bool pdl_b) { return pdl_a && pdl_b ? 0.0 : boundary_us; };
+  for (std::size_t i = n; i-- > 0;) {
+    const LinkOptions& l = links[i];
+    check(std::isfinite(l.pdl_us) || std::isfinite(l.stock_us), "adjacent links: link {} has no option", i);
+    for (int s = 0; s < 2; ++s) {
+      const double own = s == 0 ? l.pdl_us : l.stock_us;
+      if (!std::isfinite(own)) {
+        best[i][static_cast<std::size_t>(s)] = kInf;
+        continue;
+      }
+      double rest = lost(s == 0, true);  // the right end
+      if (i + 1 < n) rest = std::min(lost(s == 0, true) + best[i + 1][0], lost(s == 0, false) + best[i + 1][1]);
+      best[i][static_cast<std::size_t>(s)] = own + rest;
+    }
+  }
+  // Forwards: each link's option given the one before it (the left end a PDL neighbour).
+  std::vector<bool> pdl(n);
+  bool before = true;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double take_pdl = lost(before, true) + best[i][0];
+    const double take_stock = lost(before, false) + best[i][1];
+    pdl[i] = take_pdl <= take_stock;
+    before = pdl[i];
+  }
+  return pdl;
+}
+
+}  // namespace tpdecode
