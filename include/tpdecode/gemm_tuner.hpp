@@ -59,15 +59,18 @@ struct GemmKey {
 // 11 stock links replaced by the warp engine took 22.8 us less at M 1 and 17.1 us
 // less at M 8, although those links were 0.2-1.0 us slower alone: ~2.3 us a link.
 inline constexpr double kChainBoundaryUs = 2.0;
-// The decisions charged kChainBoundaryUs: the stock ones, and the wgmma engine's
-// wide form, whose CTA leaves no room on its SM for most next links' CTAs (all its
-// shared memory; 160-253 registers a thread), so that link's CTAs become resident
-// only as it drains (with such links tuned uncharged, the TP 8 chain at M 64 took
-// 351.7 us against the stock chain's 330.3; docs/performance.md).
-bool charged_in_chains(const GemmDecision& d);
-// The times a chain link's decision compares: `us` (per candidate) with
+// The decisions charged kChainBoundaryUs at m rows: the stock ones, the wgmma
+// engine's wide form, whose CTA leaves no room on its SM for most next links' CTAs
+// (all its shared memory; 160-253 registers a thread), so that link's CTAs become
+// resident only as it drains (with such links tuned uncharged, the TP 8 chain at M
+// 64 took 351.7 us against the stock chain's 330.3; docs/performance.md), and for
+// the same reason the weight-as-A form with a ring beyond half an SM's shared memory
+// (the TP 4 chain at M 28 with such links uncharged: 494.0 us, the links ~447 alone,
+// the stock chain 477.9; charged: 441.2 against 473.9).
+bool charged_in_chains(const GemmDecision& d, int m);
+// The times a chain link's decision at m rows compares: `us` (per candidate) with
 // kChainBoundaryUs added to those charged_in_chains.
-std::vector<double> charge_chain_boundaries(const std::vector<GemmDecision>& candidates, std::vector<double> us);
+std::vector<double> charge_chain_boundaries(const std::vector<GemmDecision>& candidates, int m, std::vector<double> us);
 
 // The tpdecode engines' revision and the cuBLASLt version: decisions made under
 // another version are not used.
@@ -92,7 +95,7 @@ class GemmTiming {
 using GemmMeasure = std::function<std::unique_ptr<GemmTiming>(const std::vector<GemmDecision>& candidates)>;
 // `timing` with kChainBoundaryUs added to every sample of the charged candidates
 // (what a chain link's decision compares).
-std::unique_ptr<GemmTiming> charge_chain_boundaries(const std::vector<GemmDecision>& candidates,
+std::unique_ptr<GemmTiming> charge_chain_boundaries(const std::vector<GemmDecision>& candidates, int m,
                                                     std::unique_ptr<GemmTiming> timing);
 // A team's agreement: this rank's decision in, the one every rank runs out.
 using GemmAgreement = std::function<GemmDecision(const GemmKey& key, const GemmDecision& local)>;

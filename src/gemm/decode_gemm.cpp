@@ -183,7 +183,7 @@ GemmDecision DecodeGemm::resolve(int m, bool chain, cudaStream_t stream) {
   const GemmMeasure measure = [&](const std::vector<GemmDecision>& c) {
     std::unique_ptr<GemmTiming> t = time_paths(c, weight_, rows, *cublas_, pdl_, stream,
                                                [this](const std::string& message) { tuner_->warn(message); });
-    return chain ? charge_chain_boundaries(c, std::move(t)) : std::move(t);
+    return chain ? charge_chain_boundaries(c, rows, std::move(t)) : std::move(t);
   };
   GemmDecision d = resolve_decision(*tuner_, key(m, chain), device_, candidates(rows), measure, rule, agree_);
   const bool runs = engine_decision_legal(d, n(), k(), rows, sms_, engines_) &&
@@ -212,14 +212,14 @@ void DecodeGemm::decide_adjacent(const std::vector<DecodeGemm*>& links, int m, c
     const std::optional<GemmDecision> own =
         g.prepared(m) ? std::optional<GemmDecision>(g.decision(m)) : std::nullopt;  // none: cuBLAS, always
     const bool measured = own && own->source != GemmSource::kForced && own->measured_us > 0 && !g.invariant_;
-    if (!own || !measured || charged_in_chains(*own)) {
+    if (!own || !measured || charged_in_chains(*own, m)) {
       // One option: its path, whatever the neighbours (its time is the same in every assignment).
-      (own && !charged_in_chains(*own) ? options[i].pdl_us : options[i].stock_us) = 0;
+      (own && !charged_in_chains(*own, m) ? options[i].pdl_us : options[i].stock_us) = 0;
       continue;
     }
     options[i].pdl_us = own->measured_us;
     const GemmDecision a = g.resolve(m, false, stream);
-    if (charged_in_chains(a) && a.measured_us > 0) {
+    if (charged_in_chains(a, m) && a.measured_us > 0) {
       options[i].stock_us = a.measured_us;
       alone[i] = a;
     }

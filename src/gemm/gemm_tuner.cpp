@@ -13,8 +13,10 @@
 #include <numeric>
 
 #include "core/check.hpp"
+#include "gemm/gemm_tactic.hpp"
 #include "gemm/tune_file.hpp"
 #include "gemm/tune_rule.hpp"
+#include "gemm/wgmma_plan.hpp"
 #include "tpdecode/version.hpp"
 #include "tpdecode/cublas_context.hpp"
 #include "tpdecode/error.hpp"
@@ -26,7 +28,7 @@ namespace {
 // tactic's meaning changed), an engine's speed does, or the way a decision is made
 // from timings does (tune_rule.hpp): decisions measured under another revision are
 // not used, so every bucket is decided again among today's candidates.
-constexpr int kEngineRevision = 12;  // 12: buckets of 4 rows to 32, of 8 above (11: split 1 stored from the accumulators)
+constexpr int kEngineRevision = 13;  // 13: full-SM rings of the wgmma engine charged in chains (12: finer buckets)
 
 // Adds a fixed cost per candidate to every sample of an inner timing.
 class ChargedTiming final : public GemmTiming {
@@ -87,22 +89,25 @@ std::string GemmKey::describe() const {
                      sharing > 1 ? fmt::format(", shared by {}", sharing) : "", invariant ? ", batch-invariant" : "");
 }
 
-bool charged_in_chains(const GemmDecision& d) {
+bool charged_in_chains(const GemmDecision& d, int m) {
+  if (d.path == GemmPath::kWgmma)
+    return wgmma::layout(d.sub_tiles, wgmma::token_tile(std::clamp(m, 1, kGemmMaxRows)), d.stages).smem_bytes >
+           kWgmmaHalfBudget;
   return d.path == GemmPath::kCublas || d.path == GemmPath::kCublasLt || d.path == GemmPath::kWgmmaWide;
 }
 
-std::vector<double> charge_chain_boundaries(const std::vector<GemmDecision>& candidates, std::vector<double> us) {
+std::vector<double> charge_chain_boundaries(const std::vector<GemmDecision>& candidates, int m, std::vector<double> us) {
   check(us.size() == candidates.size(), "chain charge: {} times for {} candidates", us.size(), candidates.size());
   for (std::size_t i = 0; i < us.size(); ++i)
-    if (charged_in_chains(candidates[i])) us[i] += kChainBoundaryUs;
+    if (charged_in_chains(candidates[i], m)) us[i] += kChainBoundaryUs;
   return us;
 }
 
-std::unique_ptr<GemmTiming> charge_chain_boundaries(const std::vector<GemmDecision>& candidates,
+std::unique_ptr<GemmTiming> charge_chain_boundaries(const std::vector<GemmDecision>& candidates, int m,
                                                     std::unique_ptr<GemmTiming> timing) {
   check(timing != nullptr, "chain charge: no timing");
-  return std::make_unique<ChargedTiming>(std::move(timing),
-                                         charge_chain_boundaries(candidates, std::vector<double>(candidates.size())));
+  return std::make_unique<ChargedTiming>(
+      std::move(timing), charge_chain_boundaries(candidates, m, std::vector<double>(candidates.size())));
 }
 
 std::string gemm_library_version() {

@@ -22,7 +22,9 @@
 #include <vector>
 
 #include "cpu/rank0_broadcast.hpp"
+#include "gemm/gemm_tactic.hpp"
 #include "gemm/tune_file.hpp"
+#include "gemm/wgmma_plan.hpp"
 #include "tpdecode/error.hpp"
 #include "tpdecode/gemm_tuner.hpp"
 
@@ -328,16 +330,22 @@ TEST(GemmTuner, CacheRoundTrips) {
 // alone; one slower by more loses both ways. Both keys persist apart.
 TEST(GemmTuner, ChainLinksChargeStockCandidates) {
   const std::vector<double> us = {20.0, 11.0, 30.0, 30.0, 10.0, 10.5};  // warp 8 trails cuBLAS by 1 us
-  const std::vector<double> charged = charge_chain_boundaries(kCandidates, us);
+  const std::vector<double> charged = charge_chain_boundaries(kCandidates, 8, us);
   for (std::size_t i = 0; i < us.size(); ++i) {
     const bool stock = kCandidates[i].path == GemmPath::kCublas || kCandidates[i].path == GemmPath::kCublasLt;
     EXPECT_DOUBLE_EQ(charged[i], us[i] + (stock ? kChainBoundaryUs : 0.0)) << describe(kCandidates[i]);
   }
   // The wide form is charged as a stock link (the next link's CTAs do not fit beside
-  // it); the other wgmma form is not.
-  const std::vector<GemmDecision> wgmma = {wgmma_wide_decision(1, 160, 8), wgmma_decision(2, 1, 11)};
-  EXPECT_EQ(charge_chain_boundaries(wgmma, {5.0, 5.0}), (std::vector<double>{5.0 + kChainBoundaryUs, 5.0}));
-  EXPECT_THROW(charge_chain_boundaries(kCandidates, {1.0}), InvalidArgument);
+  // it), and so is the other wgmma form with a ring beyond half an SM; a half-SM ring
+  // is not.
+  const int half = wgmma::stages_within(1, 32, kWgmmaHalfBudget), full = wgmma::stages_within(1, 32, kWgmmaFullBudget);
+  ASSERT_GT(full, half);
+  const std::vector<GemmDecision> wgmma = {wgmma_wide_decision(1, 160, 8), wgmma_decision(2, 1, half),
+                                           wgmma_decision(1, 1, full)};
+  EXPECT_EQ(charge_chain_boundaries(wgmma, 28, {5.0, 5.0, 5.0}),
+            (std::vector<double>{5.0 + kChainBoundaryUs, 5.0, 5.0 + kChainBoundaryUs}));
+  EXPECT_FALSE(charged_in_chains(wgmma_decision(1, 1, half + 1), 8));  // 8 tokens: a smaller stage
+  EXPECT_THROW(charge_chain_boundaries(kCandidates, 8, {1.0}), InvalidArgument);
 
   const TempFile file("tpdecode_tune_chain");
   GemmTunerOptions o;
@@ -349,13 +357,13 @@ TEST(GemmTuner, ChainLinksChargeStockCandidates) {
     FakeTimer t{us};
     EXPECT_TRUE(tuner.decide(alone, 0, kCandidates, t.measure(), warp_decision(1)).same_path(cublas_decision()));
     const GemmMeasure as_link = [&](const std::vector<GemmDecision>& c) {
-      return charge_chain_boundaries(c, std::make_unique<ConstantTiming>(us));
+      return charge_chain_boundaries(c, 8, std::make_unique<ConstantTiming>(us));
     };
     EXPECT_TRUE(tuner.decide(link, 0, kCandidates, as_link, cublas_decision()).same_path(warp_decision(8)));
     std::vector<double> far = us;
     far[1] = 10.0 + kChainBoundaryUs + 0.5;  // beyond the charge: cuBLAS stays
     const GemmMeasure far_link = [&](const std::vector<GemmDecision>& c) {
-      return charge_chain_boundaries(c, std::make_unique<ConstantTiming>(far));
+      return charge_chain_boundaries(c, 8, std::make_unique<ConstantTiming>(far));
     };
     GemmKey other = link;
     other.n = 2304;

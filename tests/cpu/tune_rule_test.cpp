@@ -438,7 +438,7 @@ TEST(TuneRule, ChainChargesApplyToEveryPass) {
     }
     int replays() const override { return 2; }
   };
-  std::unique_ptr<GemmTiming> t = charge_chain_boundaries(c, std::make_unique<Fixed>());
+  std::unique_ptr<GemmTiming> t = charge_chain_boundaries(c, 8, std::make_unique<Fixed>());
   EXPECT_EQ(t->replays(), 2);
   EXPECT_EQ(t->time({2, 1}, 2), (std::vector<std::vector<double>>{{12.0, 12.0}, {11.0 + kChainBoundaryUs, 11.0 + kChainBoundaryUs}}));
   EXPECT_EQ(t->time({0}, 1), (std::vector<std::vector<double>>{{10.0}}));
