@@ -11,23 +11,18 @@ std::vector<bool> choose_adjacent_links(const std::vector<LinkOptions>& links, d
   check(boundary_us >= 0, "adjacent links: a boundary of {} us", boundary_us);
   const std::size_t n = links.size();
   if (n == 0) return {};
-  constexpr double kInf = std::numeric_limits<double>::infinity();
   // best[i][s]: the least cost of links i .. n-1 and of the boundaries after link i,
-  // given link i takes option s (0: PDL, 1: stock); the right end is a PDL neighbour.
+  // given link i takes option s (0: PDL, 1: stock; infinite where it has none); the
+  // right end is a PDL neighbour.
   std::vector<std::array<double, 2>> best(n);
   const auto lost = [&](bool pdl_a, bool pdl_b) { return pdl_a && pdl_b ? 0.0 : boundary_us; };
   for (std::size_t i = n; i-- > 0;) {
     const LinkOptions& l = links[i];
     check(std::isfinite(l.pdl_us) || std::isfinite(l.stock_us), "adjacent links: link {} has no option", i);
-    for (int s = 0; s < 2; ++s) {
-      const double own = s == 0 ? l.pdl_us : l.stock_us;
-      if (!std::isfinite(own)) {
-        best[i][static_cast<std::size_t>(s)] = kInf;
-        continue;
-      }
-      double rest = lost(s == 0, true);  // the right end
-      if (i + 1 < n) rest = std::min(lost(s == 0, true) + best[i + 1][0], lost(s == 0, false) + best[i + 1][1]);
-      best[i][static_cast<std::size_t>(s)] = own + rest;
+    for (const bool pdl : {true, false}) {
+      const double rest = i + 1 == n ? lost(pdl, true)
+                                     : std::min(lost(pdl, true) + best[i + 1][0], lost(pdl, false) + best[i + 1][1]);
+      best[i][pdl ? 0 : 1] = (pdl ? l.pdl_us : l.stock_us) + rest;
     }
   }
   // Forwards: each link's option given the one before it (the left end a PDL neighbour).

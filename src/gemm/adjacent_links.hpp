@@ -1,9 +1,10 @@
 // Which path each link of a chain of GEMMs launched back to back takes, decided for
 // the chain as a whole (DecodeGemm::decide_adjacent). A boundary between two PDL
 // kernels overlaps the next kernel's start with the previous one's tail; one with a
-// non-PDL kernel (cuBLAS, cuBLASLt, the wgmma engine's wide form) on either side does
-// not. A link decided alone as a chain link is charged kChainBoundaryUs for a non-PDL
-// path (both its boundaries); between two non-PDL links that charge buys nothing.
+// kernel that leaves no overlap (what charged_in_chains names: cuBLAS, cuBLASLt, the
+// wgmma engine's wide form or a ring beyond half an SM) on either side does not. A
+// link decided alone as a chain link is charged kChainBoundaryUs for such a path
+// (both its boundaries); between two such links that charge buys nothing.
 #pragma once
 
 #include <limits>

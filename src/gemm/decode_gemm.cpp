@@ -212,9 +212,10 @@ void DecodeGemm::decide_adjacent(const std::vector<DecodeGemm*>& links, int m, c
     const std::optional<GemmDecision> own =
         g.prepared(m) ? std::optional<GemmDecision>(g.decision(m)) : std::nullopt;  // none: cuBLAS, always
     const bool measured = own && own->source != GemmSource::kForced && own->measured_us > 0 && !g.invariant_;
-    if (!own || !measured || charged_in_chains(*own, m)) {
+    const bool overlaps = own && !charged_in_chains(*own, m);
+    if (!measured || !overlaps) {
       // One option: its path, whatever the neighbours (its time is the same in every assignment).
-      (own && !charged_in_chains(*own, m) ? options[i].pdl_us : options[i].stock_us) = 0;
+      (overlaps ? options[i].pdl_us : options[i].stock_us) = 0;
       continue;
     }
     options[i].pdl_us = own->measured_us;

@@ -53,17 +53,18 @@ class ChargedTiming final : public GemmTiming {
 // finalist's median over its phase-2 samples, the choice.
 std::string explain(const GemmKey& key, const std::vector<GemmDecision>& candidates, const GemmSamples& phase1,
                     const std::map<std::size_t, std::vector<double>>& phase2, const GemmChoice& choice) {
+  std::vector<double> median(candidates.size());  // infinite where a candidate failed
+  for (std::size_t i = 0; i < median.size(); ++i) {
+    const double m = valid_median(phase1[i]);
+    median[i] = std::isnan(m) ? std::numeric_limits<double>::infinity() : m;
+  }
   std::vector<std::size_t> order(candidates.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
-  const auto median = [&](std::size_t i) {
-    const double m = valid_median(phase1[i]);
-    return std::isnan(m) ? std::numeric_limits<double>::infinity() : m;
-  };
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return median(a) < median(b); });
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return median[a] < median[b]; });
   std::string text = fmt::format("{}: {} candidates, {} finalists, {} rounds{}; phase 1 medians (us):", key.describe(),
                                  candidates.size(), choice.finalists, choice.rounds, choice.stable ? ", stable" : "");
   for (std::size_t i : order) {
-    text += fmt::format("\n  {:>9.2f}  {}", median(i), describe(candidates[i]));
+    text += fmt::format("\n  {:>9.2f}  {}", median[i], describe(candidates[i]));
     if (const auto it = phase2.find(i); it != phase2.end())
       text += fmt::format("  (phase 2: {:.2f} over {} samples)", valid_median(it->second), it->second.size());
     if (i == choice.winner) text += "  <- chosen";
