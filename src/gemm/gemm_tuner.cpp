@@ -49,8 +49,9 @@ class ChargedTiming final : public GemmTiming {
   std::vector<double> charge_;
 };
 
-// A timed decision explained: the candidates by phase-1 median (fastest first), each
-// finalist's median over its phase-2 samples, the choice.
+// A timed decision explained: the candidates by phase-1 median (fastest first) with
+// their fastest phase-1 sample, each finalist's median over its phase-2 samples, the
+// choice.
 std::string explain(const GemmKey& key, const std::vector<GemmDecision>& candidates, const GemmSamples& phase1,
                     const std::map<std::size_t, std::vector<double>>& phase2, const GemmChoice& choice) {
   std::vector<double> median(candidates.size());  // infinite where a candidate failed
@@ -61,10 +62,11 @@ std::string explain(const GemmKey& key, const std::vector<GemmDecision>& candida
   std::vector<std::size_t> order(candidates.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return median[a] < median[b]; });
-  std::string text = fmt::format("{}: {} candidates, {} finalists, {} rounds{}; phase 1 medians (us):", key.describe(),
-                                 candidates.size(), choice.finalists, choice.rounds, choice.stable ? ", stable" : "");
+  std::string text =
+      fmt::format("{}: {} candidates, {} finalists, {} rounds{}; phase 1 medians (fastest sample), us:",
+                  key.describe(), candidates.size(), choice.finalists, choice.rounds, choice.stable ? ", stable" : "");
   for (std::size_t i : order) {
-    text += fmt::format("\n  {:>9.2f}  {}", median[i], describe(candidates[i]));
+    text += fmt::format("\n  {:>9.2f} ({:>9.2f})  {}", median[i], valid_min(phase1[i]), describe(candidates[i]));
     if (const auto it = phase2.find(i); it != phase2.end())
       text += fmt::format("  (phase 2: {:.2f} over {} samples)", valid_median(it->second), it->second.size());
     if (i == choice.winner) text += "  <- chosen";

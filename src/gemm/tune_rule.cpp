@@ -8,12 +8,12 @@ namespace {
 
 bool valid(double v) { return std::isfinite(v) && v > 0; }
 
-// Indices into `medians` with a valid median, lowest first (ties: lower index).
-std::vector<std::size_t> ranked(const std::vector<double>& medians) {
+// Indices into `values` with a valid value, lowest first (ties: lower index).
+std::vector<std::size_t> ranked(const std::vector<double>& values) {
   std::vector<std::size_t> order;
-  for (std::size_t i = 0; i < medians.size(); ++i)
-    if (valid(medians[i])) order.push_back(i);
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return medians[a] < medians[b]; });
+  for (std::size_t i = 0; i < values.size(); ++i)
+    if (valid(values[i])) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return values[a] < values[b]; });
   return order;
 }
 
@@ -35,16 +35,34 @@ double valid_median(const std::vector<double>& sample) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+double valid_min(const std::vector<double>& sample) {
+  double best = std::nan("");
+  for (double x : sample)
+    if (valid(x) && !(best <= x)) best = x;
+  return best;
+}
+
 std::vector<std::size_t> gemm_finalists(const GemmSamples& phase1, const GemmTuneRule& rule) {
-  std::vector<double> medians;
-  for (const std::vector<double>& s : phase1) medians.push_back(valid_median(s));
-  std::vector<std::size_t> order = ranked(medians);
-  if (order.empty()) return order;
-  const double limit = medians[order[0]] * (1.0 + rule.window);
+  std::vector<double> medians, fastest;
+  for (const std::vector<double>& s : phase1) {
+    medians.push_back(valid_median(s));
+    fastest.push_back(valid_min(s));
+  }
+  const std::vector<std::size_t> by_median = ranked(medians);
+  if (by_median.empty()) return {};
+  const std::size_t leader = by_median[0];
+  const double limit = medians[leader] * (1.0 + rule.window);
   std::vector<std::size_t> finalists;
-  for (std::size_t i : order)
-    if (medians[i] <= limit && static_cast<int>(finalists.size()) < std::max(1, rule.max_finalists))
-      finalists.push_back(i);
+  for (std::size_t i : ranked(fastest))
+    if (fastest[i] <= limit) finalists.push_back(i);
+  // The median leader (phase 1's choice) keeps the last place where more qualify.
+  const auto cap = static_cast<std::size_t>(std::max(1, rule.max_finalists));
+  if (finalists.size() > cap) {
+    const bool kept = std::find(finalists.begin(), finalists.begin() + static_cast<std::ptrdiff_t>(cap), leader) !=
+                      finalists.begin() + static_cast<std::ptrdiff_t>(cap);
+    finalists.resize(cap);
+    if (!kept) finalists.back() = leader;
+  }
   return finalists;
 }
 

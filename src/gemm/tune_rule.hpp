@@ -1,8 +1,12 @@
 // How the tuner turns timing samples into a decision (pure: no GPU, no clock).
 //
 // Phase 1 times every candidate with a few replays (GemmTiming::replays() each,
-// interleaved). Its medians pick the finalists: the candidates within `window` of
-// the fastest median, at most `max_finalists`, fastest first. Where there is more
+// interleaved). The finalists are the candidates whose fastest phase-1 sample is
+// within `window` of the fastest median, at most `max_finalists`, by fastest sample
+// first. Why the fastest sample and not the median: a run of slow replays of one
+// candidate (seen on the H200: >= 10 % on one candidate of many, interleaved)
+// moves its median out of the window, but the replays it ran undisturbed still show
+// what it can do, and phase 2 re-times it. Where there is more
 // than one, phase 2 re-times the finalists in rounds, each round `replays` replays
 // of each finalist interleaved (A B C A B C ...). A round's winner is the finalist
 // with the lowest median of that round's samples. Phase 2 ends when the last
@@ -41,7 +45,10 @@ struct GemmTuneRule {
 // The median of the sample's finite, positive values; NaN where there is none.
 double valid_median(const std::vector<double>& sample);
 
-// The finalists of phase 1: candidate indices, fastest median first (ties: lower
+// The fastest of the sample's finite, positive values; NaN where there is none.
+double valid_min(const std::vector<double>& sample);
+
+// The finalists of phase 1: candidate indices, fastest sample first (ties: lower
 // index); empty where no candidate has a valid sample.
 std::vector<std::size_t> gemm_finalists(const GemmSamples& phase1, const GemmTuneRule& rule);
 

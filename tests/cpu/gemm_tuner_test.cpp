@@ -190,7 +190,8 @@ TEST(GemmTuner, OptionsFromTheEnvironment) {
   ::unsetenv("TPDECODE_TUNE_TRACE");
 }
 
-// The trace names every candidate with its phase-1 median, fastest first, the
+// The trace names every candidate with its phase-1 median and fastest sample,
+// fastest median first, the
 // finalists' phase-2 medians and the choice; a decision from the cache is not traced.
 TEST(GemmTuner, TraceExplainsATimedDecision) {
   Warnings traces;
@@ -209,6 +210,7 @@ TEST(GemmTuner, TraceExplainsATimedDecision) {
     EXPECT_GT(at, last) << text;
     last = at;
   }
+  EXPECT_NE(text.find("    10.50 (    10.50)  " + describe(d)), std::string::npos) << text;  // median (fastest)
   EXPECT_NE(text.find(describe(d) + "  (phase 2: 10.50"), std::string::npos) << text;  // 10.5, 10.6 within 5 %
   EXPECT_NE(text.find(describe(kCandidates[4]) + "  (phase 2: 10.60"), std::string::npos) << text;
   EXPECT_EQ(text.find(describe(kCandidates[1]) + "  (phase 2"), std::string::npos) << text;  // 12: not a finalist
