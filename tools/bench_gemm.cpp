@@ -106,8 +106,11 @@ std::vector<GemmShape> shapes_of(const Options& o) {
   return s;
 }
 
-// Times every M of one shape: the dispatch, then every candidate forced, each over
-// the same rotating copies.
+// Times every M of one shape: the dispatch and every candidate forced, each over the
+// same rotating copies. Each is captured first, then all are timed interleaved (one
+// replay of each in turn, medians): timed one after another, the dispatch measured
+// up to 9 % off its own tactic forced moments later (a drift of the GPU's speed
+// between the two figures, not a difference of what ran).
 void bench_shape(const GemmShape& s, const Options& o, const Gpu& gpu, cudaStream_t stream, std::vector<Row>& rows) {
   const std::size_t bytes = static_cast<std::size_t>(s.bytes());
   const int copies = weight_copies(bytes, gpu.l2);
@@ -135,10 +138,12 @@ void bench_shape(const GemmShape& s, const Options& o, const Gpu& gpu, cudaStrea
   for (int m : o.ms) {
     const TensorView xv = TensorView::bf16(x.get(), m, s.k);
     const TensorView ov = TensorView::bf16(out.get(), m, s.n);
-    auto time = [&](std::vector<std::unique_ptr<DecodeGemm>>& gemms) {
-      return time_graph(stream, [&](cudaStream_t st, int c) { gemms[c % copies]->run(xv, ov, st); }, calls,
-                               o.replays)
-          .median_us;
+    std::vector<std::unique_ptr<TimedGraph>> graphs;  // what is timed, in turn
+    // The index of the graph of `gemms`' calls as they are now decided.
+    auto capture = [&](std::vector<std::unique_ptr<DecodeGemm>>& gemms) {
+      graphs.push_back(std::make_unique<TimedGraph>(
+          stream, [&](cudaStream_t st, int c) { gemms[c % copies]->run(xv, ov, st); }, calls));
+      return graphs.size() - 1;
     };
     Row r;
     r.shape = s;
@@ -151,25 +156,39 @@ void bench_shape(const GemmShape& s, const Options& o, const Gpu& gpu, cudaStrea
     } else {
       r.chosen_tactic = "cublas default (no engine takes this row)";
     }
-    r.ours_us = time(ours);
+    const std::size_t ours_graph = capture(ours);
+    std::optional<std::size_t> invariant_graph;
     if (!invariant.empty() && m <= kGemmMaxRows) {
-      r.invariant_us = time(invariant);
+      invariant_graph = capture(invariant);
       r.invariant_tactic = tactic_of(invariant[0]->decision(m), s.n, s.k, m);
       r.invariant_tuned_us = invariant[0]->decision(m).measured_us;
     }
     std::vector<GemmDecision> candidates;
     if (forced[0]->engine_eligible() && m <= kGemmMaxRows) candidates = forced[0]->candidates(m);
+    std::vector<std::optional<std::size_t>> forced_graph;  // per candidate; none: it did not run
     for (const GemmDecision& d : candidates) {
-      Timed t{d, tactic_of(d, s.n, s.k, m), std::numeric_limits<double>::infinity()};
+      forced_graph.emplace_back();
       try {
         for (auto& g : forced) g->force(m, d);
-        t.us = time(forced);
+        forced_graph.back() = capture(forced);
+        graphs.back()->launch(stream);  // a candidate that fails to run fails here
+        TPD_CUDA(cudaStreamSynchronize(stream));
       } catch (const Error& e) {
-        fmt::print(stderr, "  {} at M {}: {} did not run: {}\n", s.name, m, t.tactic, e.what());
+        fmt::print(stderr, "  {} at M {}: {} did not run: {}\n", s.name, m, tactic_of(d, s.n, s.k, m), e.what());
         cudaGetLastError();
+        if (forced_graph.back()) graphs.pop_back();
+        forced_graph.back().reset();
       }
-      r.forced.push_back(t);
     }
+    for (int warm = 0; warm < 3; ++warm)
+      for (const auto& g : graphs) g->launch(stream);
+    interleave(graphs.size(), o.replays, [&](std::size_t i) { return graphs[i]->time_replay(stream); });
+    auto median_of = [&](std::size_t i) { return graphs[i]->timing().median_us; };
+    r.ours_us = median_of(ours_graph);
+    if (invariant_graph) r.invariant_us = median_of(*invariant_graph);
+    for (std::size_t c = 0; c < candidates.size(); ++c)
+      r.forced.push_back({candidates[c], tactic_of(candidates[c], s.n, s.k, m),
+                          forced_graph[c] ? median_of(*forced_graph[c]) : std::numeric_limits<double>::infinity()});
     if (candidates.empty()) r.forced.push_back({cublas_decision(), "cublas default", r.ours_us});
     rows.push_back(std::move(r));
   }
