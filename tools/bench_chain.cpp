@@ -53,6 +53,7 @@ struct Row {
   double free_us = std::numeric_limits<double>::infinity();     // the same program, no op reading another
   std::vector<double> forced_us;  // per Options::force (infinite: a link the forced path cannot run)
   std::string paths;  // e.g. "cublas 5, warp 20"
+  std::vector<std::string> links;  // each link of the first set's chain: "name NxK: what ran (its tuned us)"
 };
 
 // One link of the chain: a weight and its DecodeGemm.
@@ -206,6 +207,14 @@ void bench_tp(int tp, const Options& o, const Gpu& gpu, cudaStream_t stream, std
       r.read_us = bench::time_read_chain(buffers, false, o.replays, stream) / sets;
       r.read_pdl_us = bench::time_read_chain(buffers, true, o.replays, stream) / sets;
       r.paths = path_counts(links, chains[0], m);
+      for (std::size_t i : chains[0]) {
+        const DecodeGemm& g = *links[i].gemm;
+        const GemmShape& sh = links[i].shape;
+        const bool decided = g.prepared(m) && g.path(m) == g.decision(m).path;
+        r.links.push_back(decided ? fmt::format("{} {}x{}: {} ({:.2f} us tuned)", sh.name, sh.n, sh.k,
+                                                tactic_of(g.decision(m), sh.n, sh.k, m), g.decision(m).measured_us)
+                                  : fmt::format("{} {}x{}: {}", sh.name, sh.n, sh.k, gemm_path_name(g.path(m))));
+      }
       rows.push_back(r);
     }
   }
@@ -275,7 +284,8 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const ben
                          {"floor_us", floor_us},
                          {"stock_fraction_of_ceiling", floor_us / r.stock_us},
                          {"ours_fraction_of_ceiling", floor_us / r.ours_us},
-                         {"paths", r.paths}});
+                         {"paths", r.paths},
+                         {"links", r.links}});
     for (std::size_t i = 0; i < r.forced_us.size(); ++i)
       if (std::isfinite(r.forced_us[i])) j["rows"].back()["forced_us"][o.force[i]] = r.forced_us[i];
   }
