@@ -97,9 +97,14 @@ class DecodeGemm {
   // alone (tuned and cached like any decision, agreed by a team); then every link takes
   // the option of the two with the least time for the chain: the links' measured times
   // plus kChainBoundaryUs / 2 per boundary with a non-PDL kernel on either side, the
-  // chain's ends counting as PDL neighbours (src/gemm/adjacent_links.hpp). Decisions
-  // not measured (the static rule, forced, batch-invariant) stay as they are. Host
-  // only, never under capture; synchronises `stream` when it times.
+  // chain's ends counting as PDL neighbours (src/gemm/adjacent_links.hpp). Where that
+  // assignment, every such link's chain decision and every such link's decision alone
+  // differ, the three are timed as the chain itself (one graph each, interleaved) and
+  // the fastest kept: a link can cost neighbours of another shape more than the
+  // model's boundary (src/gemm/chain_timing.hpp); not where a link has a team's
+  // agreement (each rank would time its own) or tuning is off. Decisions not measured
+  // (the static rule, forced, batch-invariant) stay as they are. Host only, never
+  // under capture; synchronises `stream` when it times.
   static void decide_adjacent(const std::vector<DecodeGemm*>& links, int m, cudaStream_t stream = nullptr);
   // `ranks` ranks' GEMMs run on this GPU at once (a local team's driven ranks;
   // default 1): its buckets are decided under a key of their own, among the splits

@@ -2,10 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 
 #include "core/check.hpp"
 #include "gemm/adjacent_links.hpp"
+#include "gemm/chain_timing.hpp"
 #include "gemm/gemm_paths.hpp"
 #include "gemm/wgmma_launch.hpp"
 #include "gemm/wgmma_plan.hpp"
@@ -205,29 +207,49 @@ void DecodeGemm::decide_adjacent(const std::vector<DecodeGemm*>& links, int m, c
   check(!capturing(stream), "decode_gemm: decide_adjacent() under stream capture");
   std::vector<LinkOptions> options(links.size());
   std::vector<std::optional<GemmDecision>> alone(links.size());  // a link's stock option, where it has one
+  std::vector<std::optional<GemmDecision>> own(links.size());    // its chain decision, where it has two
+  bool agreed = false;  // a link's decisions are its team's
   for (std::size_t i = 0; i < links.size(); ++i) {
     DecodeGemm& g = *links[i];
     check(g.chain(), "decode_gemm: decide_adjacent() on a GEMM not marked set_chain(true) ({}x{})", g.n(), g.k());
+    agreed = agreed || static_cast<bool>(g.agree_);
     g.prepare(m, stream);
-    const std::optional<GemmDecision> own =
+    const std::optional<GemmDecision> chained =
         g.prepared(m) ? std::optional<GemmDecision>(g.decision(m)) : std::nullopt;  // none: cuBLAS, always
-    const bool measured = own && own->source != GemmSource::kForced && own->measured_us > 0 && !g.invariant_;
-    const bool overlaps = own && !charged_in_chains(*own, m);
+    const bool measured =
+        chained && chained->source != GemmSource::kForced && chained->measured_us > 0 && !g.invariant_;
+    const bool overlaps = chained && !charged_in_chains(*chained, m);
     if (!measured || !overlaps) {
       // One option: its path, whatever the neighbours (its time is the same in every assignment).
       (overlaps ? options[i].pdl_us : options[i].stock_us) = 0;
       continue;
     }
-    options[i].pdl_us = own->measured_us;
+    options[i].pdl_us = chained->measured_us;
     const GemmDecision a = g.resolve(m, false, stream);
     if (charged_in_chains(a, m) && a.measured_us > 0) {
       options[i].stock_us = a.measured_us;
       alone[i] = a;
+      own[i] = chained;
     }
   }
-  const std::vector<bool> pdl = choose_adjacent_links(options, kChainBoundaryUs / 2);
-  for (std::size_t i = 0; i < links.size(); ++i)
-    if (!pdl[i] && alone[i]) links[i]->adopt(m, *alone[i]);
+  // The model's assignment first, then every link with two options on one side.
+  std::vector<std::vector<bool>> assignments = {choose_adjacent_links(options, kChainBoundaryUs / 2)};
+  for (const bool side : {true, false}) {
+    std::vector<bool> a(links.size(), true);
+    for (std::size_t i = 0; i < links.size(); ++i) a[i] = alone[i] ? side : assignments[0][i];
+    if (std::find(assignments.begin(), assignments.end(), a) == assignments.end()) assignments.push_back(a);
+  }
+  auto apply = [&](std::size_t j) {
+    for (std::size_t i = 0; i < links.size(); ++i)
+      if (alone[i]) links[i]->adopt(m, assignments[j][i] ? *own[i] : *alone[i]);
+  };
+  // Why the chain is timed where the assignments differ: the model prices a boundary
+  // the same beside every neighbour, and a link can cost its neighbours far more (TP 4
+  // gate_up at M 1: a 144-CTA chain decision ran ~10 us a layer slower in the chain
+  // than its own timing said). Not in a team: each rank would time its own.
+  const bool tuning = std::all_of(links.begin(), links.end(), [](const DecodeGemm* g) { return g->tuner_->enabled(); });
+  const bool timed = assignments.size() > 1 && !agreed && tuning;
+  apply(timed ? fastest_chain_assignment(links, m, assignments.size(), apply, stream) : 0);
 }
 
 void DecodeGemm::adopt(int m, GemmDecision d) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/bf16.hpp"
+#include "core/random_fill.hpp"
 #include "gemm/gemm_tactic.hpp"
 #include "gpu/gemm_problem.hpp"
 #include "reference/gemm.hpp"
@@ -227,6 +228,33 @@ TEST(DecodeGemm, AdjacentLinksAreDecidedAsAChain) {
     auto alone = link(1024, 2048, engine_link, std::nullopt);
     alone->set_chain(false);
     EXPECT_THROW(DecodeGemm::decide_adjacent({before.get(), alone.get()}, m), InvalidArgument);
+  }
+}
+
+// Where the assignments differ, the chain itself is timed: a planted chain decision
+// that claims 1 us but streams a 64 x 65536 weight through four 16-row CTAs (tens of
+// us) loses to its planted alone decision (cuBLAS, claimed 100 us), which the
+// boundary model alone would never take; with tuning off, the model's choice stays.
+TEST(DecodeGemm, AdjacentLinksAreTimedAsTheChainWhereTheyDiffer) {
+  TPD_REQUIRE_GPU();
+  const int m = 4;
+  const int64_t n = 64, k = 65536;
+  DeviceBuffer weight(static_cast<std::size_t>(n * k) * 2);
+  fill_uniform_bf16(weight.get(), n * k, 11, 1.0f, nullptr);
+  for (const bool tuning : {true, false}) {
+    auto tuner = private_tuner(tuning);
+    DecodeGemm g(TensorView::bf16(weight.get(), n, k), nullptr, tuner);
+    g.set_chain(true);
+    GemmDecision slow = warp_decision(1, 1), stock = cublas_decision();
+    slow.source = stock.source = GemmSource::kTuned;
+    slow.measured_us = 1.0f;
+    stock.measured_us = 100.0f;
+    tuner->insert(g.key(m), slow);
+    GemmKey alone = g.key(m);
+    alone.chain = false;
+    tuner->insert(alone, stock);
+    DecodeGemm::decide_adjacent({&g}, m);
+    EXPECT_EQ(g.path(m), tuning ? GemmPath::kCublas : GemmPath::kWarpSplitK) << "tuning " << tuning;
   }
 }
 
