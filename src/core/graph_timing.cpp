@@ -13,6 +13,13 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+TimingStream::TimingStream() { TPD_CUDA(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+
+TimingStream::~TimingStream() {
+  cudaStreamSynchronize(s_);
+  cudaStreamDestroy(s_);
+}
+
 TimedGraph::Exec::~Exec() {
   if (h) cudaGraphExecDestroy(h);
 }

@@ -67,4 +67,18 @@ GraphTiming time_graph(cudaStream_t stream, const GraphCall& enqueue, int calls,
 // Median of a sample (0 for none).
 double median(std::vector<double> v);
 
+// A non-blocking stream of the timing code's own (a capture cannot run on the legacy
+// default stream, nor on a caller's stream mid-use); its work ends before it goes.
+class TimingStream {
+ public:
+  TimingStream();
+  ~TimingStream();
+  TimingStream(const TimingStream&) = delete;
+  TimingStream& operator=(const TimingStream&) = delete;
+  cudaStream_t get() const { return s_; }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
 }  // namespace tpdecode

@@ -32,15 +32,6 @@ constexpr double kLargeGraphBytes = 1e9;  // (keeps the largest weights near 50 
 // ~1e-3; a wrong sum or an unwritten element is O(1) or NaN.
 constexpr double kMismatch = 2e-2;
 
-struct OwnStream {
-  cudaStream_t s = nullptr;
-  OwnStream() { TPD_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~OwnStream() {
-    cudaStreamSynchronize(s);
-    cudaStreamDestroy(s);
-  }
-};
-
 // ||a - ref|| / ||ref|| over BF16 values (0 where ref is all zeros; NaN propagates).
 double distance(const std::vector<uint16_t>& a, const std::vector<uint16_t>& ref) {
   double num = 0, den = 0;
@@ -65,7 +56,7 @@ class PathTiming final : public GemmTiming {
 
  private:
   RelaxedCaptureMode relaxed_;
-  OwnStream s_;
+  TimingStream s_;
   DeviceBuffer pool_, x_, out_;
   std::vector<std::optional<TimedGraph>> graphs_;
   int replays_ = kRounds;
@@ -91,10 +82,10 @@ PathTiming::PathTiming(const std::vector<GemmDecision>& candidates, const Tensor
   }
   for (int c = 1; c < copies; ++c)
     TPD_CUDA(cudaMemcpyAsync(pool_.as<char>() + bytes * static_cast<std::size_t>(c - 1), weight.data, bytes,
-                             cudaMemcpyDeviceToDevice, s_.s));
+                             cudaMemcpyDeviceToDevice, s_.get()));
   x_ = DeviceBuffer(static_cast<std::size_t>(m * k) * 2);
   out_ = DeviceBuffer(static_cast<std::size_t>(m * n) * 2);
-  fill_uniform_bf16(x_.get(), m * k, 0x7e57, 1.0f, s_.s);
+  fill_uniform_bf16(x_.get(), m * k, 0x7e57, 1.0f, s_.get());
   const TensorView xv = TensorView::bf16(x_.get(), m, k);
   const TensorView ov = TensorView::bf16(out_.get(), m, n);
   char* const pool = pool_.as<char>();
@@ -119,11 +110,11 @@ PathTiming::PathTiming(const std::vector<GemmDecision>& candidates, const Tensor
     try {
       const GemmDecision launched = prepare_path(candidates[i], weight, m);
       graphs_[i].emplace(
-          s_.s, [&](cudaStream_t st, int c) { launch_path(launched, copy(c), xv, ov, ctx, pdl, st); }, calls);
-      TPD_CUDA(cudaMemsetAsync(out_.get(), 0xff, out_.bytes(), s_.s));  // NaN: an unwritten element shows
-      graphs_[i]->launch(s_.s);                                         // warm-up
-      TPD_CUDA(cudaMemcpyAsync(got.data(), out_.get(), out_.bytes(), cudaMemcpyDeviceToHost, s_.s));
-      TPD_CUDA(cudaStreamSynchronize(s_.s));
+          s_.get(), [&](cudaStream_t st, int c) { launch_path(launched, copy(c), xv, ov, ctx, pdl, st); }, calls);
+      TPD_CUDA(cudaMemsetAsync(out_.get(), 0xff, out_.bytes(), s_.get()));  // NaN: an unwritten element shows
+      graphs_[i]->launch(s_.get());                                         // warm-up
+      TPD_CUDA(cudaMemcpyAsync(got.data(), out_.get(), out_.bytes(), cudaMemcpyDeviceToHost, s_.get()));
+      TPD_CUDA(cudaStreamSynchronize(s_.get()));
       if (reference.empty() && candidates[i].path == GemmPath::kCublas) {
         reference = got;
       } else if (const double d = reference.empty() ? 0.0 : distance(got, reference); !(d <= kMismatch)) {
@@ -145,7 +136,7 @@ std::vector<std::vector<double>> PathTiming::time(const std::vector<std::size_t>
   for (std::size_t w = 0; w < which.size(); ++w)
     if (graphs_[which[w]]) timed.push_back(w);
   const std::vector<std::vector<double>> us =
-      interleave(timed.size(), replays, [&](std::size_t t) { return graphs_[which[timed[t]]]->time_replay(s_.s); });
+      interleave(timed.size(), replays, [&](std::size_t t) { return graphs_[which[timed[t]]]->time_replay(s_.get()); });
   std::vector<std::vector<double>> result(which.size());
   for (std::size_t t = 0; t < timed.size(); ++t) result[timed[t]] = us[t];
   return result;
