@@ -102,7 +102,8 @@ class DecodeGemm {
   // differ, the three are timed as the chain itself (one graph each, interleaved) and
   // the fastest kept: a link can cost neighbours of another shape more than the
   // model's boundary (src/gemm/chain_timing.hpp); not where a link has a team's
-  // agreement (each rank would time its own) or tuning is off. Decisions not measured
+  // agreement (each rank would time its own) or tuning is off; a timing that fails
+  // leaves the model's assignment, with a warning. Decisions not measured
   // (the static rule, forced, batch-invariant) stay as they are. Host only, never
   // under capture; synchronises `stream` when it times.
   static void decide_adjacent(const std::vector<DecodeGemm*>& links, int m, cudaStream_t stream = nullptr);

@@ -248,8 +248,18 @@ void DecodeGemm::decide_adjacent(const std::vector<DecodeGemm*>& links, int m, c
   // gate_up at M 1: a 144-CTA chain decision ran ~10 us a layer slower in the chain
   // than its own timing said). Not in a team: each rank would time its own.
   const bool tuning = std::all_of(links.begin(), links.end(), [](const DecodeGemm* g) { return g->tuner_->enabled(); });
-  const bool timed = assignments.size() > 1 && !agreed && tuning;
-  apply(timed ? fastest_chain_assignment(links, m, assignments.size(), apply, stream) : 0);
+  std::size_t chosen = 0;
+  if (assignments.size() > 1 && !agreed && tuning) {
+    try {
+      chosen = fastest_chain_assignment(links, m, assignments.size(), apply, stream);
+    } catch (const Error& e) {
+      cudaGetLastError();
+      links[0]->tuner_->warn(fmt::format("decode_gemm: timing a chain of {} links at {} rows failed ({}); the "
+                                         "boundary model's assignment runs it",
+                                         links.size(), m, e.what()));
+    }
+  }
+  apply(chosen);
 }
 
 void DecodeGemm::adopt(int m, GemmDecision d) {
