@@ -1,5 +1,6 @@
 #include "gemm/adjacent_links.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -35,6 +36,17 @@ std::vector<bool> choose_adjacent_links(const std::vector<LinkOptions>& links, d
     before = pdl[i];
   }
   return pdl;
+}
+
+std::vector<std::vector<bool>> adjacent_assignments(const std::vector<LinkOptions>& links, double boundary_us) {
+  std::vector<std::vector<bool>> assignments = {choose_adjacent_links(links, boundary_us)};
+  for (const bool side : {true, false}) {
+    std::vector<bool> a = assignments[0];
+    for (std::size_t i = 0; i < links.size(); ++i)
+      if (std::isfinite(links[i].pdl_us) && std::isfinite(links[i].stock_us)) a[i] = side;
+    if (std::find(assignments.begin(), assignments.end(), a) == assignments.end()) assignments.push_back(a);
+  }
+  return assignments;
 }
 
 }  // namespace tpdecode

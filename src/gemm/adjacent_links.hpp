@@ -25,4 +25,10 @@ struct LinkOptions {
 // option or boundary_us is negative.
 std::vector<bool> choose_adjacent_links(const std::vector<LinkOptions>& links, double boundary_us);
 
+// The assignments DecodeGemm::decide_adjacent times as the chain itself, in order:
+// the model's (choose_adjacent_links), then every link with both options on its PDL
+// side, then every such link on its stock side (links with one option as in the
+// model's), each only where it differs from those before. One: nothing to time.
+std::vector<std::vector<bool>> adjacent_assignments(const std::vector<LinkOptions>& links, double boundary_us);
+
 }  // namespace tpdecode

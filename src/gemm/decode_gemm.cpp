@@ -232,13 +232,7 @@ void DecodeGemm::decide_adjacent(const std::vector<DecodeGemm*>& links, int m, c
       own[i] = chained;
     }
   }
-  // The model's assignment first, then every link with two options on one side.
-  std::vector<std::vector<bool>> assignments = {choose_adjacent_links(options, kChainBoundaryUs / 2)};
-  for (const bool side : {true, false}) {
-    std::vector<bool> a(links.size(), true);
-    for (std::size_t i = 0; i < links.size(); ++i) a[i] = alone[i] ? side : assignments[0][i];
-    if (std::find(assignments.begin(), assignments.end(), a) == assignments.end()) assignments.push_back(a);
-  }
+  const std::vector<std::vector<bool>> assignments = adjacent_assignments(options, kChainBoundaryUs / 2);
   auto apply = [&](std::size_t j) {
     for (std::size_t i = 0; i < links.size(); ++i)
       if (alone[i]) links[i]->adopt(m, assignments[j][i] ? *own[i] : *alone[i]);

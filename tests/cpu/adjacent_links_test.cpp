@@ -68,6 +68,29 @@ TEST(AdjacentLinks, AnEngineLinkBetweenStockLinksGainsNoOverlap) {
   EXPECT_EQ(choose_adjacent_links({{9.4, 8.5}, {8.0, 8.0}, {7.0, 7.5}}, 0.0), (std::vector<bool>{false, true, true}));
 }
 
+// What decide_adjacent times: the model's assignment, then the links with both
+// options all on one side, then all on the other, without repeats; links with one
+// option keep the model's choice in every assignment.
+TEST(AdjacentLinks, TheTimedAssignmentsStartWithTheModelsAndDoNotRepeat) {
+  // TP 4 at one row: gate_up's chain decision 36.56 us, alone (a full-SM ring) 34.94
+  // with two charged boundaries: the model keeps the chain decision.
+  const std::vector<LinkOptions> layer = {{8.98, kInf}, {5.73, kInf}, {12.10, kInf}, {36.56, 34.94}, {17.39, kInf}};
+  using A = std::vector<bool>;
+  EXPECT_EQ(adjacent_assignments(layer, 1.0), (std::vector<A>{A(5, true), {true, true, true, false, true}}));
+  // One option everywhere: the model's alone.
+  EXPECT_EQ(adjacent_assignments({{7.0, kInf}, {kInf, 9.0}}, 1.0), (std::vector<A>{{true, false}}));
+  // The model mixes sides (links 1-2 stock beside the stock link 0, link 4 PDL between
+  // PDL links): all three differ; the stock-only link stays stock.
+  const std::vector<LinkOptions> mixed = {{kInf, 10}, {9.4, 7.0}, {9.4, 7.0}, {7.0, kInf}, {9.4, 8.5}, {7.0, kInf}};
+  const std::vector<A> got = adjacent_assignments(mixed, 1.0);
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0], choose_adjacent_links(mixed, 1.0));
+  EXPECT_EQ(got[0], (A{false, false, false, true, true, true}));
+  EXPECT_EQ(got[1], (A{false, true, true, true, true, true}));
+  EXPECT_EQ(got[2], (A{false, false, false, true, false, true}));
+  EXPECT_TRUE(adjacent_assignments({}, 1.0).front().empty());
+}
+
 TEST(AdjacentLinks, RefusesWhatHasNoAnswer) {
   EXPECT_TRUE(choose_adjacent_links({}, 1.0).empty());
   EXPECT_THROW(choose_adjacent_links({{1.0, 1.0}, {kInf, kInf}}, 1.0), InvalidArgument);
