@@ -206,8 +206,11 @@ GemmDecision DecodeGemm::resolve(int m, bool chain, cudaStream_t stream) {
 void DecodeGemm::decide_adjacent(const std::vector<DecodeGemm*>& links, int m, cudaStream_t stream) {
   check(!capturing(stream), "decode_gemm: decide_adjacent() under stream capture");
   std::vector<LinkOptions> options(links.size());
-  std::vector<std::optional<GemmDecision>> alone(links.size());  // a link's stock option, where it has one
-  std::vector<std::optional<GemmDecision>> own(links.size());    // its chain decision, where it has two
+  struct TwoOptions {
+    GemmDecision chained;  // its PDL option
+    GemmDecision alone;    // its stock option
+  };
+  std::vector<std::optional<TwoOptions>> two(links.size());  // where a link has both
   bool agreed = false;  // a link's decisions are its team's
   for (std::size_t i = 0; i < links.size(); ++i) {
     DecodeGemm& g = *links[i];
@@ -228,14 +231,13 @@ void DecodeGemm::decide_adjacent(const std::vector<DecodeGemm*>& links, int m, c
     const GemmDecision a = g.resolve(m, false, stream);
     if (charged_in_chains(a, m) && a.measured_us > 0) {
       options[i].stock_us = a.measured_us;
-      alone[i] = a;
-      own[i] = chained;
+      two[i] = TwoOptions{*chained, a};
     }
   }
   const std::vector<std::vector<bool>> assignments = adjacent_assignments(options, kChainBoundaryUs / 2);
   auto apply = [&](std::size_t j) {
     for (std::size_t i = 0; i < links.size(); ++i)
-      if (alone[i]) links[i]->adopt(m, assignments[j][i] ? *own[i] : *alone[i]);
+      if (two[i]) links[i]->adopt(m, assignments[j][i] ? two[i]->chained : two[i]->alone);
   };
   // Why the chain is timed where the assignments differ: the model prices a boundary
   // the same beside every neighbour, and a link can cost its neighbours far more (TP 4

@@ -56,12 +56,11 @@ std::vector<std::size_t> gemm_finalists(const GemmSamples& phase1, const GemmTun
   for (std::size_t i : ranked(fastest))
     if (fastest[i] <= limit) finalists.push_back(i);
   // The median leader (phase 1's choice) keeps the last place where more qualify.
-  const auto cap = static_cast<std::size_t>(std::max(1, rule.max_finalists));
-  if (finalists.size() > cap) {
-    const bool kept = std::find(finalists.begin(), finalists.begin() + static_cast<std::ptrdiff_t>(cap), leader) !=
-                      finalists.begin() + static_cast<std::ptrdiff_t>(cap);
-    finalists.resize(cap);
-    if (!kept) finalists.back() = leader;
+  const auto cap = static_cast<std::ptrdiff_t>(std::max(1, rule.max_finalists));
+  if (std::ssize(finalists) > cap) {
+    if (std::find(finalists.begin(), finalists.begin() + cap, leader) == finalists.begin() + cap)
+      finalists[static_cast<std::size_t>(cap - 1)] = leader;
+    finalists.resize(static_cast<std::size_t>(cap));
   }
   return finalists;
 }
