@@ -114,8 +114,13 @@ __device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
   return done != 0;
 }
 // A wait on a barrier in this CTA past this long is a bug (a byte count that does
-// not match the copies): the kernel traps instead of hanging the GPU.
-inline constexpr uint64_t kMbarTimeoutNs = 10'000'000'000ull;
+// not match the copies): the kernel traps instead of hanging the GPU. A sanitizer
+// build raises it (-DTPDECODE_MBAR_TIMEOUT_NS=...): racecheck runs a kernel so
+// slowly that a correct wait can pass 10 s.
+#ifndef TPDECODE_MBAR_TIMEOUT_NS
+#define TPDECODE_MBAR_TIMEOUT_NS 10'000'000'000ull
+#endif
+inline constexpr uint64_t kMbarTimeoutNs = TPDECODE_MBAR_TIMEOUT_NS;
 // Waits until the phase of parity `parity` (0 for the barrier's first phase, then
 // alternating) has completed.
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
