@@ -228,9 +228,26 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
   wgmma::Cursor cur;
   HandoffPhases phases;
   float acc[wgmma::kChains][1][kTokens / 2];
+  uint64_t* timeline = nullptr;  // this run's and this CTA's entries, where recorded
+  if (a.timeline != nullptr) {
+    const uint32_t slot = Atomic(*a.counters.epoch).load(cuda::memory_order_relaxed) % 8;
+    timeline = a.timeline + (static_cast<uint64_t>(slot) * gridDim.x + blockIdx.x) * (1 + 3 * a.op_count);
+    uint32_t sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    if (tid == 0) timeline[0] = sm;
+  }
   for (int j = 0; j < units.count(); ++j) {
+    const int op = units[j].op;
+    const bool first = j == 0 || units[j - 1].op != op;
+    const bool last = j + 1 == units.count() || units[j + 1].op != op;
+    if (timeline != nullptr && first) {
+      dev::mbar_wait(ring.full + cur.stage, cur.parity);  // multiply_unit's first wait, earlier
+      if (tid == 0) timeline[1 + 3 * op] = dev::global_timer_ns();
+    }
     wgmma::multiply_unit(ring, schedule.unit(j), cur, acc);
+    if (timeline != nullptr && last && tid == 0) timeline[2 + 3 * op] = dev::global_timer_ns();
     finish_unit<kTokens>(a, units[j], epoch, acc[0][0], handoff, phases);
+    if (timeline != nullptr && last && tid == 0) timeline[3 + 3 * op] = dev::global_timer_ns();
   }
   dev::named_barrier_sync(kFinishBarrier, kConsumerThreads + kFinisherThreads);
 }
