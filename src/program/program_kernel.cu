@@ -237,17 +237,23 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
     if (tid == 0) timeline[0] = sm;
   }
   for (int j = 0; j < units.count(); ++j) {
-    const int op = units[j].op;
-    const bool first = j == 0 || units[j - 1].op != op;
-    const bool last = j + 1 == units.count() || units[j + 1].op != op;
-    if (timeline != nullptr && first) {
+    // Where a timeline is recorded: this unit's op entry, if it is the CTA's first
+    // (start) or last (ends) unit of the op.
+    uint64_t* first = nullptr;
+    uint64_t* last = nullptr;
+    if (timeline != nullptr) {
+      const int op = units[j].op;
+      if (j == 0 || units[j - 1].op != op) first = timeline + 1 + 3 * op;
+      if (j + 1 == units.count() || units[j + 1].op != op) last = timeline + 2 + 3 * op;
+    }
+    if (first != nullptr) {
       dev::mbar_wait(ring.full + cur.stage, cur.parity);  // multiply_unit's first wait, earlier
-      if (tid == 0) timeline[1 + 3 * op] = dev::global_timer_ns();
+      if (tid == 0) *first = dev::global_timer_ns();
     }
     wgmma::multiply_unit(ring, schedule.unit(j), cur, acc);
-    if (timeline != nullptr && last && tid == 0) timeline[2 + 3 * op] = dev::global_timer_ns();
+    if (last != nullptr && tid == 0) last[0] = dev::global_timer_ns();
     finish_unit<kTokens>(a, units[j], epoch, acc[0][0], handoff, phases);
-    if (timeline != nullptr && last && tid == 0) timeline[3 + 3 * op] = dev::global_timer_ns();
+    if (last != nullptr && tid == 0) last[1] = dev::global_timer_ns();
   }
   dev::named_barrier_sync(kFinishBarrier, kConsumerThreads + kFinisherThreads);
 }
