@@ -126,6 +126,9 @@ if [[ " $steps " == *" program "* ]]; then
   unset TPDECODE_QUICK
   step program-chain 300 $CLI bench chain --tp 8 --tp 4 --tp 2 --tp 1 --m 1 --m 8 --m 16 --m 28 --m 64 \
     --layers 5 --json "$LOG/program_chain.json"
+  # Where the boundaries' time goes (per CTA; a separate run: the timeline costs ~1 %).
+  step program-timeline 120 $CLI bench chain --tp 8 --tp 4 --m 1 --m 8 --layers 5 --timeline \
+    --json "$LOG/program_timeline.json"
   if [[ -f .tools/persistent_chain.cu ]]; then
     nvcc -O3 -std=c++17 -arch=sm_90a -o "$LOG/persistent_chain" .tools/persistent_chain.cu &&
       step persistent-chain 120 "$LOG/persistent_chain"

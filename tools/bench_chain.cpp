@@ -26,6 +26,7 @@
 #include "core/random_fill.hpp"
 #include "core/weight_rotation.hpp"
 #include "gemm_shapes.hpp"
+#include "program/program_timeline.hpp"
 #include "read_ceiling.hpp"
 #include "tpdecode/decode_gemm.hpp"
 #include "tpdecode/device_buffer.hpp"
@@ -40,6 +41,7 @@ struct Options {
   int layers = 5;
   int replays = 20;
   std::vector<std::string> force;  // chains also timed with every link forced (forced_decision)
+  bool timeline = false;           // the programs record their timelines (boundary_figures)
   std::string json;
 };
 
@@ -54,6 +56,8 @@ struct Row {
   std::vector<double> forced_us;  // per Options::force (infinite: a link the forced path cannot run)
   std::string paths;  // e.g. "cublas 5, warp 20"
   std::vector<std::string> links;  // each link of the first set's chain: "name NxK: what ran (its tuned us)"
+  // With --timeline: the first set's program's boundaries, and its free form's.
+  std::optional<program::BoundaryFigures> program_timeline, free_timeline;
 };
 
 // One link of the chain: a weight and its DecodeGemm.
@@ -165,7 +169,7 @@ void bench_tp(int tp, const Options& o, const Gpu& gpu, cudaStream_t stream, std
         // K columns of the previous one's out (the dependency a chain of linears
         // has; every drafter link's K fits its predecessor's N); `free`: every x an
         // input (what the dependency costs).
-        auto time_program = [&](bool chained) {
+        auto time_program = [&](bool chained, std::optional<program::BoundaryFigures>& timeline) {
           std::vector<std::unique_ptr<GemmProgram>> programs;
           for (const std::vector<std::size_t>& c : chains) {
             std::vector<GemmProgram::Gemm> gemms;
@@ -179,15 +183,18 @@ void bench_tp(int tp, const Options& o, const Gpu& gpu, cudaStream_t stream, std
               }
               gemms.push_back(g);
             }
-            programs.push_back(std::make_unique<GemmProgram>(std::move(gemms), m));
+            programs.push_back(std::make_unique<GemmProgram>(std::move(gemms), m, o.timeline));
           }
-          return time_graph(
-                     stream, [&](cudaStream_t st, int c) { programs[static_cast<std::size_t>(c)]->run(st); }, sets,
-                     o.replays)
-              .median_us;
+          const double us =
+              time_graph(
+                  stream, [&](cudaStream_t st, int c) { programs[static_cast<std::size_t>(c)]->run(st); }, sets,
+                  o.replays)
+                  .median_us;
+          if (o.timeline) timeline = program::boundary_figures(programs[0]->timelines(), programs[0]->ops());
+          return us;
         };
-        r.program_us = time_program(true);
-        r.free_us = time_program(false);
+        r.program_us = time_program(true, r.program_timeline);
+        r.free_us = time_program(false, r.free_timeline);
       }
       for (const std::string& name : o.force) {
         std::map<std::size_t, std::unique_ptr<DecodeGemm>> forced;  // by link
@@ -244,6 +251,22 @@ void print_table(const std::vector<Row>& rows, const bench::ReadCeiling& ceiling
       "time; read = a plain streaming read of the same buffers, "
       "ordinary launches and with PDL (what the hardware allows). Read ceiling {:.2f} TB/s.\n",
       ceiling.tb_per_s);
+  if (o.timeline) {
+    fmt::print("\nThe programs' boundaries (--timeline; the first set's program, means over its last runs' ops, us):"
+               " span = a run; late = an op's last MMA end - the median CTA's; epi = the last epilogue's end - the"
+               " last MMA end; start = the median CTA's start of an op - the previous op's last MMA end; last ="
+               " the last CTA's start - that\n");
+    fmt::print("{:>3} {:>3} {:<15} {:>5} {:>8} {:>6} {:>6} {:>6} {:>6}   {:>8} {:>6} {:>6}\n", "TP", "M", "chain", "runs",
+               "prog", "late", "epi", "start", "last", "free", "late", "epi");
+    for (const Row& r : rows) {
+      if (!r.program_timeline || !r.free_timeline) continue;
+      const program::BoundaryFigures& p = *r.program_timeline;
+      const program::BoundaryFigures& f = *r.free_timeline;
+      fmt::print("{:>3} {:>3} {:<15} {:>5} {:>8.1f} {:>6.2f} {:>6.2f} {:>6.2f} {:>6.2f}   {:>8.1f} {:>6.2f} {:>6.2f}\n",
+                 r.tp, r.m, r.chain, p.runs, p.span_us, p.lateness_us, p.epilogue_us, p.start_us, p.last_start_us,
+                 f.span_us, f.lateness_us, f.epilogue_us);
+    }
+  }
   // The chain targets (docs/performance.md, "Targets"): the layers' chain at TP 8 (M <= 8)
   // >= 85 % of the read ceiling, at TP 4 and TP 2 >= 88 %.
   for (const auto& [tp, percent, max_m] : {std::tuple{8, 85.0, 8}, std::tuple{4, 88.0, 1 << 30},
@@ -288,6 +311,12 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const ben
                          {"links", r.links}});
     for (std::size_t i = 0; i < r.forced_us.size(); ++i)
       if (std::isfinite(r.forced_us[i])) j["rows"].back()["forced_us"][o.force[i]] = r.forced_us[i];
+    auto figures = [](const program::BoundaryFigures& b) {
+      return nlohmann::json{{"runs", b.runs},           {"span_us", b.span_us},   {"lateness_us", b.lateness_us},
+                            {"epilogue_us", b.epilogue_us}, {"start_us", b.start_us}, {"last_start_us", b.last_start_us}};
+    };
+    if (r.program_timeline) j["rows"].back()["program_timeline"] = figures(*r.program_timeline);
+    if (r.free_timeline) j["rows"].back()["program_free_timeline"] = figures(*r.free_timeline);
   }
   std::ofstream(path) << j.dump(2) << "\n";
 }
@@ -324,6 +353,8 @@ void register_bench_chain(CLI::App& app) {
   cmd->add_option("--replays", o->replays, "timed graph replays per measurement")->capture_default_str();
   cmd->add_option("--force", o->force,
                   "also time the chain with every link forced to: warp (the rule's split) or cublas (repeatable)");
+  cmd->add_flag("--timeline", o->timeline,
+               "the programs record where each op boundary's time goes (per CTA) and print it (about 1 % slower)");
   cmd->add_option("--json", o->json, "also write the rows as JSON to this file");
   cmd->callback([o] { run(*o); });
 }

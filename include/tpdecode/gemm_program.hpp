@@ -41,12 +41,25 @@ class GemmProgram {
   };
   static constexpr int kMaxRows = 64;
 
+  // Where a run's time went, per CTA (a diagnostic: record_timeline below). Times
+  // are the GPU's global timer in ns; 0 where the CTA has no unit of the op.
+  struct OpTimes {
+    uint64_t start_ns = 0;         // the CTA's first stage of the op is full (weights and x landed)
+    uint64_t mma_end_ns = 0;       // its last MMA of the op completed
+    uint64_t epilogue_end_ns = 0;  // its last unit of the op stored (and published) its outputs
+  };
+  struct RunTimeline {
+    std::vector<uint32_t> sm;   // [ctas]: the SM each CTA ran on
+    std::vector<OpTimes> ops;   // [ctas * ops()]: CTA c's op o at c * ops() + o
+  };
+
   // Checks every op (InvalidArgument naming the op), plans the work for the
   // current device, packs a copy of every weight in the kernel's tile order (the
   // program's own memory: the weights themselves are not read again) and uploads
   // the plan. Host only, before any capture; synchronises the device. The x and
-  // out buffers must outlive the program.
-  GemmProgram(std::vector<Gemm> gemms, int m);
+  // out buffers must outlive the program. With record_timeline, every run also
+  // records its RunTimeline (timelines(); about 1 % slower).
+  GemmProgram(std::vector<Gemm> gemms, int m, bool record_timeline = false);
   ~GemmProgram();
   GemmProgram(const GemmProgram&) = delete;
   GemmProgram& operator=(const GemmProgram&) = delete;
@@ -61,6 +74,10 @@ class GemmProgram {
   int ctas() const;        // one per SM
   int ring_stages() const;
   int64_t bytes() const;   // of the weights (their packed copies are as large, plus padding to 64 rows)
+
+  // The last runs' timelines (at most 8), oldest first; empty without
+  // record_timeline. Synchronises the device.
+  std::vector<RunTimeline> timelines() const;
 
  private:
   struct Impl;

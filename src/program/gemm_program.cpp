@@ -16,7 +16,7 @@ struct GemmProgram::Impl {
   int grid = 0;
   int64_t bytes = 0;
   program::KernelShape shape;
-  DeviceBuffer ops, units, cta_begin, counters, scratch, mailbox;
+  DeviceBuffer ops, units, cta_begin, counters, scratch, mailbox, timeline;
   std::vector<DeviceBuffer> packed;  // per op
   program::Args args{};
 };
@@ -46,7 +46,7 @@ DeviceBuffer upload(const std::vector<T>& v) {
 
 }  // namespace
 
-GemmProgram::GemmProgram(std::vector<Gemm> gemms, int m) : impl_(std::make_unique<Impl>()) {
+GemmProgram::GemmProgram(std::vector<Gemm> gemms, int m, bool record_timeline) : impl_(std::make_unique<Impl>()) {
   check(m >= 1 && m <= kMaxRows, "gemm program: {} rows where 1 to {} are served", m, kMaxRows);
   check(!gemms.empty(), "gemm program: no ops");
   Impl& p = *impl_;
@@ -151,6 +151,13 @@ GemmProgram::GemmProgram(std::vector<Gemm> gemms, int m) : impl_(std::make_uniqu
   p.args.op_count = p.op_count;
   p.args.m = m;
   p.args.stages = p.shape.stages;
+  p.args.timeline = nullptr;
+  if (record_timeline) {
+    const std::size_t bytes = std::size_t{8} * static_cast<std::size_t>(p.grid * (1 + 3 * p.op_count)) * 8;
+    p.timeline = DeviceBuffer(bytes);
+    TPD_CUDA(cudaMemset(p.timeline.get(), 0, bytes));
+    p.args.timeline = static_cast<uint64_t*>(p.timeline.get());
+  }
 }
 
 GemmProgram::~GemmProgram() = default;
@@ -160,6 +167,29 @@ void GemmProgram::run(cudaStream_t stream, bool pdl) const {
   TPD_CUDA(cudaGetDevice(&device));
   check(device == impl_->device, "gemm program: built on device {}, run on device {}", impl_->device, device);
   program::launch_program(impl_->args, impl_->shape, impl_->grid, pdl, stream);
+}
+
+std::vector<GemmProgram::RunTimeline> GemmProgram::timelines() const {
+  const Impl& p = *impl_;
+  if (p.args.timeline == nullptr) return {};
+  const std::size_t per_cta = static_cast<std::size_t>(1 + 3 * p.op_count);
+  std::vector<uint64_t> host(std::size_t{8} * static_cast<std::size_t>(p.grid) * per_cta);
+  uint32_t runs = 0;
+  TPD_CUDA(cudaDeviceSynchronize());
+  TPD_CUDA(cudaMemcpy(host.data(), p.timeline.get(), host.size() * 8, cudaMemcpyDeviceToHost));
+  TPD_CUDA(cudaMemcpy(&runs, p.args.counters.epoch, 4, cudaMemcpyDeviceToHost));
+  std::vector<RunTimeline> out;
+  for (uint32_t r = runs > 8 ? runs - 8 : 0; r < runs; ++r) {
+    const uint64_t* slot = host.data() + (r % 8) * static_cast<std::size_t>(p.grid) * per_cta;
+    RunTimeline t;
+    for (int c = 0; c < p.grid; ++c) {
+      const uint64_t* e = slot + static_cast<std::size_t>(c) * per_cta;
+      t.sm.push_back(static_cast<uint32_t>(e[0]));
+      for (int o = 0; o < p.op_count; ++o) t.ops.push_back({e[1 + 3 * o], e[2 + 3 * o], e[3 + 3 * o]});
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
 }
 
 int GemmProgram::rows() const { return impl_->m; }

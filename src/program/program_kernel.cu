@@ -228,9 +228,32 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
   wgmma::Cursor cur;
   HandoffPhases phases;
   float acc[wgmma::kChains][1][kTokens / 2];
+  uint64_t* timeline = nullptr;  // this run's and this CTA's entries, where recorded
+  if (a.timeline != nullptr) {
+    const uint32_t slot = Atomic(*a.counters.epoch).load(cuda::memory_order_relaxed) % 8;
+    timeline = a.timeline + (static_cast<uint64_t>(slot) * gridDim.x + blockIdx.x) * (1 + 3 * a.op_count);
+    uint32_t sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    if (tid == 0) timeline[0] = sm;
+  }
   for (int j = 0; j < units.count(); ++j) {
+    // Where a timeline is recorded: this unit's op entry, if it is the CTA's first
+    // (start) or last (ends) unit of the op.
+    uint64_t* first = nullptr;
+    uint64_t* last = nullptr;
+    if (timeline != nullptr) {
+      const int op = units[j].op;
+      if (j == 0 || units[j - 1].op != op) first = timeline + 1 + 3 * op;
+      if (j + 1 == units.count() || units[j + 1].op != op) last = timeline + 2 + 3 * op;
+    }
+    if (first != nullptr) {
+      dev::mbar_wait(ring.full + cur.stage, cur.parity);  // multiply_unit's first wait, earlier
+      if (tid == 0) *first = dev::global_timer_ns();
+    }
     wgmma::multiply_unit(ring, schedule.unit(j), cur, acc);
+    if (last != nullptr && tid == 0) last[0] = dev::global_timer_ns();
     finish_unit<kTokens>(a, units[j], epoch, acc[0][0], handoff, phases);
+    if (last != nullptr && tid == 0) last[1] = dev::global_timer_ns();
   }
   dev::named_barrier_sync(kFinishBarrier, kConsumerThreads + kFinisherThreads);
 }

@@ -53,6 +53,9 @@ struct Args {
   int op_count;
   int m;
   int stages;
+  // With a timeline: [8 runs][ctas][1 + 3 ops] u64, run r's in slot r % 8: per
+  // CTA its SM, then per op the three times of GemmProgram::OpTimes. Else null.
+  uint64_t* timeline;
 };
 
 // The kernel's shape for a program of m rows: the token tile (wgmma's N), the

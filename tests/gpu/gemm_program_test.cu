@@ -272,6 +272,51 @@ TEST(GemmProgram, WindowsOfAnEarlierOut) {
   }
 }
 
+// A program that records its timeline gives the same bits as one that does not,
+// and each of its last runs has, for every CTA, its SM and per op of its units a
+// start, an MMA end and an epilogue end in that order (runs beyond 8 keep the last 8).
+TEST(GemmProgram, TimelineKeepsTheBitsAndOrdersEachOpsTimes) {
+  TPD_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  Chain c(3, {1536, 2112, 1536, 4608}, false, rng);
+  GemmProgram plain(c.gemms, 3);
+  GemmProgram traced(c.gemms, 3, true);
+  EXPECT_TRUE(plain.timelines().empty());
+  EXPECT_TRUE(traced.timelines().empty()) << "no run yet";
+  c.fresh(rng);
+  const auto bits = c.checked_run(plain, nullptr);
+  for (int run = 0; run < 10; ++run) {
+    for (std::size_t i = 0; i < c.gemms.size(); ++i) poison(c.out(i));
+    traced.run(nullptr);
+  }
+  TPD_CUDA(cudaDeviceSynchronize());
+  EXPECT_TRUE(c.bits() == bits) << "the traced program's bits differ";
+  int sms = 0;
+  TPD_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const std::vector<GemmProgram::RunTimeline> runs = traced.timelines();
+  ASSERT_EQ(runs.size(), 8u);
+  uint64_t previous_end = 0;
+  for (const GemmProgram::RunTimeline& t : runs) {
+    ASSERT_EQ(t.sm.size(), static_cast<std::size_t>(traced.ctas()));
+    ASSERT_EQ(t.ops.size(), t.sm.size() * static_cast<std::size_t>(traced.ops()));
+    uint64_t first_start = ~uint64_t{0}, last_end = 0;
+    int recorded = 0;
+    for (std::size_t i = 0; i < t.ops.size(); ++i) {
+      EXPECT_LT(t.sm[i / static_cast<std::size_t>(traced.ops())], static_cast<uint32_t>(sms));
+      const GemmProgram::OpTimes& o = t.ops[i];
+      if (o.start_ns == 0) continue;
+      ++recorded;
+      EXPECT_LE(o.start_ns, o.mma_end_ns) << "entry " << i;
+      EXPECT_LE(o.mma_end_ns, o.epilogue_end_ns) << "entry " << i;
+      first_start = std::min(first_start, o.start_ns);
+      last_end = std::max(last_end, o.epilogue_end_ns);
+    }
+    EXPECT_GE(recorded, traced.ops()) << "every op has a CTA";
+    EXPECT_GT(first_start, previous_end) << "the runs out of order";
+    previous_end = last_end;
+  }
+}
+
 TEST(GemmProgram, Refusals) {
   TPD_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
