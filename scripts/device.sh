@@ -3,7 +3,7 @@
 # sanitizers and the benchmarks; logs and JSON go under $OUT (packed into
 # $OUT/logs.tgz: the device tool returns at most 8 files).
 #   bash scripts/device.sh [steps...]
-#   steps: build test nccl-nop2p sanitize sanitize-gemm tune bench-gemm bench-chain bench-comm
+#   steps: build test nccl-nop2p sanitize sanitize-gemm race-gemm tune bench-gemm bench-chain bench-comm
 #          bench-comm-nccl drafter peers info all; two-shot, oproj, oproj-sanitize, oproj-bench,
 #          adopt, crossover, adopt-python, install-decode and python, stress-delays, lab-loads, before,
 #          before-drafter and program (only when named)
@@ -43,7 +43,8 @@ export LD_LIBRARY_PATH="$NCCL_ROOT/lib:${LD_LIBRARY_PATH:-}"
 BUILD=${BUILD:-build-device}
 GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
 
-if has build || [[ ! -x $BUILD/tools/tpdecode && $steps != python && $steps != adopt-python && $steps != install-decode ]]; then
+if has build || [[ ! -x $BUILD/tools/tpdecode && $steps != python && $steps != adopt-python && $steps != install-decode &&
+                   $steps != race-gemm ]]; then
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$LOG/gpu.txt" 2>&1
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCL_ROOT="$NCCL_ROOT" \
     -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc > "$LOG/configure.log" 2>&1 || { tail -30 "$LOG/configure.log"; exit 1; }
@@ -74,21 +75,23 @@ if has sanitize; then
   unset TPDECODE_QUICK
 fi
 if has sanitize-gemm; then
-  # DecodeGemm's tests under memcheck and racecheck (reduced counts via TPDECODE_QUICK).
-  # Why racecheck from a build of its own: it runs the engines' kernels so slowly that
-  # a correct mbarrier wait passes the default 10 s deadline (src/core/device.cuh).
+  # DecodeGemm's tests under memcheck (reduced counts via TPDECODE_QUICK).
+  TPDECODE_QUICK=1 step gemm-memcheck "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool memcheck --error-exitcode 9 \
+    "$BUILD/tests/gpu_tests" --gtest_filter="${GEMM_SANITIZE_FILTER:-DecodeGemm.*:DraftLogits.*}"
+fi
+if has race-gemm; then
+  # The engines' and the program's kernels under racecheck, on the small shapes
+  # (TPDECODE_SMALL: racecheck runs them about a thousand times slower), one test per
+  # step. Why a build of its own: so slowly that a correct mbarrier wait passes the
+  # default 10 s deadline (src/core/device.cuh).
   cmake -S . -B "$BUILD-race" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCL_ROOT="$NCCL_ROOT" \
     -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc -DCMAKE_CUDA_FLAGS=-DTPDECODE_MBAR_TIMEOUT_NS=900000000000ull \
     > "$LOG/configure-race.log" 2>&1 && ninja -C "$BUILD-race" -j"$(nproc)" gpu_tests > "$LOG/build-race.log" 2>&1 ||
     { tail -30 "$LOG/build-race.log"; exit 1; }
-  export TPDECODE_QUICK=1
-  for tool in memcheck racecheck; do
-    tests=$BUILD/tests/gpu_tests
-    [[ $tool == racecheck ]] && tests=$BUILD-race/tests/gpu_tests
-    step gemm-$tool "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool $tool --error-exitcode 9 "$tests" \
-      --gtest_filter="${GEMM_SANITIZE_FILTER:-DecodeGemm.*:DraftLogits.*}"
+  for t in ${GEMM_RACE_TESTS:-WgmmaEngine.EveryLaunchShapeAgreesWithTheReference DecodeGemm.EdgeShapesEverySplit GemmProgram.IndependentOps}; do
+    TPDECODE_QUICK=1 TPDECODE_SMALL=1 step "race-$t" "${RACE_TIMEOUT:-200}" compute-sanitizer --tool racecheck \
+      --error-exitcode 9 "$BUILD-race/tests/gpu_tests" --gtest_filter="$t"
   done
-  unset TPDECODE_QUICK
 fi
 # Pre-tunes the drafter's per-rank linears at every TP and M bucket; the cache lands in logs.tgz.
 has tune && step tune 300 $CLI tune --tp 8 --tp 4 --tp 2 --tp 1 --fresh --cache "$LOG/tune_cache.json" \

@@ -32,6 +32,9 @@ bool have_gpu();
 
 // Reduced repetition counts (TPDECODE_QUICK set: under the sanitizers).
 inline bool quick() { return std::getenv("TPDECODE_QUICK") != nullptr; }
+// Small shapes and one row count per launch shape only (TPDECODE_SMALL set: under
+// racecheck, which runs the engines' kernels about a thousand times slower).
+inline bool small() { return std::getenv("TPDECODE_SMALL") != nullptr; }
 
 // Random BF16 values: normal(0, scale), rounded; never all zeros.
 std::vector<uint16_t> random_bf16(std::size_t n, std::mt19937_64& rng, float scale = 1.0f);
