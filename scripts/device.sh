@@ -3,7 +3,7 @@
 # sanitizers and the benchmarks; logs and JSON go under $OUT (packed into
 # $OUT/logs.tgz: the device tool returns at most 8 files).
 #   bash scripts/device.sh [steps...]
-#   steps: build test nccl-nop2p sanitize sanitize-gemm race-gemm tune bench-gemm bench-chain bench-comm
+#   steps: build test nccl-nop2p sanitize sanitize-gemm race-gemm race-patterns tune bench-gemm bench-chain bench-comm
 #          bench-comm-nccl drafter peers info all; two-shot, oproj, oproj-sanitize, oproj-bench,
 #          adopt, crossover, adopt-python, install-decode and python, stress-delays, lab-loads, before,
 #          before-drafter and program (only when named)
@@ -44,7 +44,7 @@ BUILD=${BUILD:-build-device}
 GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
 
 if has build || [[ ! -x $BUILD/tools/tpdecode && $steps != python && $steps != adopt-python && $steps != install-decode &&
-                   $steps != race-gemm ]]; then
+                   $steps != race-gemm && $steps != race-patterns ]]; then
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$LOG/gpu.txt" 2>&1
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCL_ROOT="$NCCL_ROOT" \
     -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc > "$LOG/configure.log" 2>&1 || { tail -30 "$LOG/configure.log"; exit 1; }
@@ -92,6 +92,14 @@ if has race-gemm; then
     TPDECODE_QUICK=1 TPDECODE_SMALL=1 step "race-$t" "${RACE_TIMEOUT:-200}" compute-sanitizer --tool racecheck \
       --error-exitcode 9 "$BUILD-race/tests/gpu_tests" --gtest_filter="$t"
   done
+fi
+if has race-patterns; then
+  # Racecheck's calibration (scripts/racecheck_patterns.cu): which correct
+  # synchronisation forms it reports, per kernel.
+  nvcc -std=c++20 -arch=sm_90a -I src -I include -o "$LOG/racecheck_patterns" scripts/racecheck_patterns.cu &&
+    step race-patterns 120 compute-sanitizer --tool racecheck "$LOG/racecheck_patterns"
+  grep -E "^(named|mbarrier|cluster)|Race reported|Potential invalid" "$LOG/race-patterns.txt" |
+    sed -E 's/\+0x[0-9a-f]+//' | sort | uniq -c
 fi
 # Pre-tunes the drafter's per-rank linears at every TP and M bucket; the cache lands in logs.tgz.
 has tune && step tune 300 $CLI tune --tp 8 --tp 4 --tp 2 --tp 1 --fresh --cache "$LOG/tune_cache.json" \
