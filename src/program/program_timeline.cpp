@@ -4,15 +4,10 @@
 #include <cstdint>
 
 #include "core/check.hpp"
+#include "core/graph_timing.hpp"
 
 namespace tpdecode::program {
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 // One op's times over the CTAs that ran it (ns).
 struct OpColumn {
