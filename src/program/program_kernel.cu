@@ -280,7 +280,7 @@ __global__ void pack_weight_kernel(const uint4* __restrict__ w, int64_t n, int64
 template <class F>
 bool with_kernel(int tokens, int depth, F&& f) {
   if (tokens == 8 && depth == 4) return f(gemm_program_kernel<8, 4>, kProgramThreads), true;
-  if (tokens == 16 && depth == 4) return f(gemm_program_kernel<16, 4>, kProgramThreads), true;
+  if (tokens == 16 && depth == 2) return f(gemm_program_kernel<16, 2>, kProgramThreads), true;
   if (tokens == 32 && depth == 2) return f(gemm_program_kernel<32, 2>, kProgramThreads), true;
   if (tokens == 64 && depth == 2) return f(gemm_program_kernel<64, 2>, kProgramThreads), true;
   return false;
@@ -291,10 +291,10 @@ bool with_kernel(int tokens, int depth, F&& f) {
 KernelShape kernel_shape(int m) {
   KernelShape s;
   s.tokens = wgmma::token_tile(m);
-  // Why 4 chunks per step up to 16 tokens: one 32 KB weight copy per stage (2
-  // chunks measured 0-4 % slower at TP 8 and TP 1, docs/performance.md); above,
-  // the x tiles grow with the tokens and 2 chunks keep the ring deeper.
-  s.depth = s.tokens <= 16 ? 4 : 2;
+  // Why 4 chunks per step at 8 tokens: one 32 KB weight copy per stage (16 KB
+  // stages measured 2-4 % slower at 1-4 rows); from 16 tokens 16 KB stages (the
+  // ring twice as deep) measured 5-7 % faster at 16 rows (docs/performance.md).
+  s.depth = s.tokens <= 8 ? 4 : 2;
   // Shared memory: the aligned ring, its barriers and the finisher's handoff.
   const int stage = s.depth * (wgmma::kTileBytes + s.tokens * wgmma::kChunkK * 2);
   const int handoff = 4 * 8 + s.tokens * kBlockRows * 4;
