@@ -8,7 +8,6 @@
 #          adopt, crossover, adopt-python, install-decode and python, stress-delays, lab-loads, before,
 #          before-drafter and program (only when named)
 #   TESTS='regex'   which tests `test` runs (ctest -R); default: all
-#   GEMM_RACE_TESTS='Suite.Test:kernel-substring ...'   what race-gemm runs and checks
 #   GEMM_ARGS, CHAIN_ARGS, TUNE_ARGS, COMM_ARGS, NCCL_COMM_ARGS, OPROJ_ARGS, DRAFTER_ARGS: extra arguments of those steps
 #   OPROJ_DRAFTER=1   oproj-bench also runs the drafter with producer-consumer forced, and without
 set -uo pipefail
@@ -89,15 +88,9 @@ if has race-gemm; then
     -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc -DCMAKE_CUDA_FLAGS=-DTPDECODE_MBAR_TIMEOUT_NS=900000000000ull \
     > "$LOG/configure-race.log" 2>&1 && ninja -C "$BUILD-race" -j"$(nproc)" gpu_tests > "$LOG/build-race.log" 2>&1 ||
     { tail -30 "$LOG/build-race.log"; exit 1; }
-  # Each test with the kernels it checks (a name substring); the others, cuBLAS's
-  # among them, run uninstrumented (with every kernel checked, the wgmma test did
-  # not finish in 165 s).
-  race_tests="WgmmaEngine.EveryLaunchShapeAgreesWithTheReference:wgmma_ DecodeGemm.EdgeShapesEverySplit:warp_splitk"
-  race_tests+=" GemmProgram.IndependentOps:gemm_program"
-  for tk in ${GEMM_RACE_TESTS:-$race_tests}; do
-    t=${tk%%:*} k=${tk#*:}
+  for t in ${GEMM_RACE_TESTS:-WgmmaEngine.EveryLaunchShapeAgreesWithTheReference DecodeGemm.EdgeShapesEverySplit GemmProgram.IndependentOps}; do
     TPDECODE_QUICK=1 TPDECODE_SMALL=1 step "race-$t" "${RACE_TIMEOUT:-200}" compute-sanitizer --tool racecheck \
-      --kernel-name "kns=$k" --error-exitcode 9 "$BUILD-race/tests/gpu_tests" --gtest_filter="$t"
+      --error-exitcode 9 "$BUILD-race/tests/gpu_tests" --gtest_filter="$t"
   done
 fi
 if has race-patterns; then
