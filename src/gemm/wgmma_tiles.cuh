@@ -140,20 +140,43 @@ __device__ __forceinline__ void load_step(uint8_t* smem, const CUtensorMap* map,
     dev::tma_load_3d(smem, map, 0, row0, step * kDepth, bar, policy);
 }
 
+// A cap on the weight stages in flight (issued, not landed): the stages' copies
+// complete on `landed` (one barrier per stage, one arrival: the producer's) and at
+// most `stages` are in flight at once. Null `landed`: no cap, the copies complete
+// on the ring's full barriers.
+struct InFlightCap {
+  uint64_t* landed = nullptr;
+  int stages = 0;
+};
+
 // The weight producer (one thread): every unit's steps, in order, each as soon as
-// its stage is free: schedule.load_weights(i, step, stage memory, barrier, policy)
-// issues unit i's copies of that step, counted on the barrier (kWBytes in all).
+// its stage is free (and, with a cap, an earlier stage has landed):
+// schedule.load_weights(i, step, stage memory, barrier, policy) issues unit i's
+// copies of that step, counted on the barrier (kWBytes in all).
 template <int kWRows, int kXRows, int kDepth, class Schedule>
 __device__ __forceinline__ void produce_weights(const Ring<kWRows, kXRows, kDepth>& ring, const Schedule& schedule,
-                                                Cursor& cur) {
+                                                Cursor& cur, const InFlightCap& cap = {}) {
   const uint64_t policy = dev::evict_first_policy();
+  int issued = 0;
   for (int i = 0; i < schedule.count(); ++i) {
     const Unit u = schedule.unit(i);
     for (int c = u.step_begin; c < u.step_end; ++c) {
       dev::mbar_wait(ring.empty + cur.stage, cur.parity ^ 1);
-      dev::mbar_arrive_expect_tx(ring.full + cur.stage, Ring<kWRows, kXRows, kDepth>::kWBytes);
-      schedule.load_weights(i, c, ring.w(cur.stage), ring.full + cur.stage, policy);
+      uint64_t* bar = ring.full + cur.stage;
+      if (cap.landed != nullptr) {
+        // Stage use n's barrier phase is n / stages: the producer arms that barrier's
+        // next phase only later (issued + stages - cap.stages > issued), so the
+        // parity names this use.
+        if (issued >= cap.stages) {
+          const int n = issued - cap.stages;
+          dev::mbar_wait(cap.landed + n % ring.stages, static_cast<uint32_t>(n / ring.stages) & 1);
+        }
+        bar = cap.landed + cur.stage;
+      }
+      dev::mbar_arrive_expect_tx(bar, Ring<kWRows, kXRows, kDepth>::kWBytes);
+      schedule.load_weights(i, c, ring.w(cur.stage), bar, policy);
       cur.next(ring.stages);
+      ++issued;
     }
   }
 }

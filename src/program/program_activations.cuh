@@ -1,6 +1,7 @@
 // The GEMM program's activation loaders: warps that fill every ring stage's x
 // ([depth][tokens][64] bf16 in the 128-byte swizzle wgmma reads; tokens past m and
-// columns past k zero) and arrive on the stage's full barrier, in one of two ways:
+// columns past k zero) and arrive on the stage's full barrier once its weights are
+// in (the kernel's `landed` barriers), in one of two ways:
 //  - a tensor-map copy (TMA): for an input of the program, and for a window of an
 //    earlier op's outputs once that op's completion counter is seen complete
 //    (acquire, then fence.proxy.async.global: the copies read what the count
@@ -110,6 +111,7 @@ struct ActivationLoader {
   const Args& a;
   const CtaUnits& units;
   const Ring& ring;
+  uint64_t* landed;  // per stage: its weights are in (the kernel's cap on them in flight)
   uint32_t epoch;
   int warp;  // of the loaders
   int lane;
@@ -142,7 +144,10 @@ struct ActivationLoader {
     // The generic-proxy stores before wgmma's (async-proxy) reads of the stage.
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     __syncwarp();
-    if (lane == 0) dev::mbar_arrive(ring.full + at.cur.stage);
+    if (lane == 0) {
+      dev::mbar_wait(landed + at.cur.stage, at.cur.parity);
+      dev::mbar_arrive(ring.full + at.cur.stage);
+    }
   }
 
   // Whether op `after`'s outputs are all published and ordered before this warp's
@@ -181,6 +186,7 @@ struct ActivationLoader {
       dev::mbar_wait(ring.empty + at.cur.stage, at.cur.parity ^ 1);
       if (copies) {
         if (lane == 0) {
+          dev::mbar_wait(landed + at.cur.stage, at.cur.parity);
           dev::mbar_arrive_expect_tx(ring.full + at.cur.stage, Ring::kXBytes);
           wgmma::load_step<kDepth>(ring.x(at.cur.stage), &op.x_map[epoch], at.step, 0, ring.full + at.cur.stage,
                                    policy);

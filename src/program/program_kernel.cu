@@ -4,7 +4,8 @@
 // step of a block one contiguous, pre-swizzled 8 KB x kDepth run; a [64, 64] box
 // of the row-major weight streamed 81 % where the packed runs stream 87-92 %) and
 // arrive as one bulk copy per stage. The weight producer streams its units'
-// weights across op boundaries, waiting for nothing but free stages; the
+// weights across op boundaries, waiting for nothing but free stages and, with
+// kInFlightBytes in flight, an earlier stage's arrival (kernel_shape: why); the
 // activation loaders (program_activations.cuh) fill x into the stages, by copies
 // or, while the op x comes from is not known complete, by polling its mailbox. So
 // the next op's weights are in flight while the previous op finishes, as far as
@@ -167,12 +168,14 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
                                              ~uintptr_t{wgmma::kAlign - 1});
   auto* bars = reinterpret_cast<uint64_t*>(base + a.stages * Ring::kStageBytes);
   const Ring ring{base, a.stages, bars, bars + a.stages};
-  uint64_t* handoff_bars = bars + 2 * a.stages;
+  uint64_t* landed = bars + 2 * a.stages;  // a stage's weights are in (kernel_shape: why a cap)
+  uint64_t* handoff_bars = landed + a.stages + (a.stages & 1);  // `pre` 16-byte aligned
   const Handoff handoff{reinterpret_cast<float*>(handoff_bars + 4), handoff_bars, handoff_bars + 1, handoff_bars + 2,
                         handoff_bars + 3};
   const int tid = static_cast<int>(threadIdx.x);
   if (tid < a.stages) {
-    dev::mbar_init(ring.full + tid, 2);  // the weight producer's copy and the activation loader
+    dev::mbar_init(ring.full + tid, 1);  // the activation loader, once the weights are in
+    dev::mbar_init(landed + tid, 1);     // the weight producer's copy
     dev::mbar_init(ring.empty + tid, wgmma::kConsumerWarps);
   }
   if (tid == 0) {
@@ -193,7 +196,7 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
   const int warp = tid / 32;
   if (warp == wgmma::kWeightWarp) {
     wgmma::Cursor cur;
-    if (tid % 32 == 0) wgmma::produce_weights(ring, CtaSchedule<kDepth>{units}, cur);
+    if (tid % 32 == 0) wgmma::produce_weights(ring, CtaSchedule<kDepth>{units}, cur, {landed, a.inflight_stages});
     return;
   }
   // The program's inputs, the previous run's mailbox, scratch and counters: the
@@ -201,7 +204,8 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
   dev::pdl_wait();
   if (warp > wgmma::kWeightWarp && warp < kFinisherWarp) {
     if (units.count() > 0)
-      ActivationLoader<kTokens, kDepth>{a, units, ring, read_epoch(a), warp - wgmma::kWeightWarp - 1, tid % 32}.run();
+      ActivationLoader<kTokens, kDepth>{a, units, ring, landed, read_epoch(a), warp - wgmma::kWeightWarp - 1, tid % 32}
+          .run();
     return;
   }
   if (warp >= kFinisherWarp) {
@@ -298,10 +302,18 @@ KernelShape kernel_shape(int m) {
   // Shared memory: the aligned ring, its barriers and the finisher's handoff.
   const int stage = s.depth * (wgmma::kTileBytes + s.tokens * wgmma::kChunkK * 2);
   const int handoff = 4 * 8 + s.tokens * kBlockRows * 4;
-  auto bytes = [&](int stages) { return stages * stage + 2 * stages * 8 + handoff + wgmma::kAlign; };
+  // The ring's full, empty and landed barriers, one padding word for `pre`.
+  auto bytes = [&](int stages) { return stages * stage + (3 * stages + 1) * 8 + handoff + wgmma::kAlign; };
   s.stages = 0;
   while (s.stages < wgmma::kMaxStages && bytes(s.stages + 1) <= kSmemPerCtaMax) ++s.stages;
   s.smem_bytes = bytes(s.stages);
+  // Why a cap on the weight bytes in flight: every global-memory wait of the
+  // program (partials, the mailbox) queues behind the whole GPU's outstanding
+  // reads; with every SM streaming a flag took 0.5-1.7 us one way at 64 KB in
+  // flight per SM and 3.7-5.2 us at 192 KB, and 64 KB still streams at the read
+  // ceiling. The chains ran 4-6 % faster at 1 and 8 rows, 2 % at 16 (32 KB
+  // starved the stream; docs/performance.md).
+  s.inflight_stages = std::clamp(kInFlightBytes / (s.depth * wgmma::kTileBytes), 1, s.stages);
   return s;
 }
 

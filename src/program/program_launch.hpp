@@ -53,19 +53,24 @@ struct Args {
   int op_count;
   int m;
   int stages;
+  int inflight_stages;  // weight stages issued and not landed, at most
   // With a timeline: [8 runs][ctas][1 + 3 ops] u64, run r's in slot r % 8: per
   // CTA its SM, then per op the three times of GemmProgram::OpTimes. Else null.
   uint64_t* timeline;
 };
 
 // The kernel's shape for a program of m rows: the token tile (wgmma's N), the
-// chunks per K step, the ring depth that fits the shared memory, and its bytes.
+// chunks per K step, the ring depth that fits the shared memory, the stages in
+// flight, and its bytes.
 struct KernelShape {
   int tokens = 8;
   int depth = 4;
   int stages = 0;
+  int inflight_stages = 0;  // the weight producer's cap on stages in flight
   int smem_bytes = 0;
 };
+// The weight bytes a CTA keeps in flight, at most (kernel_shape: why).
+inline constexpr int kInFlightBytes = 64 * 1024;
 KernelShape kernel_shape(int m);
 
 // The weight [n, k] packed for the kernel at `depth` chunks per step: per 64-row
