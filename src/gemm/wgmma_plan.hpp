@@ -106,4 +106,21 @@ constexpr bool shape_built(int sub_tiles, int tokens) {
          (tokens == 8 || tokens == 16 || tokens == 32 || tokens == 64) && sub_tiles * tokens <= 64;
 }
 
+// The weight producer's cap on stages in flight (InFlightCap in wgmma_tiles.cuh):
+// before it issues its use `issued` of the ring (counted from 0), it waits until use
+// issued - cap has landed, on that stage's landed barrier at the parity of that use
+// (use n of a stage is its barrier's phase n / stages). With cap <= stages the
+// barrier has not been armed for a later use yet (that is use issued - cap +
+// stages >= issued), so the parity names this use. No wait for the first cap uses.
+struct LandedWait {
+  bool wait = false;
+  int stage = 0;
+  uint32_t parity = 0;
+};
+constexpr LandedWait landed_wait(int issued, int cap, int stages) {
+  if (issued < cap) return {};
+  const int n = issued - cap;
+  return {true, n % stages, static_cast<uint32_t>(n / stages) & 1u};
+}
+
 }  // namespace tpdecode::wgmma

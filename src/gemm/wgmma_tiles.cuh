@@ -142,8 +142,8 @@ __device__ __forceinline__ void load_step(uint8_t* smem, const CUtensorMap* map,
 
 // A cap on the weight stages in flight (issued, not landed): the stages' copies
 // complete on `landed` (one barrier per stage, one arrival: the producer's) and at
-// most `stages` are in flight at once. Null `landed`: no cap, the copies complete
-// on the ring's full barriers.
+// most `stages` (<= the ring's) are in flight at once (landed_wait). Null
+// `landed`: no cap, the copies complete on the ring's full barriers.
 struct InFlightCap {
   uint64_t* landed = nullptr;
   int stages = 0;
@@ -164,13 +164,8 @@ __device__ __forceinline__ void produce_weights(const Ring<kWRows, kXRows, kDept
       dev::mbar_wait(ring.empty + cur.stage, cur.parity ^ 1);
       uint64_t* bar = ring.full + cur.stage;
       if (cap.landed != nullptr) {
-        // Stage use n's barrier phase is n / stages: the producer arms that barrier's
-        // next phase only later (issued + stages - cap.stages > issued), so the
-        // parity names this use.
-        if (issued >= cap.stages) {
-          const int n = issued - cap.stages;
-          dev::mbar_wait(cap.landed + n % ring.stages, static_cast<uint32_t>(n / ring.stages) & 1);
-        }
+        const LandedWait w = landed_wait(issued, cap.stages, ring.stages);
+        if (w.wait) dev::mbar_wait(cap.landed + w.stage, w.parity);
         bar = cap.landed + cur.stage;
       }
       dev::mbar_arrive_expect_tx(bar, Ring<kWRows, kXRows, kDepth>::kWBytes);
