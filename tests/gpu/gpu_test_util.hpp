@@ -33,7 +33,8 @@ bool have_gpu();
 // Reduced repetition counts (TPDECODE_QUICK set: under the sanitizers).
 inline bool quick() { return std::getenv("TPDECODE_QUICK") != nullptr; }
 // Small shapes and one row count per launch shape only (TPDECODE_SMALL set: under
-// racecheck, which runs the engines' kernels about a thousand times slower).
+// racecheck, which runs the engines' kernels about a thousand times slower); the
+// wgmma engine's test then runs one weight at splits 1 and 3, without cuBLAS.
 inline bool small() { return std::getenv("TPDECODE_SMALL") != nullptr; }
 
 // Random BF16 values: normal(0, scale), rounded; never all zeros.

@@ -60,6 +60,7 @@ std::vector<Case> cases(int64_t n, int64_t k, std::mt19937_64& rng) {
     const int64_t blocks = (n + kind.rows() - 1) / kind.rows();
     for (int split : {1, 2, 3, 8}) {
       if (split > chunks) continue;
+      if (small() && split != 1 && split != 3) continue;  // a CTA alone, and a cluster's reduction
       const int deepest = kind.wide ? wgmma::wide_stages_within(kind.rows(), split, kMaxSmem)
                                     : wgmma::stages_within(kind.sub_tiles, kind.tokens, kMaxSmem);
       if (deepest == 0) continue;  // the wide form's partials leave too little room for a ring
@@ -94,8 +95,8 @@ TEST(WgmmaEngine, EveryLaunchShapeAgreesWithTheReference) {
   TPD_REQUIRE_GPU();
   std::mt19937_64 rng(test::fresh_seed());
   CublasContext cublas;
-  std::vector<std::pair<int64_t, int64_t>> shapes = {{80, 1024}, {16, 128}, {1000, 640}};
-  if (!small()) shapes.insert(shapes.end(), {{2112, 7168}, {7168, 1536}});
+  std::vector<std::pair<int64_t, int64_t>> shapes = {{80, 1024}};
+  if (!small()) shapes.insert(shapes.end(), {{16, 128}, {1000, 640}, {2112, 7168}, {7168, 1536}});
   if (!quick() && !small()) shapes.insert(shapes.end(), {{2304, 1536}, {896, 35840}, {4608, 7168}, {4160, 2112 * 2}});
   for (const auto& [n, k] : shapes) {
     Problem p(n, k, rng);
@@ -113,14 +114,18 @@ TEST(WgmmaEngine, EveryLaunchShapeAgreesWithTheReference) {
       poison(again);
       run(p, c.m, s, out.get(), nullptr);
       TPD_CUDA(cudaGetLastError());
-      cublas.gemm(p.rows(c.m), p.weight(), TensorView::bf16(base.get(), c.m, n), nullptr);
+      // Small mode (racecheck's runs) skips cuBLAS's baseline: racecheck would
+      // instrument cuBLAS's kernels too, and the engine's are what it checks.
+      if (!small()) cublas.gemm(p.rows(c.m), p.weight(), TensorView::bf16(base.get(), c.m, n), nullptr);
       run(p, c.m, s, again.get(), nullptr);
       TPD_CUDA(cudaDeviceSynchronize());
       const std::vector<uint16_t> got = to_host<uint16_t>(out, bytes / 2);
       ASSERT_EQ(std::count(got.begin(), got.end(), kPoison16), 0) << "output elements left unwritten";
       const double ours = p.error(out, c.m);
-      const double theirs = p.error(base, c.m);
-      EXPECT_LE(ours, theirs * (1 + kRelSlack) + kAbsSlack) << "cuBLAS " << theirs;
+      if (!small()) {
+        const double theirs = p.error(base, c.m);
+        EXPECT_LE(ours, theirs * (1 + kRelSlack) + kAbsSlack) << "cuBLAS " << theirs;
+      }
       ASSERT_LT(ours, 1e-2);
       ASSERT_EQ(count_differences(out.get(), again.get(), c.m * n), 0u) << "a second run differs";
       const auto [it, first] = bits.try_emplace({c.m, s.split, s.tokens, s.wide}, got);
