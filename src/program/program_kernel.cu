@@ -309,8 +309,8 @@ KernelShape kernel_shape(int m) {
   s.smem_bytes = bytes(s.stages);
   // Why a cap on the weight bytes in flight: every global-memory wait of the
   // program (partials, the mailbox) queues behind the whole GPU's outstanding
-  // reads; with every SM streaming a flag took 0.5-1.7 us one way at 64 KB in
-  // flight per SM and 3.7-5.2 us at 192 KB, and 64 KB still streams at the read
+  // reads; with the other SMs streaming a flag took 0.5-1.7 us one way at 64 KB in
+  // flight per SM and 3.7-5.7 us at 192 KB, and 64 KB still streams at the read
   // ceiling. The chains ran 4-6 % faster at 1 and 8 rows, 2 % at 16 (32 KB
   // starved the stream; docs/performance.md).
   s.inflight_stages = std::clamp(kInFlightBytes / (s.depth * wgmma::kTileBytes), 1, s.stages);
