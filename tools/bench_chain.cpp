@@ -58,6 +58,7 @@ struct Row {
   std::vector<std::string> links;  // each link of the first set's chain: "name NxK: what ran (its tuned us)"
   // With --timeline: the first set's program's boundaries, and its free form's.
   std::optional<program::BoundaryFigures> program_timeline, free_timeline;
+  std::vector<GemmProgram::RunTimeline> program_runs;  // with --timeline: the raw per-CTA times behind them
 };
 
 // One link of the chain: a weight and its DecodeGemm.
@@ -169,7 +170,8 @@ void bench_tp(int tp, const Options& o, const Gpu& gpu, cudaStream_t stream, std
         // K columns of the previous one's out (the dependency a chain of linears
         // has; every drafter link's K fits its predecessor's N); `free`: every x an
         // input (what the dependency costs).
-        auto time_program = [&](bool chained, std::optional<program::BoundaryFigures>& timeline) {
+        auto time_program = [&](bool chained, std::optional<program::BoundaryFigures>& timeline,
+                                std::vector<GemmProgram::RunTimeline>* raw) {
           std::vector<std::unique_ptr<GemmProgram>> programs;
           for (const std::vector<std::size_t>& c : chains) {
             std::vector<GemmProgram::Gemm> gemms;
@@ -190,11 +192,15 @@ void bench_tp(int tp, const Options& o, const Gpu& gpu, cudaStream_t stream, std
                   stream, [&](cudaStream_t st, int c) { programs[static_cast<std::size_t>(c)]->run(st); }, sets,
                   o.replays)
                   .median_us;
-          if (o.timeline) timeline = program::boundary_figures(programs[0]->timelines(), programs[0]->ops());
+          if (o.timeline) {
+            std::vector<GemmProgram::RunTimeline> runs = programs[0]->timelines();
+            timeline = program::boundary_figures(runs, programs[0]->ops());
+            if (raw != nullptr) *raw = std::move(runs);
+          }
           return us;
         };
-        r.program_us = time_program(true, r.program_timeline);
-        r.free_us = time_program(false, r.free_timeline);
+        r.program_us = time_program(true, r.program_timeline, &r.program_runs);
+        r.free_us = time_program(false, r.free_timeline, nullptr);
       }
       for (const std::string& name : o.force) {
         std::map<std::size_t, std::unique_ptr<DecodeGemm>> forced;  // by link
@@ -317,6 +323,18 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const ben
     };
     if (r.program_timeline) j["rows"].back()["program_timeline"] = figures(*r.program_timeline);
     if (r.free_timeline) j["rows"].back()["program_free_timeline"] = figures(*r.free_timeline);
+    // Per run: the SM of each CTA and, per op, each CTA's start, last MMA end and
+    // epilogue end (ns; CTA c's op o at c * ops + o), for analyses the figures lack
+    // (e.g. whether the late CTAs are the same SMs from op to op).
+    for (const GemmProgram::RunTimeline& run : r.program_runs) {
+      nlohmann::json t{{"sm", run.sm}};
+      for (const GemmProgram::OpTimes& op : run.ops) {
+        t["start_ns"].push_back(op.start_ns);
+        t["mma_end_ns"].push_back(op.mma_end_ns);
+        t["epilogue_end_ns"].push_back(op.epilogue_end_ns);
+      }
+      j["rows"].back()["program_timeline_runs"].push_back(std::move(t));
+    }
   }
   std::ofstream(path) << j.dump(2) << "\n";
 }
@@ -354,7 +372,8 @@ void register_bench_chain(CLI::App& app) {
   cmd->add_option("--force", o->force,
                   "also time the chain with every link forced to: warp (the rule's split) or cublas (repeatable)");
   cmd->add_flag("--timeline", o->timeline,
-               "the programs record where each op boundary's time goes (per CTA) and print it (about 1 % slower)");
+               "the programs record where each op boundary's time goes (per CTA) and print it (about 1 % slower); "
+               "--json then holds the program's per-CTA times too");
   cmd->add_option("--json", o->json, "also write the rows as JSON to this file");
   cmd->callback([o] { run(*o); });
 }
