@@ -3,7 +3,7 @@
 # sanitizers and the benchmarks; logs and JSON go under $OUT (packed into
 # $OUT/logs.tgz: the device tool returns at most 8 files).
 #   bash scripts/device.sh [steps...]
-#   steps: build test nccl-nop2p sanitize sanitize-gemm race-gemm race-patterns flag-latency tune bench-gemm
+#   steps: build test nccl-nop2p sanitize sanitize-gemm race-gemm race-patterns flag-latency cluster-residency tune bench-gemm
 #          bench-chain bench-comm bench-comm-nccl drafter peers info all; two-shot, oproj, oproj-sanitize, oproj-bench,
 #          adopt, crossover, adopt-python, install-decode and python, stress-delays, lab-loads, before,
 #          before-drafter and program (only when named)
@@ -44,7 +44,8 @@ BUILD=${BUILD:-build-device}
 GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
 
 if has build || [[ ! -x $BUILD/tools/tpdecode && $steps != python && $steps != adopt-python && $steps != install-decode &&
-                   $steps != race-gemm && $steps != race-patterns && $steps != flag-latency ]]; then
+                   $steps != race-gemm && $steps != race-patterns && $steps != flag-latency &&
+                   $steps != cluster-residency ]]; then
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$LOG/gpu.txt" 2>&1
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCL_ROOT="$NCCL_ROOT" \
     -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc > "$LOG/configure.log" 2>&1 || { tail -30 "$LOG/configure.log"; exit 1; }
@@ -97,6 +98,11 @@ if has flag-latency; then
   # A flag's time between two SMs while the GPU streams (scripts/flag_latency.cu).
   nvcc -std=c++20 -arch=sm_90a -I src -I include -o "$LOG/flag_latency" scripts/flag_latency.cu &&
     step flag-latency 120 "$LOG/flag_latency"
+fi
+if has cluster-residency; then
+  # How many clusters of the program's CTAs the GPU holds at once (scripts/cluster_residency.cu).
+  nvcc -std=c++20 -arch=sm_90a -o "$LOG/cluster_residency" scripts/cluster_residency.cu &&
+    step cluster-residency 60 "$LOG/cluster_residency"
 fi
 if has race-patterns; then
   # Racecheck's calibration (scripts/racecheck_patterns.cu): which correct
