@@ -23,7 +23,7 @@ def correlation(xs, ys):
 
 
 def lateness(runs):
-    """(run, op, sm, lateness in us) of every CTA that ran the op."""
+    """(run, op, sm, lateness in us) of every CTA that ran the op (an end of 0: it did not)."""
     out = []
     for r, run in enumerate(runs):
         ctas = len(run["sm"])
@@ -35,11 +35,29 @@ def lateness(runs):
     return out
 
 
-def sm_means(rows):
-    by_sm = defaultdict(list)
-    for _, _, sm, late in rows:
-        by_sm[sm].append(late)
-    return {sm: st.mean(v) for sm, v in by_sm.items()}
+def summary(runs):
+    """The figures for one row's runs (at least 2): the correlation of the SMs' mean
+    lateness between the two halves of the runs, the spread (sd) of the first half's
+    means, and the op's last lateness in the second half, as measured and with each
+    SM's first-half mean removed (both means over the ops, us)."""
+    half = len(runs) // 2
+    rows = lateness(runs)
+    halves = (defaultdict(list), defaultdict(list))
+    for r, _, sm, late in rows:
+        halves[r >= half][sm].append(late)
+    first, second = ({sm: st.mean(v) for sm, v in h.items()} for h in halves)
+    common = [sm for sm in first if sm in second]
+    measured, adjusted = defaultdict(list), defaultdict(list)
+    for r, o, sm, late in rows:
+        if r >= half:
+            measured[(r, o)].append(late)
+            adjusted[(r, o)].append(late - first.get(sm, 0.0))
+    return {
+        "correlation": correlation([first[s] for s in common], [second[s] for s in common]),
+        "sm_sd_us": st.pstdev(list(first.values())),
+        "last_us": st.mean(max(v) for v in measured.values()),
+        "last_without_sm_us": st.mean(max(v) - st.median(v) for v in adjusted.values()),
+    }
 
 
 def main(path):
@@ -47,25 +65,12 @@ def main(path):
         runs = row.get("program_timeline_runs")
         if not runs or len(runs) < 2:
             continue
+        s = summary(runs)
         half = len(runs) // 2
-        rows = lateness(runs)
-        first = sm_means([x for x in rows if x[0] < half])
-        second = sm_means([x for x in rows if x[0] >= half])
-        common = [sm for sm in first if sm in second]
-        per_op = defaultdict(list)
-        for r, o, sm, late in rows:
-            if r >= half:
-                per_op[(r, o)].append(late - first.get(sm, 0.0))
-        by_op = defaultdict(list)
-        for r, o, _, late in rows:
-            if r >= half:
-                by_op[(r, o)].append(late)
-        raw = [max(v) for v in by_op.values()]
-        adjusted = [max(v) - st.median(v) for v in per_op.values()]
         print(f"TP {row['tp']} M {row['m']} {row['chain']}: per-SM mean lateness, runs 0-{half - 1} against "
-              f"{half}-{len(runs) - 1}: correlation {correlation([first[s] for s in common], [second[s] for s in common]):.2f}; "
-              f"spread (sd) of the SMs' means {st.pstdev(list(first.values())):.2f} us; an op's last CTA late by "
-              f"{st.mean(raw):.2f} us, {st.mean(adjusted):.2f} with each SM's earlier mean removed")
+              f"{half}-{len(runs) - 1}: correlation {s['correlation']:.2f}; spread (sd) of the SMs' means "
+              f"{s['sm_sd_us']:.2f} us; an op's last CTA late by {s['last_us']:.2f} us, "
+              f"{s['last_without_sm_us']:.2f} with each SM's earlier mean removed")
 
 
 if __name__ == "__main__":
