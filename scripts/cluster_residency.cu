@@ -2,15 +2,19 @@
 // threads, 227 KB of shared memory) one GPU holds at once: the first fact a design
 // with split-K inside clusters (partials through distributed shared memory) needs,
 // since a persistent kernel's CTAs wait on each other and must all be resident.
-// For C = 1, 2, 4, 8 (and 16, non-portable): cudaOccupancyMaxActiveClusters, then a
-// launch of that many clusters whose CTAs each count themselves in and wait (bounded)
-// until all have: "all resident" or how many arrived. Built and run by
-// `scripts/device.sh cluster-residency`; docs/performance.md ("Chains") has what it
-// measured.
+// For C = 1, 2, 4, 8 (and 16, non-portable): the library's resident_ctas (what the
+// teams size their grids by: cudaOccupancyMaxActiveClusters), then a launch of that
+// many CTAs, each counting itself in and waiting (bounded) until all have: "all
+// resident" or how many arrived. Built and run by `scripts/device.sh
+// cluster-residency`; docs/performance.md ("Chains") has what it measured.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <cstdio>
+#include <exception>
+
+#include "core/launch.cuh"
+#include "team/rank_context.hpp"
 
 constexpr int kThreads = 384;
 constexpr int kSmem = 227 * 1024;
@@ -27,6 +31,7 @@ __global__ void count_in(unsigned* arrived, unsigned expected, unsigned* all_see
 }
 
 int main() {
+  using namespace tpdecode;
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   cudaFuncSetAttribute(count_in, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
@@ -35,34 +40,20 @@ int main() {
   cudaMalloc(&counters, 2 * sizeof(unsigned));
   std::printf("%d SMs; CTAs of %d threads and %d KB of shared memory\n", sms, kThreads, kSmem / 1024);
   for (int c : {1, 2, 4, 8, 16}) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = kSmem;
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = static_cast<unsigned>(c);
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    cfg.gridDim = dim3(static_cast<unsigned>(c));
-    int clusters = 0;
-    const cudaError_t q = cudaOccupancyMaxActiveClusters(&clusters, count_in, &cfg);
-    if (q != cudaSuccess || clusters == 0) {
-      std::printf("clusters of %2d: none (%s)\n", c, cudaGetErrorString(q));
-      cudaGetLastError();
-      continue;
+    try {
+      // The library's count (what the teams size their grids by), then a launch of it.
+      const int ctas = resident_ctas(reinterpret_cast<const void*>(count_in), kThreads, kSmem, c, 0);
+      cudaMemset(counters, 0, 2 * sizeof(unsigned));
+      launch_kernel(count_in, LaunchShape{dim3(static_cast<unsigned>(ctas)), dim3(kThreads), kSmem, c}, nullptr,
+                    counters, static_cast<unsigned>(ctas), counters + 1);
+      TPD_CUDA(cudaDeviceSynchronize());
+      unsigned got[2] = {0, 0};
+      cudaMemcpy(got, counters, sizeof(got), cudaMemcpyDeviceToHost);
+      std::printf("clusters of %2d: %3d at once = %3d CTAs of %d SMs (%d idle); %u of %d saw all resident\n", c,
+                  ctas / c, ctas, sms, sms - ctas, got[1], ctas);
+    } catch (const std::exception& e) {
+      std::printf("clusters of %2d: none (%s)\n", c, e.what());
     }
-    cfg.gridDim = dim3(static_cast<unsigned>(clusters * c));
-    cudaMemset(counters, 0, 2 * sizeof(unsigned));
-    const unsigned expected = static_cast<unsigned>(clusters * c);
-    const cudaError_t l = cudaLaunchKernelEx(&cfg, count_in, counters, expected, counters + 1);
-    const cudaError_t s = cudaDeviceSynchronize();
-    unsigned got[2] = {0, 0};
-    cudaMemcpy(got, counters, sizeof(got), cudaMemcpyDeviceToHost);
-    std::printf("clusters of %2d: %3d at once = %3d CTAs of %d SMs (%d idle); launch %s, %s; %u of %u saw all resident\n",
-                c, clusters, clusters * c, sms, sms - clusters * c, cudaGetErrorString(l), cudaGetErrorString(s), got[1],
-                expected);
   }
   return 0;
 }

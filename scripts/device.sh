@@ -44,8 +44,7 @@ BUILD=${BUILD:-build-device}
 GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
 
 if has build || [[ ! -x $BUILD/tools/tpdecode && $steps != python && $steps != adopt-python && $steps != install-decode &&
-                   $steps != race-gemm && $steps != race-patterns && $steps != flag-latency &&
-                   $steps != cluster-residency ]]; then
+                   $steps != race-gemm && $steps != race-patterns && $steps != flag-latency ]]; then
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$LOG/gpu.txt" 2>&1
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCL_ROOT="$NCCL_ROOT" \
     -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc > "$LOG/configure.log" 2>&1 || { tail -30 "$LOG/configure.log"; exit 1; }
@@ -100,8 +99,10 @@ if has flag-latency; then
     step flag-latency 120 "$LOG/flag_latency"
 fi
 if has cluster-residency; then
-  # How many clusters of the program's CTAs the GPU holds at once (scripts/cluster_residency.cu).
-  nvcc -std=c++20 -arch=sm_90a -o "$LOG/cluster_residency" scripts/cluster_residency.cu &&
+  # How many clusters of the program's CTAs the GPU holds at once (scripts/cluster_residency.cu,
+  # linked with the library for its residency count).
+  nvcc -std=c++20 -arch=sm_90a -I src -I include -o "$LOG/cluster_residency" scripts/cluster_residency.cu \
+    "$BUILD/src/libtpdecode.a" &&
     step cluster-residency 60 "$LOG/cluster_residency"
 fi
 if has race-patterns; then

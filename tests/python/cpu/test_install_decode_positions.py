@@ -3,27 +3,16 @@ decoding on a static cache, the position set before every step as before every
 replay (the warm-up steps included), gives the dynamic cache's logits, and never
 writes past the cache's end. Needs torch and transformers (skipped without)."""
 
-import importlib.util
-import pathlib
-
 import pytest
+from repo_file import load
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-EXAMPLE = pathlib.Path(__file__).resolve().parents[3] / "examples" / "install_decode.py"
-
-
-def load_example():
-    spec = importlib.util.spec_from_file_location("install_decode", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 @torch.inference_mode()
 def test_static_step_matches_the_dynamic_cache():
-    example = load_example()
+    example = load("examples/install_decode.py", "install_decode")
     config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                       num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
                                       max_position_embeddings=128)

@@ -2,18 +2,13 @@
 (the SMs' means unstable, nothing to gain by removing them), a few systematically slow
 SMs read as slow SMs (stable means, most of the lateness removed with them), and a CTA
 that did not run an op is left out of it."""
-import importlib.util
-import pathlib
 import random
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[3] / "scripts" / "timeline_lateness.py"
+from repo_file import load as load_file
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("timeline_lateness", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file("scripts/timeline_lateness.py", "timeline_lateness")
 
 
 def runs(slow_sms=(), ctas=132, ops=12, count=8, seed=1):
