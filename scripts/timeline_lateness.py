@@ -9,17 +9,9 @@ each SM's first-half mean removed (what a plan weighted per SM could gain at mos
     python3 scripts/timeline_lateness.py FILE
 """
 import json
-import math
 import statistics as st
 import sys
 from collections import defaultdict
-
-
-def correlation(xs, ys):
-    mx, my = st.mean(xs), st.mean(ys)
-    sx = math.sqrt(sum((x - mx) ** 2 for x in xs))
-    sy = math.sqrt(sum((y - my) ** 2 for y in ys))
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / (sx * sy) if sx * sy > 0 else 0.0
 
 
 def lateness(runs):
@@ -53,7 +45,7 @@ def summary(runs):
             measured[(r, o)].append(late)
             adjusted[(r, o)].append(late - first.get(sm, 0.0))
     return {
-        "correlation": correlation([first[s] for s in common], [second[s] for s in common]),
+        "correlation": st.correlation([first[s] for s in common], [second[s] for s in common]),
         "sm_sd_us": st.pstdev(list(first.values())),
         "last_us": st.mean(max(v) for v in measured.values()),
         "last_without_sm_us": st.mean(max(v) - st.median(v) for v in adjusted.values()),
