@@ -4,7 +4,10 @@
 // 4 and 8 shapes, back to back in one CUDA graph: stock (cuBLAS) against ours
 // (DecodeGemm, measured dispatch for chain links, PDL), bytes / time against the read ceiling
 // measured in the same run, and what a plain streaming read of the same buffers
-// takes (ordinary launches and PDL: what the hardware allows for such a chain).
+// takes (ordinary launches and PDL: what the hardware allows for such a chain). With
+// --silu-mul the down projection reads silu(gate) * up of gate_up's out, as an MLP
+// does: stock and ours run the drafter's SiLU-mul kernel between the two, the
+// programs run gate_up with the SiLU-mul epilogue.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -25,6 +28,7 @@
 #include "core/graph_timing.hpp"
 #include "core/random_fill.hpp"
 #include "core/weight_rotation.hpp"
+#include "drafter/kernels_launch.hpp"
 #include "gemm_shapes.hpp"
 #include "program/program_timeline.hpp"
 #include "read_ceiling.hpp"
@@ -42,6 +46,7 @@ struct Options {
   int replays = 20;
   std::vector<std::string> force;  // chains also timed with every link forced (forced_decision)
   bool timeline = false;           // the programs record their timelines (boundary_figures)
+  bool silu_mul = false;           // down reads silu(gate) * up of gate_up's out (the file's comment)
   std::string json;
 };
 
@@ -121,7 +126,14 @@ void bench_tp(int tp, const Options& o, const Gpu& gpu, cudaStream_t stream, std
     if (with_head) c.push_back(links.size() - 1);
     return c;
   };
+  // With --silu-mul: link i is a layer's down (layer_shapes: gate_up, then down),
+  // whose x stock and ours make with the SiLU-mul kernel from link i - 1's out.
+  constexpr std::size_t kDown = 4;
+  const bool shapes_fit = layer[kDown - 1].n == 2 * layer[kDown].k;
+  check(!o.silu_mul || shapes_fit, "bench chain: --silu-mul needs gate_up's N twice down's K");
+  auto folds = [&](std::size_t i) { return o.silu_mul && i + 1 < links.size() && i % layer.size() == kDown; };
   const int max_m = *std::max_element(o.ms.begin(), o.ms.end());
+  DeviceBuffer act(static_cast<std::size_t>(max_m * layer[kDown].k) * 2);  // SiLU-mul's out
   std::map<int64_t, DeviceBuffer> xs;  // by K: [max_m, K] bf16
   std::vector<DeviceBuffer> outs;      // by link: [max_m, N] bf16
   for (const Link& l : links) {
@@ -141,14 +153,27 @@ void bench_tp(int tp, const Options& o, const Gpu& gpu, cudaStream_t stream, std
     for (bool with_head : {false, true}) {
       std::vector<std::vector<std::size_t>> chains;  // [set]
       for (int set = 0; set < sets; ++set) chains.push_back(chain(set, with_head));
-      auto x_of = [&](std::size_t i) { return TensorView::bf16(xs.at(links[i].shape.k).get(), m, links[i].shape.k); };
+      auto x_of = [&](std::size_t i) {
+        return TensorView::bf16(folds(i) ? act.get() : xs.at(links[i].shape.k).get(), m, links[i].shape.k);
+      };
       auto out_of = [&](std::size_t i) { return TensorView::bf16(outs[i].get(), m, links[i].shape.n); };
+      // The SiLU-mul before a folded link i (stock and ours), then the link itself.
+      auto link_with_silu_mul = [&](std::size_t i, cudaStream_t st, bool pdl,
+                                    const std::function<void(std::size_t, cudaStream_t)>& link) {
+        if (folds(i)) {
+          TensorView gate_up = out_of(i - 1);
+          gate_up.cols = 2 * links[i].shape.k;
+          drafter::launch_silu_mul(st, gate_up, x_of(i), pdl);
+        }
+        link(i, st);
+      };
       // Median microseconds per chain of `run(link index, stream)` over every link.
-      auto time_chains = [&](const std::function<void(std::size_t, cudaStream_t)>& run) {
+      // pdl: the SiLU-mul kernels' (ours: yes, as the drafter's specialised path).
+      auto time_chains = [&](const std::function<void(std::size_t, cudaStream_t)>& run, bool pdl) {
         return time_graph(
                    stream,
                    [&](cudaStream_t st, int c) {
-                     for (std::size_t i : chains[static_cast<std::size_t>(c)]) run(i, st);
+                     for (std::size_t i : chains[static_cast<std::size_t>(c)]) link_with_silu_mul(i, st, pdl, run);
                    },
                    sets, o.replays)
             .median_us;
@@ -161,15 +186,17 @@ void bench_tp(int tp, const Options& o, const Gpu& gpu, cudaStream_t stream, std
       for (const std::vector<std::size_t>& c : chains)
         for (std::size_t i : c) buffers.push_back({links[i].weight.get(), links[i].weight.bytes()});
       for (std::size_t i : chains[0]) r.bytes += links[i].shape.bytes();
-      r.stock_us = time_chains([&](std::size_t i, cudaStream_t st) {
-        cublas->gemm(x_of(i), links[i].gemm->weight(), out_of(i), st);
-      });
-      r.ours_us = time_chains([&](std::size_t i, cudaStream_t st) { links[i].gemm->run(x_of(i), out_of(i), st); });
+      r.stock_us = time_chains(
+          [&](std::size_t i, cudaStream_t st) { cublas->gemm(x_of(i), links[i].gemm->weight(), out_of(i), st); },
+          false);
+      r.ours_us =
+          time_chains([&](std::size_t i, cudaStream_t st) { links[i].gemm->run(x_of(i), out_of(i), st); }, true);
       if (m <= GemmProgram::kMaxRows) {
         // One program per set: the chain's GEMMs in order, each reading the first
         // K columns of the previous one's out (the dependency a chain of linears
         // has; every drafter link's K fits its predecessor's N); `free`: every x an
-        // input (what the dependency costs).
+        // input (what the dependency costs). With --silu-mul gate_up's out is
+        // silu(gate) * up (the SiLU-mul epilogue), which a chained down reads.
         auto time_program = [&](bool chained, std::optional<program::BoundaryFigures>& timeline,
                                 std::vector<GemmProgram::RunTimeline>* raw) {
           std::vector<std::unique_ptr<GemmProgram>> programs;
@@ -178,8 +205,13 @@ void bench_tp(int tp, const Options& o, const Gpu& gpu, cudaStream_t stream, std
             for (std::size_t p = 0; p < c.size(); ++p) {
               const std::size_t i = c[p];
               GemmProgram::Gemm g{links[i].gemm->weight(), x_of(i), out_of(i), -1};
-              if (chained && p > 0 && links[i].shape.k <= links[c[p - 1]].shape.n) {
-                g.x = out_of(c[p - 1]);
+              if (p + 1 < c.size() && folds(c[p + 1])) {
+                g.out.cols /= 2;
+                g.out.row_stride = g.out.cols;
+                g.epilogue = GemmProgram::Epilogue::kSiluMul;
+              }
+              if (chained && p > 0 && links[i].shape.k <= gemms.back().out.cols) {
+                g.x = gemms.back().out;
                 g.x.cols = links[i].shape.k;
                 g.after = static_cast<int>(p) - 1;
               }
@@ -214,7 +246,8 @@ void bench_tp(int tp, const Options& o, const Gpu& gpu, cudaStream_t stream, std
             forced[i]->force(m, *d);
           }
         r.forced_us.push_back(
-            runs ? time_chains([&](std::size_t i, cudaStream_t st) { forced.at(i)->run(x_of(i), out_of(i), st); })
+            runs ? time_chains([&](std::size_t i, cudaStream_t st) { forced.at(i)->run(x_of(i), out_of(i), st); },
+                               true)
                  : std::numeric_limits<double>::infinity());
       }
       r.read_us = bench::time_read_chain(buffers, false, o.replays, stream) / sets;
@@ -255,8 +288,12 @@ void print_table(const std::vector<Row>& rows, const bench::ReadCeiling& ceiling
       "prog = the chain as one GemmProgram (each GEMM reads the previous one's out); free = that program with every "
       "x an input (no op waits for another); x = stock / ours; forced NAME = every link forced to that path (--force); %% = weight bytes / read ceiling / "
       "time; read = a plain streaming read of the same buffers, "
-      "ordinary launches and with PDL (what the hardware allows). Read ceiling {:.2f} TB/s.\n",
-      ceiling.tb_per_s);
+      "ordinary launches and with PDL (what the hardware allows). Read ceiling {:.2f} TB/s.{}\n",
+      ceiling.tb_per_s,
+      o.silu_mul ? " --silu-mul: down reads silu(gate) * up of gate_up's out: stock and ours (and forced) run the "
+                   "drafter's SiLU-mul kernel between them (ours with PDL); prog and free run gate_up with the "
+                   "SiLU-mul epilogue."
+                 : "");
   if (o.timeline) {
     fmt::print("\nThe programs' boundaries (--timeline; the first set's program, means over its last runs' ops, us):"
                " span = a run; late = an op's last MMA end - the median CTA's; epi = the last epilogue's end - the"
@@ -296,6 +333,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const ben
   j["device"] = {{"name", gpu.name}, {"sms", gpu.sms}, {"l2_bytes", gpu.l2}};
   j["read_ceiling"] = {{"tb_per_s", ceiling.tb_per_s}, {"bytes", ceiling.bytes}, {"median_us", ceiling.median_us}};
   j["layers"] = o.layers;
+  j["silu_mul"] = o.silu_mul;
   j["replays"] = o.replays;
   j["rows"] = nlohmann::json::array();
   for (const Row& r : rows) {
@@ -374,6 +412,9 @@ void register_bench_chain(CLI::App& app) {
   cmd->add_flag("--timeline", o->timeline,
                "the programs record where each op boundary's time goes (per CTA) and print it (about 1 % slower); "
                "--json then holds the program's per-CTA times too");
+  cmd->add_flag("--silu-mul", o->silu_mul,
+               "down reads silu(gate) * up of gate_up's out, as an MLP does: stock and ours run the drafter's "
+               "SiLU-mul kernel between them, the programs run gate_up with the SiLU-mul epilogue");
   cmd->add_option("--json", o->json, "also write the rows as JSON to this file");
   cmd->callback([o] { run(*o); });
 }

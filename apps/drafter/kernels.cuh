@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "core/device.cuh"
+#include "core/silu_mul.cuh"
 #include "drafter/weight_hash.hpp"
 
 namespace tpdecode::drafter::kernels {
@@ -123,9 +124,7 @@ __global__ void silu_mul_kernel(Rows gate_up, Rows out, int rows, int width) {
   if (i >= static_cast<int64_t>(rows) * width) return;
   const int64_t m = i / width;
   const int j = static_cast<int>(i % width);
-  const float g = bf(gate_up.at(m, j));
-  const float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
-  out.at(m, j) = __float2bfloat16_rn(__fmul_rn(silu, bf(gate_up.at(m, width + j))));
+  out.at(m, j) = dev::silu_mul(bf(gate_up.at(m, j)), bf(gate_up.at(m, width + j)));
 }
 
 __global__ void add_kernel(Rows a, Rows b, Rows out, int rows, int width) {

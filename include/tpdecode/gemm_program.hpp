@@ -31,13 +31,25 @@ namespace tpdecode {
 
 class GemmProgram {
  public:
+  // What an op stores as its out.
+  enum class Epilogue {
+    kPlain,  // out[m, n] = x W^T, rounded to BF16
+    // An MLP's gate_up with its SiLU-mul: the weight's rows are n/2 gate rows, then
+    // n/2 up rows; out[m, n/2] = silu(gate) * up of the BF16-rounded products, as the
+    // drafter's SiLU-mul kernel computes it from a stored gate_up (core/silu_mul.cuh).
+    // The program packs each gate row next to its up row, so one epilogue holds both:
+    // nothing else reads gate_up, and a later op (the down projection) reads the
+    // activation like any out.
+    kSiluMul,
+  };
   struct Gemm {
     TensorView weight;  // [n, k] bf16, contiguous, 16-byte aligned, k a multiple of 64
     TensorView x;       // [m, k] bf16, 16-byte aligned rows
-    TensorView out;     // [m, n] bf16 (any row stride >= n)
+    TensorView out;     // [m, n] bf16 (any row stride >= n); [m, n / 2] with Epilogue::kSiluMul
     // -1: x is an input of the program. Else the earlier op whose out x is a window
     // of: its rows and row stride, columns [c, c + k) with c a multiple of 8.
     int after = -1;
+    Epilogue epilogue = Epilogue::kPlain;
   };
   static constexpr int kMaxRows = 64;
 

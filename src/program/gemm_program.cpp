@@ -52,7 +52,8 @@ GemmProgram::GemmProgram(std::vector<Gemm> gemms, int m, bool record_timeline) :
   Impl& p = *impl_;
   p.m = m;
   p.op_count = static_cast<int>(gemms.size());
-  std::vector<program::OpShape> shapes;
+  std::vector<program::OpShape> shapes;  // as planned: the packed weights' rows
+  std::vector<program::OpShape> outs;    // as published: the outs' columns
   std::vector<program::OpBuffers> buffers;
   std::vector<int> after;
   auto matrix = [](const TensorView& t) {
@@ -64,20 +65,25 @@ GemmProgram::GemmProgram(std::vector<Gemm> gemms, int m, bool record_timeline) :
     check(n > 0 && k > 0 && k % 64 == 0, "gemm program: op {}'s weight is {} (K must be a multiple of 64)", i,
           g.weight.describe());
     require_bf16(g.weight, n, k, true, i, "weight");
+    const bool gated = g.epilogue == Epilogue::kSiluMul;
+    check(gated || g.epilogue == Epilogue::kPlain, "gemm program: op {}'s epilogue is not a GemmProgram::Epilogue", i);
+    check(!gated || n % 2 == 0, "gemm program: op {}'s SiLU-mul needs gate and up rows (an even N; the weight is {})",
+          i, g.weight.describe());
     require_bf16(g.x, m, k, false, i, "x");
-    require_bf16(g.out, m, n, false, i, "out");
+    require_bf16(g.out, m, gated ? n / 2 : n, false, i, gated ? "out (silu(gate) * up)" : "out");
     check(g.x.aligned(16) && (m == 1 || g.x.row_stride % 8 == 0),
           "gemm program: op {}'s x must be 16-byte aligned with rows 16-byte aligned ({})", i, g.x.describe());
     check(reinterpret_cast<uintptr_t>(g.out.data) % 2 == 0, "gemm program: op {}'s out is not 2-byte aligned", i);
     check(g.after >= -1 && g.after < static_cast<int>(i), "gemm program: op {} reads op {} (an earlier op or -1)", i,
           g.after);
-    shapes.push_back({n, k});
+    shapes.push_back({program::packed_rows(n, gated), k});
+    outs.push_back({gated ? n / 2 : n, k});
     p.bytes += n * k * 2;
     buffers.push_back({matrix(g.x), matrix(g.out), g.after});
     after.push_back(g.after);
   }
   const std::vector<int64_t> window = program::check_buffers(buffers);
-  const program::MailboxLayout mailbox = program::mailbox_layout(shapes, after, m);
+  const program::MailboxLayout mailbox = program::mailbox_layout(outs, after, m);
   TPD_CUDA(cudaGetDevice(&p.device));
   TPD_CUDA(cudaDeviceGetAttribute(&p.grid, cudaDevAttrMultiProcessorCount, p.device));
   int major = 0;
@@ -101,18 +107,22 @@ GemmProgram::GemmProgram(std::vector<Gemm> gemms, int m, bool record_timeline) :
   for (std::size_t i = 0; i < gemms.size(); ++i) {
     const Gemm& g = gemms[i];
     program::OpDesc& d = descs[i];
-    p.packed.emplace_back(static_cast<std::size_t>(program::packed_bytes(g.weight.rows, g.weight.cols, p.shape.depth)));
-    program::pack_weight(g.weight.data, g.weight.rows, g.weight.cols, p.shape.depth, p.packed.back().get(), nullptr);
+    const bool gated = g.epilogue == Epilogue::kSiluMul;
+    p.packed.emplace_back(
+        static_cast<std::size_t>(program::packed_bytes(g.weight.rows, g.weight.cols, p.shape.depth, gated)));
+    program::pack_weight(g.weight.data, g.weight.rows, g.weight.cols, p.shape.depth, gated, p.packed.back().get(),
+                         nullptr);
     d.packed = p.packed.back().get();
     d.steps = program::steps_of(shapes[i], p.shape.depth);
     d.k = g.weight.cols;
-    d.n = g.weight.rows;
+    d.n = outs[i].n;
     d.out = g.out.data;
     d.out_stride = g.out.row_stride;
     d.out_mailbox = mailbox.offset[i];
     d.out_mailbox_stride = mailbox.stride[i];
     d.after = g.after;
     d.blocks = plan.blocks[i];
+    d.silu_mul = gated ? 1 : 0;
     if (g.after < 0) {
       d.x_stride = 0;
       d.x_mailbox = -1;

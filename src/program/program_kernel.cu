@@ -26,6 +26,7 @@
 
 #include <algorithm>
 
+#include "core/silu_mul.cuh"
 #include "gemm/gemm_tactic.hpp"
 #include "gemm/wgmma_tiles.cuh"
 #include "program/program_activations.cuh"
@@ -63,24 +64,46 @@ __device__ __forceinline__ uint32_t bf16_bits(float v) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }
 
+// The BF16 outputs a consumer thread holds of a block, register by register: the
+// rounded sums, or (silu_mul) per gate register i (fragment row r < 8 of its warp's
+// 16) silu(gate) * up with the up value of register i | 2 (row r + 8), pack_weight's
+// gated order. `row(i)` is the out column of register i.
+template <int kTokens>
+struct BlockOutputs {
+  const float (&sum)[kTokens / 2];
+  bool silu_mul;
+  int64_t row0;  // the block's first out column
+  int warp, lane;
+  __device__ uint32_t bits(int i) const {
+    if (!silu_mul) return bf16_bits(sum[i]);
+    const float gate = __bfloat162float(__float2bfloat16_rn(sum[i]));
+    const float up = __bfloat162float(__float2bfloat16_rn(sum[i | 2]));
+    return __bfloat16_as_ushort(dev::silu_mul(gate, up));
+  }
+  // Whether register i holds an output (the gated order: its gate rows only).
+  __device__ bool holds(int i) const { return !silu_mul || (i % 4) / 2 == 0; }
+  __device__ int64_t row(int i) const {
+    return silu_mul ? row0 + 8 * warp + lane / 4 : row0 + wgmma::fragment_row(warp, lane, i);
+  }
+};
+
 // The block's outputs into the mailbox, one 32-bit word (two rows of a token) per
 // store: a thread holds rows r, tokens t and t + 1 of its fragment pairs, so the
 // threads of rows r and r + 1 (lanes 4 apart) trade one value each.
 template <int kTokens>
-__device__ __forceinline__ void publish(const Args& a, const OpDesc& op, uint32_t epoch, int64_t row0,
-                                        const float (&sum)[kTokens / 2]) {
-  const int tid = static_cast<int>(threadIdx.x);
-  const int warp = tid / 32, lane = tid % 32;
-  const bool even = (lane / 4) % 2 == 0;  // this thread's rows are even
+__device__ __forceinline__ void publish(const Args& a, const OpDesc& op, uint32_t epoch,
+                                        const BlockOutputs<kTokens>& o) {
+  const bool even = (o.lane / 4) % 2 == 0;  // this thread's rows are even
   uint32_t* box = a.mailbox + epoch * a.epoch_words;
 #pragma unroll
   for (int i = 0; i < kTokens / 2; i += 2) {
-    const uint32_t v0 = bf16_bits(sum[i]), v1 = bf16_bits(sum[i + 1]);  // tokens t, t + 1
+    if (!o.holds(i)) continue;
+    const uint32_t v0 = o.bits(i), v1 = o.bits(i + 1);  // tokens t, t + 1
     const uint32_t got = __shfl_xor_sync(0xffffffffu, even ? v1 : v0, 4);
     uint32_t word = even ? v0 | got << 16 : got | v1 << 16;
     if (word == kEmptyWord) word = 0x7fff7fffu;
-    const int token = wgmma::fragment_token(lane, i) + (even ? 0 : 1);
-    const int64_t row = row0 + wgmma::fragment_row(warp, lane, i) - (even ? 0 : 1);
+    const int token = wgmma::fragment_token(o.lane, i) + (even ? 0 : 1);
+    const int64_t row = o.row(i) - (even ? 0 : 1);
     if (token < a.m && row < op.n)
       store_relaxed(box + protocol::mailbox_element(op.out_mailbox, op.out_mailbox_stride, token, row) / 2, word);
   }
@@ -124,15 +147,17 @@ __device__ __forceinline__ void finish_unit(const Args& a, const Unit& u, uint32
     if (lane == 0) dev::mbar_arrive(h.pre_empty);
     ph.pre ^= 1;
   }
-  auto* out = static_cast<__nv_bfloat16*>(op.out);
+  const BlockOutputs<kTokens> outputs{sum, op.silu_mul != 0, op.silu_mul != 0 ? row0 / 2 : row0, warp, lane};
+  auto* out = static_cast<uint16_t*>(op.out);
 #pragma unroll
   for (int i = 0; i < kRegs; ++i) {
+    if (!outputs.holds(i)) continue;
     const int token = wgmma::fragment_token(lane, i);
-    const int64_t row = row0 + wgmma::fragment_row(warp, lane, i);
-    if (token < a.m && row < op.n) out[token * op.out_stride + row] = __float2bfloat16_rn(sum[i]);
+    const int64_t row = outputs.row(i);
+    if (token < a.m && row < op.n) out[token * op.out_stride + row] = static_cast<uint16_t>(outputs.bits(i));
   }
   if (!counted(a, u)) return;
-  publish<kTokens>(a, op, epoch, row0, sum);
+  publish<kTokens>(a, op, epoch, outputs);
   // The warp's stores before its arrival (release at CTA scope; the finisher's
   // release of the count is cumulative over what its wait acquired).
   __syncwarp();
@@ -263,19 +288,26 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
 }
 
 // One 16-byte piece of the packed weight per thread: tile (block, step, d) holds
-// rows block * 64 .. + 63 and columns (step * depth + d) * 64 .. + 63 (zeros past the
-// weight), its row r's piece j at r * 128 + (j ^ r % 8) * 16: the 128-byte swizzle
-// a tensor-map box would have written.
+// rows block * 64 .. + 63 (gated: program_launch.hpp's order) and columns (step *
+// depth + d) * 64 .. + 63 (zeros past the weight), its row r's piece j at r * 128 +
+// (j ^ r % 8) * 16: the 128-byte swizzle a tensor-map box would have written.
 __global__ void pack_weight_kernel(const uint4* __restrict__ w, int64_t n, int64_t k, int64_t steps, int depth,
-                                   uint4* __restrict__ packed, int64_t pieces) {
+                                   bool gated, uint4* __restrict__ packed, int64_t pieces) {
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < pieces;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int j = static_cast<int>(e % 8), r = static_cast<int>((e / 8) % kBlockRows);
     const int64_t tile = e / (8 * kBlockRows);  // (block * steps + step) * depth + d
     const int64_t chunk = tile % (steps * depth);
     const int64_t block = tile / (steps * depth);
-    const int64_t row = block * kBlockRows + r, col = chunk * 64 + j * 8;
-    const uint4 v = row < n && col < k ? w[(row * k + col) / 8] : uint4{0, 0, 0, 0};
+    const int64_t col = chunk * 64 + j * 8;
+    int64_t row = block * kBlockRows + r;
+    bool real = row < n;
+    if (gated) {
+      const int64_t gate = block * (kBlockRows / 2) + 8 * (r / 16) + r % 8;
+      real = gate < n / 2;
+      row = r % 16 < 8 ? gate : n / 2 + gate;
+    }
+    const uint4 v = real && col < k ? w[(row * k + col) / 8] : uint4{0, 0, 0, 0};
     packed[tile * (8 * kBlockRows) + r * 8 + (j ^ (r % 8))] = v;
   }
 }
@@ -334,16 +366,21 @@ int resident_ctas_per_sm(const KernelShape& s) {
   return blocks;
 }
 
-int64_t packed_bytes(int64_t n, int64_t k, int depth) {
-  const int64_t blocks = (n + kBlockRows - 1) / kBlockRows;
-  return blocks * steps_of({n, k}, depth) * depth * wgmma::kTileBytes;
+int64_t packed_rows(int64_t n, bool gated) {
+  constexpr int64_t kGateRows = kBlockRows / 2;
+  return gated ? (n / 2 + kGateRows - 1) / kGateRows * kBlockRows : (n + kBlockRows - 1) / kBlockRows * kBlockRows;
 }
 
-void pack_weight(const void* w, int64_t n, int64_t k, int depth, void* packed, cudaStream_t stream) {
-  const int64_t pieces = packed_bytes(n, k, depth) / 16;
+int64_t packed_bytes(int64_t n, int64_t k, int depth, bool gated) {
+  return packed_rows(n, gated) / kBlockRows * steps_of({n, k}, depth) * depth * wgmma::kTileBytes;
+}
+
+void pack_weight(const void* w, int64_t n, int64_t k, int depth, bool gated, void* packed, cudaStream_t stream) {
+  const int64_t pieces = packed_bytes(n, k, depth, gated) / 16;
   const int64_t blocks = std::min<int64_t>((pieces + 255) / 256, 65535);
-  pack_weight_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
-      static_cast<const uint4*>(w), n, k, steps_of({n, k}, depth), depth, static_cast<uint4*>(packed), pieces);
+  pack_weight_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(static_cast<const uint4*>(w), n, k,
+                                                                        steps_of({n, k}, depth), depth, gated,
+                                                                        static_cast<uint4*>(packed), pieces);
   TPD_CUDA(cudaGetLastError());
 }
 

@@ -19,7 +19,7 @@ struct OpDesc {     // aligned as CUtensorMap (64 bytes or more)
   const void* packed;  // the weight as pack_weight lays it out
   int64_t steps;       // K steps of the op
   int64_t k;
-  int64_t n;
+  int64_t n;           // out's columns
   void* out;           // [m, out_stride] bf16
   int64_t out_stride;
   // Where the loaders poll x (an op that reads an earlier one's out): its window in
@@ -31,6 +31,9 @@ struct OpDesc {     // aligned as CUtensorMap (64 bytes or more)
   int64_t out_mailbox_stride;
   int32_t after;   // the op whose outputs x is a window of (-1: an input)
   int32_t blocks;  // 64-row blocks: op_done[this op] counts to this where an op reads it
+  // 1: GemmProgram::Epilogue::kSiluMul: every block's rows are 32 gate rows and their
+  // 32 up rows (pack_weight's gated order) and out (n columns) is silu(gate) * up.
+  int32_t silu_mul;
 };
 
 // The counters the kernel keeps in device memory. op_done and ctas_done are zero
@@ -76,8 +79,12 @@ KernelShape kernel_shape(int m);
 // The weight [n, k] packed for the kernel at `depth` chunks per step: per 64-row
 // block and K step, depth tiles of [64, 64] bf16 in the 128-byte swizzle, one
 // contiguous run (zeros past n and k); bytes of that, and the packing on `stream`.
-int64_t packed_bytes(int64_t n, int64_t k, int depth);
-void pack_weight(const void* w, int64_t n, int64_t k, int depth, void* packed, cudaStream_t stream);
+// Gated (n = 2 i: i gate rows, then i up rows): block b's rows 16 g + h are gate row
+// 32 b + 8 g + h and, 8 rows on, its up row (g < 4, h < 8), so the consumer thread
+// that holds a gate value holds its up value (wgmma's fragment rows r and r + 8).
+int64_t packed_rows(int64_t n, bool gated);
+int64_t packed_bytes(int64_t n, int64_t k, int depth, bool gated);
+void pack_weight(const void* w, int64_t n, int64_t k, int depth, bool gated, void* packed, cudaStream_t stream);
 
 // Raises the kernels' shared-memory limit on the current device (host only; idempotent).
 void prepare_program_kernels();

@@ -1,7 +1,9 @@
 // GemmProgram on the GPU: chains whose ops read the previous op's outputs (the
 // dependency respected: intermediate buffers start poisoned), against an FP64
 // reference computed from each op's actual input; every element written; bitwise
-// repeatable; the same bits in a CUDA graph, over 10,000 runs back to back and with PDL; refusals.
+// repeatable; the same bits in a CUDA graph, over 10,000 runs back to back and with PDL;
+// the SiLU-mul epilogue gives the drafter's SiLU-mul kernel's bits and feeds a down
+// projection; refusals.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "core/bf16.hpp"
+#include "drafter/kernels_launch.hpp"
 #include "gpu/gpu_test_util.hpp"
 #include "tpdecode/gemm_program.hpp"
 
@@ -272,6 +275,116 @@ TEST(GemmProgram, WindowsOfAnEarlierOut) {
   }
 }
 
+// [m, n] bf16 of a device buffer with row stride n.
+std::vector<uint16_t> host_bits(DeviceBuffer& d, int m, int64_t n) {
+  return to_host<uint16_t>(d, static_cast<std::size_t>(m * n));
+}
+
+// The SiLU-mul epilogue against the drafter's kernel on a plain gate_up's out, bit
+// for bit: with K 128 no block's K steps are split, so each gate and up value is the
+// same sum in both programs (a split K sums each block's parts in an order of its own,
+// and the gated blocks are other rows). I 1048: the last block holds 24 gate rows.
+TEST(GemmProgram, SiluMulEpilogueGivesTheSiluMulKernelsBits) {
+  TPD_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  const int64_t k = 128;
+  for (int64_t inter : {1048, 2304}) {
+    DeviceBuffer w = to_device(random_bf16(static_cast<std::size_t>(2 * inter * k), rng, 0.05f));
+    for (int m : {1, 5, 8, 16, 28, 64}) {
+      if (quick() && m != 5 && m != 28) continue;
+      SCOPED_TRACE(testing::Message() << "I " << inter << ", m " << m);
+      DeviceBuffer x = to_device(random_bf16(static_cast<std::size_t>(m * k), rng));
+      DeviceBuffer gate_up(static_cast<std::size_t>(m * 2 * inter) * 2);
+      DeviceBuffer want(static_cast<std::size_t>(m * inter) * 2), got(static_cast<std::size_t>(m * inter) * 2);
+      const TensorView weight = TensorView::bf16(w.get(), 2 * inter, k), xv = TensorView::bf16(x.get(), m, k);
+      const GemmProgram plain({{weight, xv, TensorView::bf16(gate_up.get(), m, 2 * inter)}}, m);
+      const GemmProgram gated(
+          {{weight, xv, TensorView::bf16(got.get(), m, inter), -1, GemmProgram::Epilogue::kSiluMul}}, m);
+      for (DeviceBuffer* b : {&gate_up, &want, &got}) poison(*b);
+      plain.run(nullptr);
+      drafter::launch_silu_mul(nullptr, TensorView::bf16(gate_up.get(), m, 2 * inter),
+                               TensorView::bf16(want.get(), m, inter), false);
+      gated.run(nullptr);
+      TPD_CUDA(cudaDeviceSynchronize());
+      const std::vector<uint16_t> expected = host_bits(want, m, inter), actual = host_bits(got, m, inter);
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < expected.size(); ++i) differ += expected[i] != actual[i];
+      EXPECT_EQ(differ, 0u) << "of " << expected.size() << " values differ from the SiLU-mul kernel's";
+    }
+  }
+}
+
+// An MLP's gate_up (SiLU-mul epilogue) -> down as one program: the activation
+// against FP64 (gate and up in FP64, then silu(gate) * up), down bit for bit what
+// the same down op gives alone on that activation (the plan cuts each op's work the
+// same way in both), both repeatable over runs back to back with PDL.
+TEST(GemmProgram, SiluMulEpilogueFeedsTheDownProjection) {
+  TPD_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  const int64_t k0 = 1024, inter = 1088, n = 1536;
+  const std::vector<uint16_t> w_gate_up = random_bf16(static_cast<std::size_t>(2 * inter * k0), rng, 0.05f);
+  const std::vector<uint16_t> w_down = random_bf16(static_cast<std::size_t>(n * inter), rng, 0.05f);
+  DeviceBuffer gate_up_w = to_device(w_gate_up), down_w = to_device(w_down);
+  for (int m : {1, 5, 8, 16, 28, 64}) {
+    if (quick() && m != 5 && m != 28) continue;
+    SCOPED_TRACE(testing::Message() << "m " << m);
+    const std::vector<uint16_t> x_host = random_bf16(static_cast<std::size_t>(m * k0), rng);
+    DeviceBuffer x = to_device(x_host);
+    DeviceBuffer act(static_cast<std::size_t>(m * inter) * 2), act_copy(static_cast<std::size_t>(m * inter) * 2);
+    DeviceBuffer down(static_cast<std::size_t>(m * n) * 2), down_alone(static_cast<std::size_t>(m * n) * 2);
+    const GemmProgram mlp({{TensorView::bf16(gate_up_w.get(), 2 * inter, k0), TensorView::bf16(x.get(), m, k0),
+                            TensorView::bf16(act.get(), m, inter), -1, GemmProgram::Epilogue::kSiluMul},
+                           {TensorView::bf16(down_w.get(), n, inter), TensorView::bf16(act.get(), m, inter),
+                            TensorView::bf16(down.get(), m, n), 0}},
+                          m);
+    const GemmProgram alone({{TensorView::bf16(down_w.get(), n, inter), TensorView::bf16(act_copy.get(), m, inter),
+                              TensorView::bf16(down_alone.get(), m, n)}},
+                            m);
+    std::vector<uint16_t> act_bits, down_bits;
+    for (int run = 0; run < 3; ++run) {
+      SCOPED_TRACE(testing::Message() << "run " << run);
+      poison(act);
+      poison(down);
+      TPD_CUDA(cudaDeviceSynchronize());
+      mlp.run(nullptr, run > 0);
+      if (run == 1) continue;  // run 2 follows it back to back
+      TPD_CUDA(cudaDeviceSynchronize());
+      if (run == 0) {
+        act_bits = host_bits(act, m, inter);
+        down_bits = host_bits(down, m, n);
+        continue;
+      }
+      EXPECT_TRUE(host_bits(act, m, inter) == act_bits) << "the activation differs from run 0's";
+      EXPECT_TRUE(host_bits(down, m, n) == down_bits) << "down differs from run 0's";
+    }
+    // The activation against FP64.
+    double err = 0, norm = 0;
+    for (int t = 0; t < m; ++t)
+      for (int64_t j = 0; j < inter; ++j) {
+        double gate = 0, up = 0;
+        for (int64_t c = 0; c < k0; ++c) {
+          const double xv = bf16::to_float(x_host[static_cast<std::size_t>(t * k0 + c)]);
+          gate += xv * bf16::to_float(w_gate_up[static_cast<std::size_t>(j * k0 + c)]);
+          up += xv * bf16::to_float(w_gate_up[static_cast<std::size_t>((inter + j) * k0 + c)]);
+        }
+        const uint16_t g = act_bits[static_cast<std::size_t>(t * inter + j)];
+        ASSERT_NE(g, kPoison16) << "unwritten: token " << t << ", column " << j;
+        const double ref = gate / (1 + std::exp(-gate)) * up, d = bf16::to_float(g) - ref;
+        ASSERT_TRUE(std::isfinite(d)) << "token " << t << ", column " << j;
+        err += d * d;
+        norm += ref * ref;
+      }
+    EXPECT_LT(std::sqrt(err / norm), 8e-3);
+    // Down alone on the same activation: the same bits.
+    TPD_CUDA(cudaMemcpy(act_copy.get(), act.get(), act.bytes(), cudaMemcpyDeviceToDevice));
+    poison(down_alone);
+    alone.run(nullptr);
+    TPD_CUDA(cudaDeviceSynchronize());
+    EXPECT_TRUE(host_bits(down_alone, m, n) == down_bits) << "down differs from down alone on its activation";
+    check_op(act_bits, inter, w_down, down_bits, n, m);
+  }
+}
+
 // A program that records its timeline gives the same bits as one that does not,
 // and each of its last runs has, for every CTA, its SM and per op of its units a
 // start, an MMA end and an epilogue end in that order (runs beyond 8 keep the last 8).
@@ -338,6 +451,17 @@ TEST(GemmProgram, Refusals) {
   EXPECT_THROW(GemmProgram(bad, 4), InvalidArgument);
   bad = c.gemms;
   bad[0].x.dtype = DType::kF32;
+  EXPECT_THROW(GemmProgram(bad, 4), InvalidArgument);
+  bad = c.gemms;
+  bad[0].epilogue = GemmProgram::Epilogue::kSiluMul;  // out [4, 512] where silu(gate) * up is [4, 256]
+  EXPECT_THROW(GemmProgram(bad, 4), InvalidArgument);
+  bad = c.gemms;
+  bad[0].epilogue = GemmProgram::Epilogue::kSiluMul;  // 511 rows: no gate for every up
+  bad[0].weight = TensorView::bf16(c.weights[0].get(), 511, 256);
+  bad[0].out.cols = 255;
+  EXPECT_THROW(GemmProgram(bad, 4), InvalidArgument);
+  bad = c.gemms;
+  bad[1].epilogue = static_cast<GemmProgram::Epilogue>(7);
   EXPECT_THROW(GemmProgram(bad, 4), InvalidArgument);
   bad = c.gemms;
   bad[0].weight = TensorView::bf16(c.weights[0].get(), 512, 200);  // K not a multiple of 64
