@@ -58,6 +58,12 @@ float ar_norm_rstd(float total, int64_t hidden, float eps) {
 
 ArNormResult add_rms_norm(std::span<const uint16_t> reduced, std::span<const uint16_t> residual,
                           std::span<const uint16_t> weight, float eps, int64_t hidden) {
+  return add_rms_norm(reduced, residual, weight, eps, hidden, ar_norm_square_sum);
+}
+
+ArNormResult add_rms_norm(std::span<const uint16_t> reduced, std::span<const uint16_t> residual,
+                          std::span<const uint16_t> weight, float eps, int64_t hidden,
+                          const std::function<float(std::span<const uint16_t>)>& square_sum) {
   require(hidden > 0 && reduced.size() % static_cast<std::size_t>(hidden) == 0 &&
               weight.size() == static_cast<std::size_t>(hidden) && (residual.empty() || residual.size() == reduced.size()),
           "reference add_rms_norm: sizes do not match");
@@ -70,7 +76,7 @@ ArNormResult add_rms_norm(std::span<const uint16_t> reduced, std::span<const uin
   const auto h = static_cast<std::size_t>(hidden);
   for (std::size_t row = 0; row < reduced.size() / h; ++row) {
     const std::span<const uint16_t> v(r.residual_out.data() + row * h, h);
-    const float rstd = ar_norm_rstd(ar_norm_square_sum(v), hidden, eps);
+    const float rstd = ar_norm_rstd(square_sum(v), hidden, eps);
     for (std::size_t c = 0; c < h; ++c)
       r.out[row * h + c] = bf16::from_float((bf16::to_float(v[c]) * rstd) * bf16::to_float(weight[c]));
   }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -37,5 +38,9 @@ float ar_norm_rstd(float total, int64_t hidden, float eps);
 // residual_out = reduced (+ residual), out = RMSNorm(residual_out) · weight.
 ArNormResult add_rms_norm(std::span<const uint16_t> reduced, std::span<const uint16_t> residual,
                           std::span<const uint16_t> weight, float eps, int64_t hidden);
+// The same with the row's sum of squares in another order (a norm of another kernel).
+ArNormResult add_rms_norm(std::span<const uint16_t> reduced, std::span<const uint16_t> residual,
+                          std::span<const uint16_t> weight, float eps, int64_t hidden,
+                          const std::function<float(std::span<const uint16_t>)>& square_sum);
 
 }  // namespace tpdecode::reference

@@ -1,6 +1,7 @@
-// GemmProgram: a chain of decode GEMMs run as one persistent kernel. Each op is
-// out[m, n] = x[m, k] W[n, k]^T (BF16 operands, FP32 accumulation, one BF16
-// rounding) on buffers fixed when the program is built. An op's x is either an
+// GemmProgram: a chain of decode GEMMs and RMSNorms run as one persistent kernel.
+// A GEMM op is out[m, n] = x[m, k] W[n, k]^T (BF16 operands, FP32 accumulation, one
+// BF16 rounding), a Norm op a row-wise RMSNorm (with a residual add) of k columns,
+// on buffers fixed when the program is built. An op's x is either an
 // input of the program or a column window of an earlier op's out (`after`); one
 // CTA per SM runs every op in order, the weights of the next ops stream while an
 // op finishes, and an op's math waits only for the outputs it reads, each value
@@ -51,6 +52,34 @@ class GemmProgram {
     int after = -1;
     Epilogue epilogue = Epilogue::kPlain;
   };
+  // An RMSNorm op (at TP 1 the drafter's residual add + norm, and its q_a / kv norms):
+  // h = x, or with a residual h = bf16(x + residual), stored to residual_out where
+  // given; out = bf16((h * rstd) * weight) per row with rstd = 1 / sqrt(sum(h^2) / k +
+  // eps). Every SM takes a share of the columns; the row's sum of squares is the
+  // SMs' sums of their shares added in a fixed order (reference/program_norm.hpp):
+  // the same bits from run to run, other bits than a norm kernel's order gives.
+  // Served while rows x ceil(k / 8 / SMs) <= 512 (k 7168 on 132 SMs: every row count).
+  struct Norm {
+    TensorView x;  // [m, k] bf16, k a multiple of 8, 16-byte aligned rows
+    int after = -1;  // as Gemm::after
+    TensorView weight;  // [1, k] bf16, 16-byte aligned
+    float eps = 1e-6f;
+    // None (null data), an input [m, k] (16-byte aligned rows) that no op writes, or
+    // an earlier Norm's residual_out (the residual stream of a layer's two norms).
+    TensorView residual;
+    // None (null data) or [m, k] (16-byte aligned rows): h (x itself without a
+    // residual: a residual stream's start). May be `residual` itself (in place: each
+    // value is read, then written, by one thread).
+    TensorView residual_out;
+    TensorView out;  // [m, k] bf16, 16-byte aligned rows
+  };
+  struct Op {
+    Op(const Gemm& g) : gemm(g) {}  // NOLINT: implicit, so a list of Gemm is a list of Op
+    Op(const Norm& n) : is_norm(true), norm(n) {}  // NOLINT
+    bool is_norm = false;
+    Gemm gemm;
+    Norm norm;
+  };
   static constexpr int kMaxRows = 64;
 
   // Where a run's time went, per CTA (a diagnostic: record_timeline below). Times
@@ -71,7 +100,7 @@ class GemmProgram {
   // the plan. Host only, before any capture; synchronises the device. The x and
   // out buffers must outlive the program. With record_timeline, every run also
   // records its RunTimeline (timelines(); about 1 % slower).
-  GemmProgram(std::vector<Gemm> gemms, int m, bool record_timeline = false);
+  GemmProgram(std::vector<Op> ops, int m, bool record_timeline = false);
   ~GemmProgram();
   GemmProgram(const GemmProgram&) = delete;
   GemmProgram& operator=(const GemmProgram&) = delete;
@@ -85,7 +114,7 @@ class GemmProgram {
   int ops() const;
   int ctas() const;        // one per SM
   int ring_stages() const;
-  int64_t bytes() const;   // of the weights (their packed copies are as large, plus padding to 64 rows)
+  int64_t bytes() const;   // of the GEMMs' weights (their packed copies are as large, plus padding to 64 rows)
 
   // The last runs' timelines (at most 8), oldest first; empty without
   // record_timeline. Synchronises the device.

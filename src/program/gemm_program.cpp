@@ -2,6 +2,9 @@
 // descriptors, mailbox and counters in device memory, the launch.
 #include "tpdecode/gemm_program.hpp"
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/check.hpp"
 #include "gemm/wgmma_launch.hpp"
 #include "program/program_launch.hpp"
@@ -46,21 +49,61 @@ DeviceBuffer upload(const std::vector<T>& v) {
 
 }  // namespace
 
-GemmProgram::GemmProgram(std::vector<Gemm> gemms, int m, bool record_timeline) : impl_(std::make_unique<Impl>()) {
+GemmProgram::GemmProgram(std::vector<Op> ops, int m, bool record_timeline) : impl_(std::make_unique<Impl>()) {
   check(m >= 1 && m <= kMaxRows, "gemm program: {} rows where 1 to {} are served", m, kMaxRows);
-  check(!gemms.empty(), "gemm program: no ops");
+  check(!ops.empty(), "gemm program: no ops");
   Impl& p = *impl_;
   p.m = m;
-  p.op_count = static_cast<int>(gemms.size());
+  p.op_count = static_cast<int>(ops.size());
   std::vector<program::OpShape> shapes;  // as planned: the packed weights' rows
   std::vector<program::OpShape> outs;    // as published: the outs' columns
   std::vector<program::OpBuffers> buffers;
   std::vector<int> after;
   auto matrix = [](const TensorView& t) {
-    return program::Matrix{reinterpret_cast<uintptr_t>(t.data), t.rows, t.cols, t.row_stride};
+    return t.data == nullptr ? program::Matrix{}
+                             : program::Matrix{reinterpret_cast<uintptr_t>(t.data), t.rows, t.cols, t.row_stride};
   };
-  for (std::size_t i = 0; i < gemms.size(); ++i) {
-    const Gemm& g = gemms[i];
+  auto rows_aligned = [&](const TensorView& t, std::size_t i, const char* what) {
+    check(t.aligned(16) && (m == 1 || t.row_stride % 8 == 0),
+          "gemm program: op {}'s {} must be 16-byte aligned with rows 16-byte aligned ({})", i, what, t.describe());
+  };
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const int reads = ops[i].is_norm ? ops[i].norm.after : ops[i].gemm.after;
+    check(reads >= -1 && reads < static_cast<int>(i), "gemm program: op {} reads op {} (an earlier op or -1)", i,
+          reads);
+    after.push_back(reads);
+    if (ops[i].is_norm) {
+      const Norm& g = ops[i].norm;
+      const int64_t k = g.x.cols;
+      check(k > 0 && k % 8 == 0, "gemm program: norm op {}'s x is {} (k a multiple of 8)", i, g.x.describe());
+      require_bf16(g.x, m, k, false, i, "x");
+      rows_aligned(g.x, i, "x");
+      require_bf16(g.weight, 1, k, true, i, "weight");
+      require_bf16(g.out, m, k, false, i, "out");
+      rows_aligned(g.out, i, "out");
+      check(std::isfinite(g.eps) && g.eps >= 0, "gemm program: norm op {}'s eps is {}", i, g.eps);
+      program::OpBuffers b{matrix(g.x), matrix(g.out), g.after};
+      if (g.residual.data != nullptr) {
+        require_bf16(g.residual, m, k, false, i, "residual");
+        rows_aligned(g.residual, i, "residual");
+        // An earlier norm's residual_out (the latest that is this view): chained.
+        for (std::size_t j = i; j-- > 0 && b.residual_after < 0;)
+          if (ops[j].is_norm && ops[j].norm.residual_out.data == g.residual.data &&
+              ops[j].norm.residual_out.row_stride == g.residual.row_stride && ops[j].norm.residual_out.cols == k)
+            b.residual_after = static_cast<int>(j);
+        if (b.residual_after < 0) b.residual = matrix(g.residual);
+      }
+      if (g.residual_out.data != nullptr) {
+        require_bf16(g.residual_out, m, k, false, i, "residual_out");
+        rows_aligned(g.residual_out, i, "residual_out");
+        b.residual_out = matrix(g.residual_out);
+      }
+      shapes.push_back({k, k, true});
+      outs.push_back({k, k, true});
+      buffers.push_back(b);
+      continue;
+    }
+    const Gemm& g = ops[i].gemm;
     const int64_t n = g.weight.rows, k = g.weight.cols;
     check(n > 0 && k > 0 && k % 64 == 0, "gemm program: op {}'s weight is {} (K must be a multiple of 64)", i,
           g.weight.describe());
@@ -71,21 +114,17 @@ GemmProgram::GemmProgram(std::vector<Gemm> gemms, int m, bool record_timeline) :
           i, g.weight.describe());
     require_bf16(g.x, m, k, false, i, "x");
     require_bf16(g.out, m, gated ? n / 2 : n, false, i, gated ? "out (silu(gate) * up)" : "out");
-    check(g.x.aligned(16) && (m == 1 || g.x.row_stride % 8 == 0),
-          "gemm program: op {}'s x must be 16-byte aligned with rows 16-byte aligned ({})", i, g.x.describe());
+    rows_aligned(g.x, i, "x");
     check(reinterpret_cast<uintptr_t>(g.out.data) % 2 == 0, "gemm program: op {}'s out is not 2-byte aligned", i);
-    check(g.after >= -1 && g.after < static_cast<int>(i), "gemm program: op {} reads op {} (an earlier op or -1)", i,
-          g.after);
     shapes.push_back({program::packed_rows(n, gated), k});
     outs.push_back({gated ? n / 2 : n, k});
     p.bytes += n * k * 2;
     buffers.push_back({matrix(g.x), matrix(g.out), g.after});
-    after.push_back(g.after);
   }
-  const std::vector<int64_t> window = program::check_buffers(buffers);
-  const program::MailboxLayout mailbox = program::mailbox_layout(outs, after, m);
   TPD_CUDA(cudaGetDevice(&p.device));
   TPD_CUDA(cudaDeviceGetAttribute(&p.grid, cudaDevAttrMultiProcessorCount, p.device));
+  const std::vector<int64_t> window = program::check_buffers(buffers);
+  const program::MailboxLayout mailbox = program::mailbox_layout(outs, after, m, p.grid);
   int major = 0;
   TPD_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device));
   check<Unavailable>(major == 9, "gemm program: needs a compute capability 9.x GPU (this one is {}.x)", major);
@@ -97,16 +136,52 @@ GemmProgram::GemmProgram(std::vector<Gemm> gemms, int m, bool record_timeline) :
   check<Unavailable>(program::resident_ctas_per_sm(p.shape) >= 1 && p.shape.stages >= 5,
                      "gemm program: its kernel does not fit an SM");
   const program::Plan plan = program::plan_program(shapes, p.grid, m, p.shape.depth);
+  // A norm's shared memory: its finisher's handoff holds m rows of the CTAs' sums in
+  // fours and the row's rstd (program_norm.cuh).
+  const bool norms = std::any_of(ops.begin(), ops.end(), [](const Op& o) { return o.is_norm; });
+  check<Unavailable>(!norms || (mailbox.stats_stride / 4 + 1) * m <= int64_t{p.shape.tokens} * program::kBlockRows,
+                     "gemm program: norm ops serve up to {} SMs (this GPU has {})",
+                     (program::kBlockRows - 1) * 4, p.grid);
 
   const int64_t epoch_words = mailbox.epoch_elements / 2;
   const std::size_t mailbox_bytes = static_cast<std::size_t>(std::max<int64_t>(2 * epoch_words, 4)) * 4;
   p.mailbox = DeviceBuffer(mailbox_bytes);
   TPD_CUDA(cudaMemset(p.mailbox.get(), 0xff, mailbox_bytes));  // both epochs empty
   auto* epochs = static_cast<uint16_t*>(p.mailbox.get());
-  std::vector<program::OpDesc> descs(gemms.size());
-  for (std::size_t i = 0; i < gemms.size(); ++i) {
-    const Gemm& g = gemms[i];
+  std::vector<program::OpDesc> descs(ops.size());
+  for (std::size_t i = 0; i < ops.size(); ++i) {
     program::OpDesc& d = descs[i];
+    const int reads = after[i];
+    d.k = shapes[i].k;
+    d.n = outs[i].n;
+    d.out_mailbox = mailbox.offset[i];
+    d.out_mailbox_stride = mailbox.stride[i];
+    d.after = reads;
+    d.blocks = plan.blocks[i];
+    d.x_stride = reads < 0 ? 0 : mailbox.stride[static_cast<std::size_t>(reads)];
+    d.x_mailbox = reads < 0 ? -1 : mailbox.offset[static_cast<std::size_t>(reads)] + window[i];
+    d.stats = mailbox.stats[i];
+    d.stats_stride = mailbox.stats_stride;
+    if (ops[i].is_norm) {
+      const Norm& g = ops[i].norm;
+      d.norm = 1;
+      d.eps = g.eps;
+      d.norm_weight = g.weight.data;
+      d.x_input = g.x.data;
+      d.x_input_stride = g.x.row_stride;
+      const program::OpBuffers& b = buffers[i];
+      const TensorView* residual = b.residual_after >= 0
+                                       ? &ops[static_cast<std::size_t>(b.residual_after)].norm.residual_out
+                                       : (g.residual.data != nullptr ? &g.residual : nullptr);
+      d.residual = residual != nullptr ? residual->data : nullptr;
+      d.residual_stride = residual != nullptr ? residual->row_stride : 0;
+      d.residual_out = g.residual_out.data;
+      d.residual_out_stride = g.residual_out.row_stride;
+      d.out = g.out.data;
+      d.out_stride = g.out.row_stride;
+      continue;
+    }
+    const Gemm& g = ops[i].gemm;
     const bool gated = g.epilogue == Epilogue::kSiluMul;
     p.packed.emplace_back(
         static_cast<std::size_t>(program::packed_bytes(g.weight.rows, g.weight.cols, p.shape.depth, gated)));
@@ -114,24 +189,13 @@ GemmProgram::GemmProgram(std::vector<Gemm> gemms, int m, bool record_timeline) :
                          nullptr);
     d.packed = p.packed.back().get();
     d.steps = program::steps_of(shapes[i], p.shape.depth);
-    d.k = g.weight.cols;
-    d.n = outs[i].n;
     d.out = g.out.data;
     d.out_stride = g.out.row_stride;
-    d.out_mailbox = mailbox.offset[i];
-    d.out_mailbox_stride = mailbox.stride[i];
-    d.after = g.after;
-    d.blocks = plan.blocks[i];
     d.silu_mul = gated ? 1 : 0;
-    if (g.after < 0) {
-      d.x_stride = 0;
-      d.x_mailbox = -1;
+    if (reads < 0) {
       d.x_map[0] = d.x_map[1] =
           wgmma_tile_map(g.x.data, m, g.weight.cols, p.shape.tokens, p.shape.depth, m == 1 ? 0 : g.x.row_stride);
     } else {
-      const auto from = static_cast<std::size_t>(g.after);
-      d.x_stride = mailbox.stride[from];
-      d.x_mailbox = mailbox.offset[from] + window[i];
       for (int e = 0; e < 2; ++e)
         d.x_map[e] = wgmma_tile_map(epochs + e * mailbox.epoch_elements + d.x_mailbox, m, g.weight.cols, p.shape.tokens,
                                     p.shape.depth, d.x_stride);
@@ -140,7 +204,7 @@ GemmProgram::GemmProgram(std::vector<Gemm> gemms, int m, bool record_timeline) :
   p.ops = upload(descs);
   p.units = upload(plan.units);
   p.cta_begin = upload(plan.cta_begin);
-  const std::size_t counter_words = gemms.size() + 2;
+  const std::size_t counter_words = ops.size() + 2;
   p.counters = DeviceBuffer(counter_words * 4);
   TPD_CUDA(cudaMemset(p.counters.get(), 0, counter_words * 4));
   const std::size_t scratch_bytes = static_cast<std::size_t>(std::max<int64_t>(plan.scratch_floats, 4)) * 4;
@@ -154,7 +218,7 @@ GemmProgram::GemmProgram(std::vector<Gemm> gemms, int m, bool record_timeline) :
   p.args.ops = static_cast<const program::OpDesc*>(p.ops.get());
   p.args.units = static_cast<const program::Unit*>(p.units.get());
   p.args.cta_begin = static_cast<const int32_t*>(p.cta_begin.get());
-  p.args.counters = {words, words + gemms.size(), words + gemms.size() + 1};
+  p.args.counters = {words, words + ops.size(), words + ops.size() + 1};
   p.args.scratch = static_cast<float*>(p.scratch.get());
   p.args.mailbox = static_cast<uint32_t*>(p.mailbox.get());
   p.args.epoch_words = epoch_words;

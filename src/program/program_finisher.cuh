@@ -9,6 +9,8 @@
 //    value polled until written (from the end of the previous sum, so often ops
 //    ahead of part 0) and its slot emptied for the next run; the consumers add
 //    part 0 to that sum.
+//  - for every norm op, at its place in op order: the CTA's share of it
+//    (program_norm.cuh), with every finisher thread;
 //  - for every block an op reads, once the consumers have stored and published it:
 //    the count in op_done with release, by the finisher's thread 0 (cumulative: the
 //    consumers' stores precede its wait on their arrival). The release waits for
@@ -25,6 +27,7 @@
 #include "core/device.cuh"
 #include "program/program_activations.cuh"
 #include "program/program_launch.hpp"
+#include "program/program_norm.cuh"
 #include "program/program_protocol.hpp"
 
 namespace tpdecode::program {
@@ -128,17 +131,32 @@ struct Finisher {
     }
   }
 
-  __device__ void run() const {
+  // The CTA's shares of the norm ops before op `op` not yet run (from `next`), each
+  // once the consumers have taken pre's last sum (the share's shared memory).
+  __device__ void norms_before(int op, int& next, const HandoffPhases& ph, uint32_t epoch) const {
+    for (; next < op; ++next) {
+      if (a.ops[next].norm == 0) continue;
+      dev::mbar_wait(h.pre_empty, ph.pre ^ 1);
+      NormShare<kFinisherThreads>{a, a.ops[next], h.pre, a.mailbox + epoch * a.epoch_words, thread}.run(
+          a.counters.op_done + next);
+    }
+  }
+
+  __device__ void run(uint32_t epoch) const {
     HandoffPhases ph;
     const bool sums = thread / 32 >= kFinisherWarps - summing_warps(a.m);
+    int next_norm = 0;
     for (int j = 0; j < units.count(); ++j) {
       const Unit& u = units[j];
-      if (sums && protocol::finisher_sums(u)) {
-        dev::mbar_wait(h.pre_empty, ph.pre ^ 1);
-        sum_other_parts(u);
-        __syncwarp();
-        if (thread % 32 == 0) dev::mbar_arrive(h.pre_full);
-        ph.pre ^= 1;
+      norms_before(u.op, next_norm, ph, epoch);
+      if (protocol::finisher_sums(u)) {
+        if (sums) {
+          dev::mbar_wait(h.pre_empty, ph.pre ^ 1);
+          sum_other_parts(u);
+          __syncwarp();
+          if (thread % 32 == 0) dev::mbar_arrive(h.pre_full);
+        }
+        ph.pre ^= 1;  // every finisher thread: a norm share waits for pre's last sum to be taken
       }
       if (thread == 0 && counted(a, u)) {
         dev::mbar_wait(h.pub_full, ph.pub);
@@ -148,6 +166,7 @@ struct Finisher {
         ph.pub ^= 1;
       }
     }
+    norms_before(a.op_count, next_norm, ph, epoch);
   }
 };
 

@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
     return;
   }
   if (warp >= kFinisherWarp) {
-    Finisher{a, units, handoff, tid - 32 * kFinisherWarp}.run();
+    Finisher{a, units, handoff, tid - 32 * kFinisherWarp}.run(read_epoch(a));
     // The last CTA to finish resets the counts and advances the epoch for the next
     // run: every count of this CTA is the counting thread's (which arrives here),
     // and the consumers' reads of the epoch and the loaders' waits (before the

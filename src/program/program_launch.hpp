@@ -31,6 +31,20 @@ struct OpDesc {     // aligned as CUtensorMap (64 bytes or more)
   int64_t out_mailbox_stride;
   int32_t after;   // the op whose outputs x is a window of (-1: an input)
   int32_t blocks;  // 64-row blocks: op_done[this op] counts to this where an op reads it
+  // A norm op (norm 1; program_norm.cuh): no weight, no units. x is the mailbox
+  // window above (after >= 0) or x_input; the residual an input or an earlier norm's
+  // residual_out (null: none); its stats region (floats into an epoch's words).
+  int32_t norm;
+  float eps;
+  const void* norm_weight;  // [k] bf16
+  const void* x_input;
+  int64_t x_input_stride;
+  const void* residual;
+  int64_t residual_stride;
+  void* residual_out;  // null: none
+  int64_t residual_out_stride;
+  int64_t stats;         // elements into an epoch (protocol::stats_word)
+  int64_t stats_stride;  // floats per token
   // 1: GemmProgram::Epilogue::kSiluMul: every block's rows are 32 gate rows and their
   // 32 up rows (pack_weight's gated order) and out (n columns) is silu(gate) * up.
   int32_t silu_mul;

@@ -8,16 +8,47 @@ namespace tpdecode::program {
 
 std::vector<int64_t> check_buffers(const std::vector<OpBuffers>& ops) {
   auto overlap = [](const Matrix& a, const Matrix& b) { return a.data < b.end() && b.data < a.end(); };
+  auto same = [](const Matrix& a, const Matrix& b) {
+    return a.data == b.data && a.rows == b.rows && a.cols == b.cols && a.row_stride == b.row_stride;
+  };
+  struct Written {
+    std::size_t op;
+    const Matrix* m;
+  };
+  std::vector<Written> outs;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    outs.push_back({i, &ops[i].out});
+    if (ops[i].residual_out.data != 0) outs.push_back({i, &ops[i].residual_out});
+  }
+  // A residual stream in place: a norm's residual_out that is the residual_out it reads.
+  auto in_place = [&](const Written& earlier, const Written& later) {
+    const OpBuffers& op = ops[later.op];
+    return later.m == &op.residual_out && op.residual_after == static_cast<int>(earlier.op) &&
+           earlier.m == &ops[earlier.op].residual_out && same(*earlier.m, *later.m);
+  };
+  for (std::size_t a = 0; a < outs.size(); ++a)
+    for (std::size_t b = a + 1; b < outs.size(); ++b)
+      check(!overlap(*outs[a].m, *outs[b].m) || in_place(outs[a], outs[b]),
+            "gemm program: the outs of ops {} and {} overlap", outs[a].op, outs[b].op);
+  // A residual_out w that continues op i's input residual in place: op i's own, or
+  // that of a norm whose residual chain (residual_after) reaches op i.
+  auto writes_in_place = [&](const Written& w, std::size_t i) {
+    std::size_t j = w.op;
+    if (w.m != &ops[j].residual_out || !same(*w.m, ops[i].residual)) return false;
+    while (j != i && ops[j].residual_after >= 0 &&
+           same(ops[j].residual_out, ops[static_cast<std::size_t>(ops[j].residual_after)].residual_out))
+      j = static_cast<std::size_t>(ops[j].residual_after);
+    return j == i;
+  };
   std::vector<int64_t> window(ops.size(), 0);
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const OpBuffers& op = ops[i];
-    for (std::size_t j = i + 1; j < ops.size(); ++j)
-      check(!overlap(op.out, ops[j].out), "gemm program: the outs of ops {} and {} overlap", i, j);
-    if (op.after < 0) {
-      for (std::size_t j = 0; j < ops.size(); ++j)
-        check(!overlap(ops[j].out, op.x), "gemm program: op {} writes op {}'s input x", j, i);
-      continue;
+    for (const Written& w : outs) {
+      if (op.after < 0) check(!overlap(*w.m, op.x), "gemm program: op {} writes op {}'s input x", w.op, i);
+      if (op.residual.data != 0 && !writes_in_place(w, i))
+        check(!overlap(*w.m, op.residual), "gemm program: op {} writes op {}'s input residual", w.op, i);
     }
+    if (op.after < 0) continue;
     check(static_cast<std::size_t>(op.after) < i, "gemm program: op {} reads op {} (an earlier op or -1)", i,
           op.after);
     const Matrix& from = ops[static_cast<std::size_t>(op.after)].out;
@@ -33,10 +64,17 @@ std::vector<int64_t> check_buffers(const std::vector<OpBuffers>& ops) {
   return window;
 }
 
-MailboxLayout mailbox_layout(const std::vector<OpShape>& ops, const std::vector<int>& after, int m) {
+MailboxLayout mailbox_layout(const std::vector<OpShape>& ops, const std::vector<int>& after, int m, int ctas) {
   MailboxLayout l;
   l.offset.assign(ops.size(), -1);
   l.stride.assign(ops.size(), 0);
+  l.stats.assign(ops.size(), -1);
+  l.stats_stride = (ctas + 3) / 4 * 4;
+  for (std::size_t o = 0; o < ops.size(); ++o)
+    if (ops[o].norm) {
+      l.stats[o] = l.epoch_elements;
+      l.epoch_elements += 2 * m * l.stats_stride;
+    }
   for (int a : after)
     if (a >= 0 && l.offset[static_cast<std::size_t>(a)] < 0) {
       const auto o = static_cast<std::size_t>(a);
@@ -59,6 +97,16 @@ Plan plan_program(const std::vector<OpShape>& ops, int ctas, int m, int depth) {
   std::vector<std::vector<Unit>> per_cta(static_cast<std::size_t>(ctas));
   for (std::size_t o = 0; o < ops.size(); ++o) {
     const OpShape& op = ops[o];
+    if (op.norm) {
+      check(op.n == op.k && op.k > 0 && op.k % 8 == 0, "gemm program: norm op {} of {} columns (a multiple of 8)", o,
+            op.k);
+      const int64_t share = (op.k / 8 + ctas - 1) / ctas;
+      check(m * share <= kNormMaxItems,
+            "gemm program: norm op {} of {} columns at {} rows: {} pieces of 16 bytes per SM, above the {} served", o,
+            op.k, m, m * share, kNormMaxItems);
+      plan.blocks.push_back(ctas);
+      continue;
+    }
     check(op.n > 0 && op.k > 0 && op.k % 64 == 0, "gemm program: op {} is [{}, {}] (K must be a multiple of 64)", o,
           op.n, op.k);
     const int64_t blocks = (op.n + kBlockRows - 1) / kBlockRows;

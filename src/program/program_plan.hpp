@@ -13,10 +13,13 @@ namespace tpdecode::program {
 
 inline constexpr int kBlockRows = 64;  // weight rows of one work block (one wgmma tile)
 
-// What the plan needs of one GEMM op: out[m, n] = x[m, k] W[n, k]^T.
+// What the plan needs of one op: a GEMM, out[m, n] = x[m, k] W[n, k]^T, or an
+// RMSNorm of k columns (n == k), which has no GEMM work: every CTA normalises its
+// share of the columns (norm_share) and counts once when its share is published.
 struct OpShape {
   int64_t n = 0;
-  int64_t k = 0;  // a multiple of 64
+  int64_t k = 0;  // a multiple of 64 (a GEMM), of 8 (a norm)
+  bool norm = false;
 };
 
 // One CTA's K steps [step_begin, step_end) of one block of one op. parts > 1: the
@@ -36,7 +39,7 @@ struct Unit {
 struct Plan {
   std::vector<Unit> units;            // CTA c's units: [cta_begin[c], cta_begin[c + 1]), in op order
   std::vector<int32_t> cta_begin;     // [ctas + 1]
-  std::vector<int32_t> blocks;        // per op: blocks (what its completion counter reaches)
+  std::vector<int32_t> blocks;        // per op: blocks, or CTAs for a norm (what its completion counter reaches)
   int64_t scratch_floats = 0;
   int32_t max_parts = 0;
 };
@@ -56,26 +59,41 @@ struct OpBuffers {
   Matrix x;
   Matrix out;
   int after = -1;
+  // A norm's residual: an input (none: data 0), or residual_after's residual_out;
+  // where it stores x + residual (none: data 0). The residual_out may be its own
+  // residual (in place: each value is read, then written, by one thread).
+  Matrix residual;
+  int residual_after = -1;
+  Matrix residual_out;
 };
 
 // InvalidArgument where the ops cannot run as one program: an x of op `after` that
 // is not a window of its out (the same rows and row stride, columns from a multiple
-// of 8 inside it), outs that overlap, or an out over an input x (the inputs are read
-// while ops write). The window's first column per op (0 for an input).
+// of 8 inside it), outs (residual_outs too) that overlap, or an out over an input x
+// or residual (the inputs are read while ops write), but for a residual_out that is
+// its own op's residual. The window's first column per op (0 for an input).
 std::vector<int64_t> check_buffers(const std::vector<OpBuffers>& ops);
 
 // Where the ops that other ops read publish their outputs (the program's mailbox):
 // per op, its [m, stride] bf16 region in each of the two epochs (offset -1: no op
-// reads it). Regions are 16-byte aligned and disjoint; an epoch is `epoch_elements`.
+// reads it); per norm op, the CTAs' sums of squares of their shares, [m,
+// stats_stride] f32 from stats (elements; -1 for a GEMM). Regions are 16-byte
+// aligned and disjoint; an epoch is `epoch_elements`.
 struct MailboxLayout {
   std::vector<int64_t> offset;  // elements into an epoch
   std::vector<int64_t> stride;  // elements per row, n rounded up to 8
+  std::vector<int64_t> stats;   // elements into an epoch
+  int64_t stats_stride = 0;     // floats per row: the CTAs rounded up to 4
   int64_t epoch_elements = 0;   // a multiple of 8
 };
-MailboxLayout mailbox_layout(const std::vector<OpShape>& ops, const std::vector<int>& after, int m);
+MailboxLayout mailbox_layout(const std::vector<OpShape>& ops, const std::vector<int>& after, int m, int ctas);
 
 // K steps of an op at `depth` chunks of 64 columns per step.
 int64_t steps_of(const OpShape& op, int depth);
+
+// The largest row count times 16-byte pieces per CTA's share that a norm serves (its
+// finisher threads hold at most 4 pieces each).
+inline constexpr int64_t kNormMaxItems = 4 * 128;
 
 // The plan for `ctas` CTAs, m rows, `depth` chunks per K step.
 Plan plan_program(const std::vector<OpShape>& ops, int ctas, int m, int depth);

@@ -3,7 +3,7 @@
 // under host threads with random delays (tests/cpu/program_protocol_test.cpp):
 // which units the finisher completes and counts, when an op's outputs count as
 // complete, the epochs, where values live in the mailbox and the scratch slots, and
-// who resets the counters.
+// who resets the counters, and a norm op's shares and stats.
 #pragma once
 
 #include <cstdint>
@@ -58,6 +58,18 @@ struct Range {
 };
 TPD_PROGRAM_HD Range empty_share(int64_t pieces, int cta, int ctas) {
   return {pieces * cta / ctas, pieces * (cta + 1) / ctas};
+}
+
+// A norm op's share of CTA `cta`: its 16-byte pieces (8 columns each) [begin, end)
+// of the k columns, the same for every norm of k columns (so a norm reads the
+// residual_out of an earlier one where the same thread stored it).
+TPD_PROGRAM_HD Range norm_share(int64_t k, int cta, int ctas) { return empty_share(k / 8, cta, ctas); }
+
+// The 32-bit word of an epoch where CTA `cta` keeps the sum of squares of its share
+// of token t's row (a norm's stats region from element `stats`, stride floats a row;
+// the words past the CTAs are CTA 0's to store, as zeros).
+TPD_PROGRAM_HD int64_t stats_word(int64_t stats, int64_t stride, int token, int cta) {
+  return stats / 2 + token * stride + cta;
 }
 
 }  // namespace tpdecode::program::protocol

@@ -1,5 +1,5 @@
-// The CPU references of ArNorm and Gather: the kernel's summation order, the
-// exactness contract, cleaning of sentinel words.
+// The CPU references of ArNorm, Gather and GemmProgram's Norm op: the kernels'
+// summation orders, the exactness contract, cleaning of sentinel words.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +11,7 @@
 #include "reference/all_reduce.hpp"
 #include "reference/ar_norm.hpp"
 #include "reference/gather.hpp"
+#include "reference/program_norm.hpp"
 #include "tpdecode/error.hpp"
 
 namespace tpdecode {
@@ -150,6 +151,72 @@ TEST(GatherReference, PlacesShardsByRankAndCleansOnlySentinelWords) {
         EXPECT_EQ(out[static_cast<std::size_t>((row * 3 + r) * kWords + w)], sent == 0x80000000u ? 0u : sent);
       }
   EXPECT_EQ(out[static_cast<std::size_t>((1 * 3 + 1) * kWords + 1)], 0u);
+}
+
+// ---- GemmProgram's Norm op (reference/program_norm.hpp) ----
+
+// The order restated: CTA c's share is the pieces [P c / ctas, P (c + 1) / ctas) of
+// P = k / 8; each piece an fma chain from 0; the shares' sums in fours.
+float restated(const std::vector<uint16_t>& row, int ctas) {
+  const int64_t pieces = static_cast<int64_t>(row.size()) / 8;
+  std::vector<float> sums;
+  for (int c = 0; c < ctas; ++c) {
+    float s = 0.0f;
+    for (int64_t p = pieces * c / ctas; p < pieces * (c + 1) / ctas; ++p) {
+      float piece = 0.0f;
+      for (int j = 0; j < 8; ++j) {
+        const float v = bf16::to_float(row[static_cast<std::size_t>(8 * p + j)]);
+        piece = std::fma(v, v, piece);
+      }
+      s = s + piece;
+    }
+    sums.push_back(s);
+  }
+  while (sums.size() % 4 != 0) sums.push_back(0.0f);
+  float total = 0.0f;
+  for (std::size_t g = 0; g < sums.size(); g += 4) total = total + (((sums[g] + sums[g + 1]) + sums[g + 2]) + sums[g + 3]);
+  return total;
+}
+
+TEST(ProgramNormReference, SquareSumInTheProgramsOrder) {
+  std::mt19937_64 rng(7);
+  for (int64_t k : {8, 64, 1536, 7168, 8200})
+    for (int ctas : {1, 3, 132}) {
+      const std::vector<uint16_t> row = random_row(static_cast<std::size_t>(k), rng);
+      const float got = reference::program_norm_square_sum(row, ctas);
+      EXPECT_EQ(got, restated(row, ctas)) << "k " << k << ", " << ctas << " CTAs";
+      double exact = 0;
+      for (uint16_t v : row) exact += static_cast<double>(bf16::to_float(v)) * bf16::to_float(v);
+      EXPECT_NEAR(got, exact, 1e-5 * exact) << "k " << k << ", " << ctas << " CTAs";
+    }
+}
+
+TEST(ProgramNormReference, ResidualRoundedOnceAndNormAgainstFp64) {
+  std::mt19937_64 rng(11);
+  const int64_t k = 7168;
+  const int rows = 3;
+  const std::vector<uint16_t> x = random_row(static_cast<std::size_t>(rows * k), rng, 2.0f);
+  const std::vector<uint16_t> residual = random_row(static_cast<std::size_t>(rows * k), rng, 3.0f);
+  const std::vector<uint16_t> weight = random_row(static_cast<std::size_t>(k), rng);
+  const reference::ArNormResult r = reference::program_norm(x, residual, weight, 1e-6f, k, 132);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    ASSERT_EQ(r.residual_out[i], bf16::from_float(bf16::to_float(x[i]) + bf16::to_float(residual[i]))) << i;
+  for (int row = 0; row < rows; ++row) {
+    double ss = 0;
+    for (int64_t c = 0; c < k; ++c) {
+      const double h = bf16::to_float(r.residual_out[static_cast<std::size_t>(row * k + c)]);
+      ss += h * h;
+    }
+    const double rstd = 1.0 / std::sqrt(ss / static_cast<double>(k) + 1e-6);
+    for (int64_t c = 0; c < k; ++c) {
+      const std::size_t i = static_cast<std::size_t>(row * k + c);
+      const double want = bf16::to_float(r.residual_out[i]) * rstd * bf16::to_float(weight[static_cast<std::size_t>(c)]);
+      EXPECT_NEAR(bf16::to_float(r.out[i]), want, std::abs(want) * 8e-3 + 1e-6) << "row " << row << ", column " << c;
+    }
+  }
+  // Without a residual, h is x itself.
+  const reference::ArNormResult plain = reference::program_norm(x, {}, weight, 1e-6f, k, 132);
+  EXPECT_TRUE(plain.residual_out == x);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "program/program_plan.hpp"
+#include "program/program_protocol.hpp"
 #include "tpdecode/error.hpp"
 
 namespace tpdecode::program {
@@ -162,7 +163,7 @@ TEST(ProgramBuffers, RacesAndForeignWindowsAreRefused) {
 TEST(ProgramMailbox, RegionsPerReadOpAlignedAndDisjoint) {
   const std::vector<OpShape> ops = {{2112, 7168}, {1536, 1536}, {577, 576}, {64, 576}, {7168, 64}};
   // Ops 1 and 2 read op 0; op 3 reads op 2; op 4 reads nothing published.
-  const MailboxLayout l = mailbox_layout(ops, {-1, 0, 0, 2, -1}, 5);
+  const MailboxLayout l = mailbox_layout(ops, {-1, 0, 0, 2, -1}, 5, 132);
   EXPECT_EQ(l.offset[1], -1);
   EXPECT_EQ(l.offset[3], -1);
   EXPECT_EQ(l.offset[4], -1);
@@ -175,7 +176,69 @@ TEST(ProgramMailbox, RegionsPerReadOpAlignedAndDisjoint) {
   EXPECT_TRUE(end0 <= l.offset[2] || end2 <= l.offset[0]);
   EXPECT_EQ(l.epoch_elements, 5 * (2112 + 584));
   EXPECT_EQ(l.epoch_elements % 8, 0);
-  EXPECT_EQ(mailbox_layout(ops, {-1, -1, -1, -1, -1}, 5).epoch_elements, 0);
+  EXPECT_EQ(mailbox_layout(ops, {-1, -1, -1, -1, -1}, 5, 132).epoch_elements, 0);
+}
+
+// Norm ops: no GEMM units, every CTA counts once; a stats region of [m, CTAs rounded
+// up to 4] floats per norm, 16-byte aligned and apart from the outs' regions.
+TEST(ProgramNorms, PlanAndMailbox) {
+  const std::vector<OpShape> ops = {{7168, 1536}, {7168, 7168, true}, {4608, 7168}, {2112, 2112, true}};
+  const Plan plan = plan_program(ops, 132, 5, 4);
+  EXPECT_EQ(plan.blocks[1], 132);
+  EXPECT_EQ(plan.blocks[3], 132);
+  for (const Unit& u : plan.units) EXPECT_TRUE(u.op == 0 || u.op == 2) << "a unit of norm op " << u.op;
+  const MailboxLayout l = mailbox_layout(ops, {-1, 0, 1, -1}, 5, 130);
+  EXPECT_EQ(l.stats_stride, 132);
+  EXPECT_EQ(l.stats[0], -1);
+  EXPECT_EQ(l.stats[2], -1);
+  ASSERT_GE(l.stats[1], 0);
+  ASSERT_GE(l.stats[3], 0);
+  std::vector<std::pair<int64_t, int64_t>> regions = {{l.stats[1], l.stats[1] + 2 * 5 * 132},
+                                                      {l.stats[3], l.stats[3] + 2 * 5 * 132}};
+  for (int o : {0, 1}) regions.push_back({l.offset[o], l.offset[o] + 5 * l.stride[o]});
+  for (std::size_t a = 0; a < regions.size(); ++a) {
+    EXPECT_EQ(regions[a].first % 8, 0);
+    EXPECT_LE(regions[a].second, l.epoch_elements);
+    for (std::size_t b = a + 1; b < regions.size(); ++b)
+      EXPECT_TRUE(regions[a].second <= regions[b].first || regions[b].second <= regions[a].first) << a << " " << b;
+  }
+  // Served: rows x pieces per CTA <= 512 (7168 columns on 132 CTAs: 7 pieces).
+  EXPECT_NO_THROW(plan_program({{7168, 7168, true}}, 132, 64, 4));
+  EXPECT_THROW(plan_program({{16384, 16384, true}}, 132, 64, 4), InvalidArgument);
+  EXPECT_THROW(plan_program({{7168, 7164, true}}, 132, 1, 4), InvalidArgument);  // not a multiple of 8
+}
+
+TEST(ProgramNorms, NormSharesCoverTheColumnsOnce) {
+  for (int64_t k : {8, 512, 1536, 7168, 8200})
+    for (int ctas : {1, 7, 132}) {
+      int64_t next = 0;
+      for (int c = 0; c < ctas; ++c) {
+        const protocol::Range r = protocol::norm_share(k, c, ctas);
+        EXPECT_EQ(r.begin, next);
+        EXPECT_LE(r.end - r.begin, (k / 8 + ctas - 1) / ctas);
+        next = r.end;
+      }
+      EXPECT_EQ(next, k / 8);
+    }
+}
+
+TEST(ProgramBuffers, NormResidualsInPlaceAndChained) {
+  // Norm 0: x input, residual R in place; norm 1 reads norm 0's residual_out (R) in
+  // place again.
+  const Matrix r = mat(100000, 4, 64);
+  const OpBuffers n0{mat(0, 4, 64), mat(1000, 4, 64), -1, r, -1, r};
+  const OpBuffers n1{mat(3000, 4, 64), mat(5000, 4, 64), -1, {}, 0, r};
+  EXPECT_NO_THROW(check_buffers({n0, n1}));
+  auto refused = [](const std::vector<OpBuffers>& ops, int line) {
+    EXPECT_THROW(check_buffers(ops), InvalidArgument) << "line " << line;
+  };
+  // The residual_out over another op's input residual; over its own x; a second
+  // writer of R that does not read it; an out over an input residual.
+  refused({n0, {mat(3000, 4, 64), mat(5000, 4, 64), -1, r, -1, mat(20000, 4, 64)}}, __LINE__);
+  refused({{mat(10000, 4, 64), mat(1000, 4, 64), -1, r, -1, mat(10000, 4, 64)}}, __LINE__);
+  refused({n0, {mat(3000, 4, 64), mat(5000, 4, 64), -1, {}, -1, r}}, __LINE__);
+  refused({{mat(0, 4, 64), mat(1000, 4, 64), -1, mat(200000, 4, 64), -1, {}},
+           {mat(3000, 4, 64), mat(200000, 4, 64), -1}}, __LINE__);
 }
 
 }  // namespace

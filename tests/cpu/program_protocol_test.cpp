@@ -72,7 +72,7 @@ class Model {
         bug_(bug),
         seed_(seed),
         plan_(plan_program(chain_.shapes, ctas, m, 1)),
-        layout_(mailbox_layout(chain_.shapes, chain_.after, m)),
+        layout_(mailbox_layout(chain_.shapes, chain_.after, m, ctas)),
         window_(windows_of(chain_, m)),
         mailbox_(static_cast<std::size_t>(2 * layout_.epoch_elements)),
         scratch_(static_cast<std::size_t>(plan_.scratch_floats)),

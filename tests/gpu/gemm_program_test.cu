@@ -3,16 +3,18 @@
 // reference computed from each op's actual input; every element written; bitwise
 // repeatable; the same bits in a CUDA graph, over 10,000 runs back to back and with PDL;
 // the SiLU-mul epilogue gives the drafter's SiLU-mul kernel's bits and feeds a down
-// projection; refusals.
+// projection; norm ops give their CPU reference's bits; refusals.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
 #include <vector>
 
 #include "core/bf16.hpp"
 #include "drafter/kernels_launch.hpp"
 #include "gpu/gpu_test_util.hpp"
+#include "reference/program_norm.hpp"
 #include "tpdecode/gemm_program.hpp"
 
 namespace tpdecode {
@@ -75,6 +77,7 @@ struct Chain {
     }
   }
   DeviceBuffer& out(std::size_t i) { return outs.empty() ? acts[i + 1] : outs[i]; }
+  std::vector<GemmProgram::Op> ops() const { return {gemms.begin(), gemms.end()}; }
   // Fresh inputs: the chain's first x (every op's x when independent); every
   // output poisoned.
   void fresh(std::mt19937_64& rng) {
@@ -116,7 +119,7 @@ struct Chain {
 void check_chain(int m, const std::vector<int64_t>& dims, bool independent, std::mt19937_64& rng) {
   SCOPED_TRACE(testing::Message() << "m " << m << (independent ? ", independent ops" : ", chained"));
   Chain c(m, dims, independent, rng);
-  GemmProgram program(c.gemms, m);
+  GemmProgram program(c.ops(), m);
   c.fresh(rng);
   const auto first = c.checked_run(program, nullptr);
   // Again, back to back with PDL (the second run's start overlaps the first's tail).
@@ -173,7 +176,7 @@ struct ReplayedChain {
   GemmProgram program;
   TwoRunGraph g;
   explicit ReplayedChain(std::mt19937_64& rng)
-      : c(7, {2048, 4096, 1024, 2048}, false, rng), program(c.gemms, 7), g(program) {}
+      : c(7, {2048, 4096, 1024, 2048}, false, rng), program(c.ops(), 7), g(program) {}
   // Fresh inputs and a checked eager run, whose bits it returns; then the outs
   // poisoned on the graph's stream, ordered before the next replay.
   std::vector<std::vector<uint16_t>> eager_then_poison(std::mt19937_64& rng) {
@@ -249,7 +252,7 @@ TEST(GemmProgram, WindowsOfAnEarlierOut) {
       }
       gemms.push_back(g);
     }
-    GemmProgram program(gemms, m);
+    GemmProgram program({gemms.begin(), gemms.end()}, m);
     std::vector<std::uint16_t> bits;
     for (int run = 0; run < 3; ++run) {
       for (DeviceBuffer& o : outs) poison(o);
@@ -297,9 +300,10 @@ TEST(GemmProgram, SiluMulEpilogueGivesTheSiluMulKernelsBits) {
       DeviceBuffer gate_up(static_cast<std::size_t>(m * 2 * inter) * 2);
       DeviceBuffer want(static_cast<std::size_t>(m * inter) * 2), got(static_cast<std::size_t>(m * inter) * 2);
       const TensorView weight = TensorView::bf16(w.get(), 2 * inter, k), xv = TensorView::bf16(x.get(), m, k);
-      const GemmProgram plain({{weight, xv, TensorView::bf16(gate_up.get(), m, 2 * inter)}}, m);
+      const GemmProgram plain({GemmProgram::Gemm{weight, xv, TensorView::bf16(gate_up.get(), m, 2 * inter)}}, m);
       const GemmProgram gated(
-          {{weight, xv, TensorView::bf16(got.get(), m, inter), -1, GemmProgram::Epilogue::kSiluMul}}, m);
+          {GemmProgram::Gemm{weight, xv, TensorView::bf16(got.get(), m, inter), -1, GemmProgram::Epilogue::kSiluMul}},
+          m);
       for (DeviceBuffer* b : {&gate_up, &want, &got}) poison(*b);
       plain.run(nullptr);
       drafter::launch_silu_mul(nullptr, TensorView::bf16(gate_up.get(), m, 2 * inter),
@@ -332,12 +336,12 @@ TEST(GemmProgram, SiluMulEpilogueFeedsTheDownProjection) {
     DeviceBuffer x = to_device(x_host);
     DeviceBuffer act(static_cast<std::size_t>(m * inter) * 2), act_copy(static_cast<std::size_t>(m * inter) * 2);
     DeviceBuffer down(static_cast<std::size_t>(m * n) * 2), down_alone(static_cast<std::size_t>(m * n) * 2);
-    const GemmProgram mlp({{TensorView::bf16(gate_up_w.get(), 2 * inter, k0), TensorView::bf16(x.get(), m, k0),
+    const GemmProgram mlp({GemmProgram::Gemm{TensorView::bf16(gate_up_w.get(), 2 * inter, k0), TensorView::bf16(x.get(), m, k0),
                             TensorView::bf16(act.get(), m, inter), -1, GemmProgram::Epilogue::kSiluMul},
-                           {TensorView::bf16(down_w.get(), n, inter), TensorView::bf16(act.get(), m, inter),
+                           GemmProgram::Gemm{TensorView::bf16(down_w.get(), n, inter), TensorView::bf16(act.get(), m, inter),
                             TensorView::bf16(down.get(), m, n), 0}},
                           m);
-    const GemmProgram alone({{TensorView::bf16(down_w.get(), n, inter), TensorView::bf16(act_copy.get(), m, inter),
+    const GemmProgram alone({GemmProgram::Gemm{TensorView::bf16(down_w.get(), n, inter), TensorView::bf16(act_copy.get(), m, inter),
                               TensorView::bf16(down_alone.get(), m, n)}},
                             m);
     std::vector<uint16_t> act_bits, down_bits;
@@ -385,6 +389,96 @@ TEST(GemmProgram, SiluMulEpilogueFeedsTheDownProjection) {
   }
 }
 
+// [m, cols] bf16 of a device matrix with row stride `stride` from column `col`.
+std::vector<uint16_t> host_window(DeviceBuffer& d, int m, int64_t stride, int64_t col, int64_t cols) {
+  const std::vector<uint16_t> all = to_host<uint16_t>(d, static_cast<std::size_t>(m * stride));
+  std::vector<uint16_t> w;
+  for (int t = 0; t < m; ++t)
+    w.insert(w.end(), all.begin() + t * stride + col, all.begin() + t * stride + col + cols);
+  return w;
+}
+
+// Norm ops as a layer uses them, against reference/program_norm.hpp bit for bit:
+// op 0 a GEMM p; op 1 residual add + norm of p (residual an input, residual_out h);
+// op 2 a GEMM of op 1's out; op 3 the add + norm of op 2's out on the residual
+// stream h, in place; op 4 a GEMM of op 3's out; op 5 a norm of an input (its
+// residual_out x itself); ops 6 and
+// 7 norms of two column windows of p (the q_a / kv pair). The GEMMs against FP64 on
+// the norms' outputs; all bits repeatable over runs back to back with PDL.
+TEST(GemmProgram, NormsGiveTheirReferenceBits) {
+  TPD_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  const int64_t k0 = 1024, d = 1536, n4 = 704, kin = 512;
+  const float eps = 1e-6f;
+  const std::vector<uint16_t> w0 = random_bf16(static_cast<std::size_t>(d * k0), rng, 0.05f);
+  const std::vector<uint16_t> w2 = random_bf16(static_cast<std::size_t>(d * d), rng, 0.05f);
+  const std::vector<uint16_t> w4 = random_bf16(static_cast<std::size_t>(n4 * d), rng, 0.05f);
+  std::vector<std::vector<uint16_t>> gammas;
+  for (int64_t k : {d, d, kin, int64_t{1024}, int64_t{512}}) gammas.push_back(random_bf16(static_cast<std::size_t>(k), rng));
+  DeviceBuffer w0d = to_device(w0), w2d = to_device(w2), w4d = to_device(w4);
+  std::vector<DeviceBuffer> gd;
+  for (const auto& g : gammas) gd.push_back(to_device(g));
+  for (int m : {1, 5, 8, 16, 28, 64}) {
+    if (quick() && m != 5 && m != 28) continue;
+    SCOPED_TRACE(testing::Message() << "m " << m);
+    const std::vector<uint16_t> x0 = random_bf16(static_cast<std::size_t>(m * k0), rng);
+    const std::vector<uint16_t> resid = random_bf16(static_cast<std::size_t>(m * d), rng, 2.0f);
+    const std::vector<uint16_t> xin = random_bf16(static_cast<std::size_t>(m * kin), rng, 3.0f);
+    DeviceBuffer x0d = to_device(x0), rd = to_device(resid), xind = to_device(xin);
+    auto buffer = [&](int64_t cols) { return DeviceBuffer(static_cast<std::size_t>(m * cols) * 2); };
+    DeviceBuffer p = buffer(d), x1 = buffer(d), h = buffer(d), q = buffer(d), x2 = buffer(d), s = buffer(n4),
+                 x3 = buffer(kin), h5 = buffer(kin), xa = buffer(1024), xb = buffer(512);
+    auto view = [&](DeviceBuffer& b, int64_t cols) { return TensorView::bf16(b.get(), m, cols); };
+    auto gamma = [&](int i, int64_t k) { return TensorView::bf16(gd[static_cast<std::size_t>(i)].get(), 1, k); };
+    TensorView pa = view(p, 1024), pb = TensorView::bf16(static_cast<uint16_t*>(p.get()) + 1024, m, 512);
+    pa.row_stride = pb.row_stride = d;
+    GemmProgram::Norm n1{view(p, d), 0, gamma(0, d), eps, view(rd, d), view(h, d), view(x1, d)};
+    GemmProgram::Norm n3{view(q, d), 2, gamma(1, d), eps, view(h, d), view(h, d), view(x2, d)};
+    GemmProgram::Norm n5{view(xind, kin), -1, gamma(2, kin), eps, {}, view(h5, kin), view(x3, kin)};
+    GemmProgram::Norm n6{pa, 0, gamma(3, 1024), eps, {}, {}, view(xa, 1024)};
+    GemmProgram::Norm n7{pb, 0, gamma(4, 512), eps, {}, {}, view(xb, 512)};
+    const GemmProgram program({GemmProgram::Gemm{TensorView::bf16(w0d.get(), d, k0), view(x0d, k0), view(p, d)}, n1,
+                               GemmProgram::Gemm{TensorView::bf16(w2d.get(), d, d), view(x1, d), view(q, d), 1}, n3,
+                               GemmProgram::Gemm{TensorView::bf16(w4d.get(), n4, d), view(x2, d), view(s, n4), 3}, n5,
+                               n6, n7},
+                              m);
+    std::vector<DeviceBuffer*> outs = {&p, &x1, &h, &q, &x2, &s, &x3, &xa, &xb, &h5};
+    std::vector<std::vector<uint16_t>> first;
+    for (int run = 0; run < 3; ++run) {
+      SCOPED_TRACE(testing::Message() << "run " << run);
+      for (DeviceBuffer* b : outs) poison(*b);
+      TPD_CUDA(cudaDeviceSynchronize());
+      program.run(nullptr, run > 0);
+      if (run == 1) continue;  // run 2 follows it back to back
+      TPD_CUDA(cudaDeviceSynchronize());
+      std::vector<std::vector<uint16_t>> bits;
+      for (DeviceBuffer* b : outs) bits.push_back(to_host<uint16_t>(*b, b->bytes() / 2));
+      if (run == 2) {
+        EXPECT_TRUE(bits == first) << "a later run differs";
+        continue;
+      }
+      first = bits;
+      const int ctas = program.ctas();
+      const auto& [pb_, x1b, hb, qb, x2b, sb, x3b, xab, xbb] =
+          std::tie(bits[0], bits[1], bits[2], bits[3], bits[4], bits[5], bits[6], bits[7], bits[8]);
+      const reference::ArNormResult r1 = reference::program_norm(pb_, resid, gammas[0], eps, d, ctas);
+      EXPECT_TRUE(x1b == r1.out) << "op 1's out";
+      const reference::ArNormResult r3 = reference::program_norm(qb, r1.residual_out, gammas[1], eps, d, ctas);
+      EXPECT_TRUE(x2b == r3.out) << "op 3's out";
+      EXPECT_TRUE(hb == r3.residual_out) << "the residual stream after op 3";
+      EXPECT_TRUE(x3b == reference::program_norm(xin, {}, gammas[2], eps, kin, ctas).out) << "op 5's out";
+      EXPECT_TRUE(bits[9] == xin) << "op 5's residual_out (x itself without a residual)";
+      EXPECT_TRUE(xab == reference::program_norm(host_window(p, m, d, 0, 1024), {}, gammas[3], eps, 1024, ctas).out)
+          << "op 6's out";
+      EXPECT_TRUE(xbb == reference::program_norm(host_window(p, m, d, 1024, 512), {}, gammas[4], eps, 512, ctas).out)
+          << "op 7's out";
+      check_op(x0, k0, w0, pb_, d, m);
+      check_op(x1b, d, w2, qb, d, m);
+      check_op(x2b, d, w4, sb, n4, m);
+    }
+  }
+}
+
 // A program that records its timeline gives the same bits as one that does not,
 // and each of its last runs has, for every CTA, its SM and per op of its units a
 // start, an MMA end and an epilogue end in that order (runs beyond 8 keep the last 8).
@@ -392,8 +486,8 @@ TEST(GemmProgram, TimelineKeepsTheBitsAndOrdersEachOpsTimes) {
   TPD_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
   Chain c(3, {1536, 2112, 1536, 4608}, false, rng);
-  GemmProgram plain(c.gemms, 3);
-  GemmProgram traced(c.gemms, 3, true);
+  GemmProgram plain(c.ops(), 3);
+  GemmProgram traced(c.ops(), 3, true);
   EXPECT_TRUE(plain.timelines().empty());
   EXPECT_TRUE(traced.timelines().empty()) << "no run yet";
   c.fresh(rng);
@@ -434,41 +528,70 @@ TEST(GemmProgram, Refusals) {
   TPD_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
   Chain c(4, {256, 512, 256}, false, rng);
-  EXPECT_THROW(GemmProgram(c.gemms, 0), InvalidArgument);
-  EXPECT_THROW(GemmProgram(c.gemms, 65), InvalidArgument);
+  EXPECT_THROW(GemmProgram(c.ops(), 0), InvalidArgument);
+  EXPECT_THROW(GemmProgram(c.ops(), 65), InvalidArgument);
   EXPECT_THROW(GemmProgram({}, 4), InvalidArgument);
   auto bad = c.gemms;
   bad[1].after = 1;  // itself
-  EXPECT_THROW(GemmProgram(bad, 4), InvalidArgument);
+  EXPECT_THROW(GemmProgram({bad.begin(), bad.end()}, 4), InvalidArgument);
   bad = c.gemms;
   bad[0].after = 1;  // a later op
-  EXPECT_THROW(GemmProgram(bad, 4), InvalidArgument);
+  EXPECT_THROW(GemmProgram({bad.begin(), bad.end()}, 4), InvalidArgument);
   bad = c.gemms;
   bad[1].x = TensorView::bf16(c.acts[1].get(), 4, 256);  // K of op 1 is 512
-  EXPECT_THROW(GemmProgram(bad, 4), InvalidArgument);
+  EXPECT_THROW(GemmProgram({bad.begin(), bad.end()}, 4), InvalidArgument);
   bad = c.gemms;
   bad[1].after = -1;  // op 1 reads op 0's out without waiting for it
-  EXPECT_THROW(GemmProgram(bad, 4), InvalidArgument);
+  EXPECT_THROW(GemmProgram({bad.begin(), bad.end()}, 4), InvalidArgument);
   bad = c.gemms;
   bad[0].x.dtype = DType::kF32;
-  EXPECT_THROW(GemmProgram(bad, 4), InvalidArgument);
+  EXPECT_THROW(GemmProgram({bad.begin(), bad.end()}, 4), InvalidArgument);
   bad = c.gemms;
   bad[0].epilogue = GemmProgram::Epilogue::kSiluMul;  // out [4, 512] where silu(gate) * up is [4, 256]
-  EXPECT_THROW(GemmProgram(bad, 4), InvalidArgument);
+  EXPECT_THROW(GemmProgram({bad.begin(), bad.end()}, 4), InvalidArgument);
   bad = c.gemms;
   bad[0].epilogue = GemmProgram::Epilogue::kSiluMul;  // 511 rows: no gate for every up
   bad[0].weight = TensorView::bf16(c.weights[0].get(), 511, 256);
   bad[0].out.cols = 255;
-  EXPECT_THROW(GemmProgram(bad, 4), InvalidArgument);
+  EXPECT_THROW(GemmProgram({bad.begin(), bad.end()}, 4), InvalidArgument);
   bad = c.gemms;
   bad[1].epilogue = static_cast<GemmProgram::Epilogue>(7);
-  EXPECT_THROW(GemmProgram(bad, 4), InvalidArgument);
+  EXPECT_THROW(GemmProgram({bad.begin(), bad.end()}, 4), InvalidArgument);
+  // Norms: a residual of the wrong width; a weight of the wrong width; k not a
+  // multiple of 8; an out over its residual_out; a negative eps; columns beyond what
+  // a CTA's finisher holds.
+  DeviceBuffer nx(4 * 4096 * 2), nw(4096 * 2), nout(4 * 4096 * 2), nres(4 * 4096 * 2);
+  auto nv = [](DeviceBuffer& b, int64_t rows, int64_t cols) { return TensorView::bf16(b.get(), rows, cols); };
+  const GemmProgram::Norm good{nv(nx, 4, 256), -1, nv(nw, 1, 256), 1e-6f, nv(nres, 4, 256), {}, nv(nout, 4, 256)};
+  EXPECT_NO_THROW(GemmProgram({good}, 4));
+  const std::vector<std::function<void(GemmProgram::Norm&)>> breaks = {
+      [&](GemmProgram::Norm& n) { n.residual = nv(nres, 4, 248); },
+      [&](GemmProgram::Norm& n) { n.weight = nv(nw, 1, 248); },
+      [&](GemmProgram::Norm& n) {
+        n.x = nv(nx, 4, 252);
+        n.weight = nv(nw, 1, 252);
+        n.residual = nv(nres, 4, 252);
+        n.out = nv(nout, 4, 252);
+      },
+      [&](GemmProgram::Norm& n) { n.residual_out = nv(nout, 4, 256); },
+      [&](GemmProgram::Norm& n) { n.eps = -1.0f; },
+  };
+  for (std::size_t i = 0; i < breaks.size(); ++i) {
+    GemmProgram::Norm bad_norm = good;
+    breaks[i](bad_norm);
+    EXPECT_THROW(GemmProgram({bad_norm}, 4), InvalidArgument) << "norm refusal " << i;
+  }
+  DeviceBuffer wide(64 * 131072 * 2), wide_w(131072 * 2), wide_out(64 * 131072 * 2);
+  EXPECT_THROW(GemmProgram({GemmProgram::Norm{nv(wide, 64, 131072), -1, nv(wide_w, 1, 131072), 1e-6f, {}, {},
+                                              nv(wide_out, 64, 131072)}},
+                           64),
+               InvalidArgument);
   bad = c.gemms;
   bad[0].weight = TensorView::bf16(c.weights[0].get(), 512, 200);  // K not a multiple of 64
-  EXPECT_THROW(GemmProgram(bad, 4), InvalidArgument);
+  EXPECT_THROW(GemmProgram({bad.begin(), bad.end()}, 4), InvalidArgument);
   bad = c.gemms;
   bad[0].x.data = static_cast<char*>(bad[0].x.data) + 2;  // misaligned
-  EXPECT_THROW(GemmProgram(bad, 4), InvalidArgument);
+  EXPECT_THROW(GemmProgram({bad.begin(), bad.end()}, 4), InvalidArgument);
 }
 
 }  // namespace
