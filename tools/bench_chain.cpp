@@ -5,9 +5,7 @@
 // (DecodeGemm, measured dispatch for chain links, PDL), bytes / time against the read ceiling
 // measured in the same run, and what a plain streaming read of the same buffers
 // takes (ordinary launches and PDL: what the hardware allows for such a chain). With
-// --silu-mul the down projection reads silu(gate) * up of gate_up's out, as an MLP
-// does: stock and ours run the drafter's SiLU-mul kernel between the two, the
-// programs run gate_up with the SiLU-mul epilogue.
+// --silu-mul and --norms the layers carry their TP 1 glue (chain_glue.hpp).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -28,7 +26,7 @@
 #include "core/graph_timing.hpp"
 #include "core/random_fill.hpp"
 #include "core/weight_rotation.hpp"
-#include "drafter/kernels_launch.hpp"
+#include "chain_glue.hpp"
 #include "gemm_shapes.hpp"
 #include "program/program_timeline.hpp"
 #include "read_ceiling.hpp"
@@ -46,7 +44,8 @@ struct Options {
   int replays = 20;
   std::vector<std::string> force;  // chains also timed with every link forced (forced_decision)
   bool timeline = false;           // the programs record their timelines (boundary_figures)
-  bool silu_mul = false;           // down reads silu(gate) * up of gate_up's out (the file's comment)
+  bool silu_mul = false;           // the layers' SiLU-mul (chain_glue.hpp)
+  bool norms = false;              // the layers' norms and residual adds (chain_glue.hpp)
   std::string json;
 };
 
@@ -126,14 +125,9 @@ void bench_tp(int tp, const Options& o, const Gpu& gpu, cudaStream_t stream, std
     if (with_head) c.push_back(links.size() - 1);
     return c;
   };
-  // With --silu-mul: link i is a layer's down (layer_shapes: gate_up, then down),
-  // whose x stock and ours make with the SiLU-mul kernel from link i - 1's out.
-  constexpr std::size_t kDown = 4;
-  const bool shapes_fit = layer[kDown - 1].n == 2 * layer[kDown].k;
-  check(!o.silu_mul || shapes_fit, "bench chain: --silu-mul needs gate_up's N twice down's K");
-  auto folds = [&](std::size_t i) { return o.silu_mul && i + 1 < links.size() && i % layer.size() == kDown; };
   const int max_m = *std::max_element(o.ms.begin(), o.ms.end());
-  DeviceBuffer act(static_cast<std::size_t>(max_m * layer[kDown].k) * 2);  // SiLU-mul's out
+  const ChainGlue glue(layer, sets * o.layers, max_m, o.silu_mul, o.norms, stream);
+  auto layer_link = [&](std::size_t i) { return i + 1 < links.size(); };  // not the lm_head
   std::map<int64_t, DeviceBuffer> xs;  // by K: [max_m, K] bf16
   std::vector<DeviceBuffer> outs;      // by link: [max_m, N] bf16
   for (const Link& l : links) {
@@ -153,27 +147,27 @@ void bench_tp(int tp, const Options& o, const Gpu& gpu, cudaStream_t stream, std
     for (bool with_head : {false, true}) {
       std::vector<std::vector<std::size_t>> chains;  // [set]
       for (int set = 0; set < sets; ++set) chains.push_back(chain(set, with_head));
-      auto x_of = [&](std::size_t i) {
-        return TensorView::bf16(folds(i) ? act.get() : xs.at(links[i].shape.k).get(), m, links[i].shape.k);
+      auto input_of = [&](std::size_t i) {
+        return TensorView::bf16(xs.at(links[i].shape.k).get(), m, links[i].shape.k);
       };
+      auto x_of = [&](std::size_t i) { return layer_link(i) ? glue.x(i, m, input_of(i)) : input_of(i); };
       auto out_of = [&](std::size_t i) { return TensorView::bf16(outs[i].get(), m, links[i].shape.n); };
-      // The SiLU-mul before a folded link i (stock and ours), then the link itself.
-      auto link_with_silu_mul = [&](std::size_t i, cudaStream_t st, bool pdl,
-                                    const std::function<void(std::size_t, cudaStream_t)>& link) {
-        if (folds(i)) {
-          TensorView gate_up = out_of(i - 1);
-          gate_up.cols = 2 * links[i].shape.k;
-          drafter::launch_silu_mul(st, gate_up, x_of(i), pdl);
-        }
-        link(i, st);
-      };
-      // Median microseconds per chain of `run(link index, stream)` over every link.
-      // pdl: the SiLU-mul kernels' (ours: yes, as the drafter's specialised path).
+      // Median microseconds per chain of `run(link index, stream)` over every link,
+      // with the glue around the layers' links (pdl: the glue kernels'; ours: yes,
+      // as the drafter's specialised path).
       auto time_chains = [&](const std::function<void(std::size_t, cudaStream_t)>& run, bool pdl) {
         return time_graph(
                    stream,
                    [&](cudaStream_t st, int c) {
-                     for (std::size_t i : chains[static_cast<std::size_t>(c)]) link_with_silu_mul(i, st, pdl, run);
+                     for (std::size_t i : chains[static_cast<std::size_t>(c)]) {
+                       if (!layer_link(i)) {
+                         run(i, st);
+                         continue;
+                       }
+                       if (i > 0) glue.before(i, m, out_of(i - 1), st, pdl);
+                       run(i, st);
+                       glue.after(i, m, out_of(i), st, pdl);
+                     }
                    },
                    sets, o.replays)
             .median_us;
@@ -195,29 +189,39 @@ void bench_tp(int tp, const Options& o, const Gpu& gpu, cudaStream_t stream, std
         // One program per set: the chain's GEMMs in order, each reading the first
         // K columns of the previous one's out (the dependency a chain of linears
         // has; every drafter link's K fits its predecessor's N); `free`: every x an
-        // input (what the dependency costs). With --silu-mul gate_up's out is
-        // silu(gate) * up (the SiLU-mul epilogue), which a chained down reads.
+        // input (what the dependency costs). The glue: chained, its ops in the program
+        // (the SiLU-mul epilogue, Norm ops, which the next GEMM reads); free, the
+        // SiLU-mul epilogue only.
         auto time_program = [&](bool chained, std::optional<program::BoundaryFigures>& timeline,
                                 std::vector<GemmProgram::RunTimeline>* raw) {
           std::vector<std::unique_ptr<GemmProgram>> programs;
           for (const std::vector<std::size_t>& c : chains) {
-            std::vector<GemmProgram::Gemm> gemms;
+            std::vector<GemmProgram::Op> ops;
+            int feed = -1;  // the op whose out the next GEMM reads
+            TensorView feed_out;
             for (std::size_t p = 0; p < c.size(); ++p) {
               const std::size_t i = c[p];
-              GemmProgram::Gemm g{links[i].gemm->weight(), x_of(i), out_of(i), -1};
-              if (p + 1 < c.size() && folds(c[p + 1])) {
+              GemmProgram::Gemm g{links[i].gemm->weight(), input_of(i), out_of(i), -1};
+              if (p + 1 < c.size() && layer_link(c[p + 1]) && glue.silu_epilogue(c[p + 1])) {
                 g.out.cols /= 2;
                 g.out.row_stride = g.out.cols;
                 g.epilogue = GemmProgram::Epilogue::kSiluMul;
               }
-              if (chained && p > 0 && links[i].shape.k <= gemms.back().out.cols) {
-                g.x = gemms.back().out;
+              if (chained && feed >= 0 && links[i].shape.k <= feed_out.cols) {
+                g.x = feed_out;
                 g.x.cols = links[i].shape.k;
-                g.after = static_cast<int>(p) - 1;
+                g.after = feed;
               }
-              gemms.push_back(g);
+              ops.push_back(g);
+              feed = static_cast<int>(ops.size()) - 1;
+              feed_out = g.out;
+              if (chained && layer_link(i)) {
+                feed = glue.append_norms(i, m, feed, g.out, ops);
+                feed_out = ops[static_cast<std::size_t>(feed)].is_norm ? ops[static_cast<std::size_t>(feed)].norm.out
+                                                                       : g.out;
+              }
             }
-            programs.push_back(std::make_unique<GemmProgram>(std::move(gemms), m, o.timeline));
+            programs.push_back(std::make_unique<GemmProgram>(std::move(ops), m, o.timeline));
           }
           const double us =
               time_graph(
@@ -290,10 +294,12 @@ void print_table(const std::vector<Row>& rows, const bench::ReadCeiling& ceiling
       "time; read = a plain streaming read of the same buffers, "
       "ordinary launches and with PDL (what the hardware allows). Read ceiling {:.2f} TB/s.{}\n",
       ceiling.tb_per_s,
-      o.silu_mul ? " --silu-mul: down reads silu(gate) * up of gate_up's out: stock and ours (and forced) run the "
-                   "drafter's SiLU-mul kernel between them (ours with PDL); prog and free run gate_up with the "
-                   "SiLU-mul epilogue."
-                 : "");
+      o.silu_mul || o.norms
+          ? fmt::format(" With the layers' TP 1 glue ({}{}): stock and ours (and forced) run the drafter's kernels "
+                        "between the GEMMs (ours with PDL), prog runs it as ops of the program (free: the SiLU-mul "
+                        "epilogue only).",
+                        o.silu_mul ? "SiLU-mul" : "", o.norms ? (o.silu_mul ? ", norms" : "norms") : "")
+          : std::string());
   if (o.timeline) {
     fmt::print("\nThe programs' boundaries (--timeline; the first set's program, means over its last runs' ops, us):"
                " span = a run; late = an op's last MMA end - the median CTA's; epi = the last epilogue's end - the"
@@ -334,6 +340,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const ben
   j["read_ceiling"] = {{"tb_per_s", ceiling.tb_per_s}, {"bytes", ceiling.bytes}, {"median_us", ceiling.median_us}};
   j["layers"] = o.layers;
   j["silu_mul"] = o.silu_mul;
+  j["norms"] = o.norms;
   j["replays"] = o.replays;
   j["rows"] = nlohmann::json::array();
   for (const Row& r : rows) {
@@ -383,6 +390,7 @@ void run(const Options& o) {
   check(o.layers >= 1, "bench chain: --layers {}", o.layers);
   for (const std::string& name : o.force)
     check(valid_force(name), "bench chain: --force {} (warp or cublas)", name);
+  check(!o.timeline || !o.norms, "bench chain: --timeline with --norms is not served (the norm ops have no MMAs)");
   cudaStream_t stream;
   TPD_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   fmt::print(stderr, "bench chain: {} ({} SMs); measuring the read ceiling\n", gpu.name, gpu.sms);
@@ -415,6 +423,9 @@ void register_bench_chain(CLI::App& app) {
   cmd->add_flag("--silu-mul", o->silu_mul,
                "down reads silu(gate) * up of gate_up's out, as an MLP does: stock and ours run the drafter's "
                "SiLU-mul kernel between them, the programs run gate_up with the SiLU-mul epilogue");
+  cmd->add_flag("--norms", o->norms,
+               "the layers' TP 1 norms: q_a and kv after qkv_a, the residual add + RMSNorm after o_proj and down "
+               "(the drafter's kernels between the GEMMs; Norm ops in the program)");
   cmd->add_option("--json", o->json, "also write the rows as JSON to this file");
   cmd->callback([o] { run(*o); });
 }
