@@ -133,6 +133,17 @@ void print_run(const TeamRun& t, const bench::ReadCeiling& ceiling) {
                fmt::format("{}/{}", r.disagreements_near_tie, r.token_disagreements), r.max_logit_diff,
                r.repeat_bitwise && r.ranks_identical ? "yes" : "NO");
   }
+  if (t.rows.empty() || t.rows.front().program.step_us <= 0) return;
+  fmt::print("the program path (the step's GEMMs, norms, residual adds and SiLU-muls as GemmPrograms, the rest "
+             "as the specialised path's kernels):\n");
+  fmt::print("{:>4} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>6}\n", "M", "prog us", "step/floor", "stock/prog",
+             "spec/prog", "tokens", "near-tie", "bitwise");
+  for (const DrafterRow& r : t.rows)
+    fmt::print("{:>4} {:>10.1f} {:>10.2f} {:>10} {:>10} {:>4}/{:<4} {:>9} {:>6}\n", r.m, r.program.step_us,
+               r.program.step_us / floor, ratio(r.stock.step_us, r.program.step_us),
+               ratio(r.specialised.step_us, r.program.step_us), r.m - r.program.token_disagreements, r.m,
+               fmt::format("{}/{}", r.program.disagreements_near_tie, r.program.token_disagreements),
+               r.program.repeat_bitwise ? "yes" : "NO");
 }
 
 nlohmann::json to_json(const PathTimes& p) {
@@ -154,7 +165,7 @@ void write_json(const std::string& path, const std::vector<TeamRun>& runs, const
                       {"ranks_per_gpu", t.ranks_per_gpu},
                       {"rows", nlohmann::json::array()}};
     const double floor = floor_us(t, ceiling);
-    for (const DrafterRow& r : t.rows)
+    for (const DrafterRow& r : t.rows) {
       jt["rows"].push_back({{"m", r.m},
                             {"stock", to_json(r.stock)},
                             {"specialised", to_json(r.specialised)},
@@ -167,6 +178,13 @@ void write_json(const std::string& path, const std::vector<TeamRun>& runs, const
                             {"max_logit_diff", r.max_logit_diff},
                             {"repeat_bitwise", r.repeat_bitwise},
                             {"ranks_identical", r.ranks_identical}});
+      if (r.program.step_us > 0)
+        jt["rows"].back()["program"] = {{"step_us", r.program.step_us},
+                                        {"step_over_floor", r.program.step_us / floor},
+                                        {"token_disagreements", r.program.token_disagreements},
+                                        {"disagreements_near_tie", r.program.disagreements_near_tie},
+                                        {"repeat_bitwise", r.program.repeat_bitwise}};
+    }
     j["runs"].push_back(jt);
   }
   write_json_file(path, j);

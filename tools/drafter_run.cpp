@@ -77,17 +77,28 @@ void measure_drafter(Team& team, const drafter::DrafterConfig& config, const Dra
     for (std::size_t i = 0; i < stock.size(); ++i)
       r.max_logit_diff =
           std::max(r.max_logit_diff, static_cast<double>(std::abs(bf16::to_float(stock[i]) - bf16::to_float(spec[i]))));
-    for (std::size_t row = 0; row < static_cast<std::size_t>(m); ++row) {
-      if (stock_tokens[row] == spec_tokens[row]) continue;
-      ++r.token_disagreements;
-      const float top = bf16::to_float(stock[row * vocab + static_cast<std::size_t>(stock_tokens[row])]);
-      const float other = bf16::to_float(stock[row * vocab + static_cast<std::size_t>(spec_tokens[row])]);
-      if (top - other <= kNearTieUlps * bf16_ulp(top)) ++r.disagreements_near_tie;
-    }
+    // Rows whose tokens differ from the stock path's, and of those the near ties.
+    const auto disagreements = [&](const std::vector<int32_t>& tokens, int& all, int& near_tie) {
+      for (std::size_t row = 0; row < static_cast<std::size_t>(m); ++row) {
+        if (stock_tokens[row] == tokens[row]) continue;
+        ++all;
+        const float top = bf16::to_float(stock[row * vocab + static_cast<std::size_t>(stock_tokens[row])]);
+        const float other = bf16::to_float(stock[row * vocab + static_cast<std::size_t>(tokens[row])]);
+        if (top - other <= kNearTieUlps * bf16_ulp(top)) ++near_tie;
+      }
+    };
+    disagreements(spec_tokens, r.token_disagreements, r.disagreements_near_tie);
     say(fmt::format("M = {}: timing graphs of both paths", m));
     r.stock = time_path(d, DrafterPath::kStock, m, o.replays);
     r.specialised = time_path(d, DrafterPath::kSpecialised, m, o.replays);
     r.repeat_bitwise = d.logits(0, m) == spec;
+    if (d.serves_programs()) {
+      say(fmt::format("M = {}: the program path, eager and timed", m));
+      const std::vector<uint16_t> prog = eager_logits(d, DrafterPath::kProgram, m);
+      disagreements(d.tokens(0, m), r.program.token_disagreements, r.program.disagreements_near_tie);
+      r.program.step_us = time_step(d, DrafterPath::kProgram, m, {}, o.replays);
+      r.program.repeat_bitwise = d.logits(0, m) == prog;
+    }
     rows.push_back(r);
   }
 }

@@ -1,5 +1,6 @@
 // One measurement of the drafter step on a team: per row count, both paths' step
-// times and breakdowns (graph replays), and the comparison of their outputs.
+// times and breakdowns (graph replays), and the comparison of their outputs; at TP 1
+// the program path's step too.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +30,14 @@ struct DrafterRow {
   bool repeat_bitwise = false;     // specialised logits: eager run == graph replay, bit for bit
   bool ranks_identical = false;    // every driven rank's specialised logits identical
   uint64_t logits_hash = 0;        // FNV-1a of the specialised logits (ranks of an NCCL team compare it)
+  // The program path (TP 1 only; step_us 0 where it did not run): its step, its
+  // tokens against the stock path's, its logits eager == graph replay.
+  struct Program {
+    double step_us = 0;
+    int token_disagreements = 0;
+    int disagreements_near_tie = 0;
+    bool repeat_bitwise = false;
+  } program;
 };
 
 // A disagreement counts as a near tie when the stock logits of the two tokens are

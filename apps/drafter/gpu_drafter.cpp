@@ -8,12 +8,15 @@
 #include "drafter/gpu_rank.hpp"
 #include "drafter/gpu_step_ops.hpp"
 #include "drafter/kernels_launch.hpp"
+#include "drafter/program_segments.hpp"
 #include "drafter/weights.hpp"
 #include "tpdecode/error.hpp"
 
 namespace tpdecode::drafter {
 
-const char* path_name(DrafterPath p) { return p == DrafterPath::kStock ? "stock" : "specialised"; }
+const char* path_name(DrafterPath p) {
+  return p == DrafterPath::kStock ? "stock" : p == DrafterPath::kSpecialised ? "specialised" : "program";
+}
 
 namespace {
 
@@ -112,6 +115,55 @@ void GpuDrafter::prepare(int m) {
     for (auto& [key, g] : r->gemms) g->prepare(m, r->stream);
   }
   for (auto& op : oprojs_) op->prepare(m);
+  if (serves_programs() && !programs_.count(m)) build_programs(m);
+}
+
+// Records the step's segments (the launches of the other ops go nowhere) and builds
+// a program per segment on rank 0's buffers and weights.
+void GpuDrafter::build_programs(int m) {
+  class Nothing final : public StepOps {
+   public:
+    void embed(const Slice&) override {}
+    void gemm(WeightId, const Slice&, const Slice&) override {}
+    void ar_norm(const Slice&, bool, WeightId, const Slice&) override {}
+    void rms_norms(std::span<const RowNorm>) override {}
+    void attention(const Slice&, const Slice&, const Slice&, const Slice&) override {}
+    void silu_mul(const Slice&, const Slice&) override {}
+    void gather(GatherKind, const Slice&, const Slice&) override {}
+    void add(const Slice&, const Slice&, const Slice&) override {}
+    void argmax(const Slice&) override {}
+  } nothing;
+  const GpuRank& r = *ranks_.at(0);
+  TPD_CUDA(cudaSetDevice(r.device));
+  Programs built;
+  run_segmented_step(config_, shapes_, nothing, [&](int, const Segment& segment) {
+    std::vector<GemmProgram::Op> ops;
+    std::vector<TensorView> outs;  // per op: where the program writes its out
+    for (const SegmentOp& s : segment) {
+      TensorView out = r.view(s.out, m);
+      if (s.out_private) {  // the buffer's layout, memory of its own
+        const int64_t cols = r.buffer_cols[static_cast<std::size_t>(s.out.buf)];
+        built.buffers.emplace_back(static_cast<std::size_t>(m * cols) * 2);
+        out.data = static_cast<uint16_t*>(built.buffers.back().get()) + s.out.col0;
+      }
+      TensorView x = r.view(s.x, m);
+      if (s.after >= 0) {  // the same window of the out it reads (which may be private)
+        const SegmentOp& from = segment[static_cast<std::size_t>(s.after)];
+        x.data = static_cast<uint16_t*>(outs[static_cast<std::size_t>(s.after)].data) + (s.x.col0 - from.out.col0);
+      }
+      outs.push_back(out);
+      if (!s.norm) {
+        ops.push_back(GemmProgram::Gemm{r.weight(s.weight), x, out, s.after,
+                                        s.silu_mul ? GemmProgram::Epilogue::kSiluMul : GemmProgram::Epilogue::kPlain});
+        continue;
+      }
+      const TensorView residual = r.view({Buf::kResidual, 0, config_.hidden}, m);
+      ops.push_back(GemmProgram::Norm{x, s.after, r.weight(s.weight), config_.eps, s.residual ? residual : TensorView{},
+                                      s.residual_out ? residual : TensorView{}, out});
+    }
+    built.programs.push_back(std::make_unique<GemmProgram>(std::move(ops), m));
+  });
+  programs_[m] = std::move(built);
 }
 
 void GpuDrafter::set_oproj_kind(std::optional<OprojKind> kind) {
@@ -120,12 +172,25 @@ void GpuDrafter::set_oproj_kind(std::optional<OprojKind> kind) {
 
 void GpuDrafter::enqueue_step(DrafterPath path, int m, const OpFilter& filter) {
   require(m >= 1 && m <= rows_cap_, fmt::format("drafter: {} rows (1 .. {})", m, rows_cap_));
+  const auto built = programs_.find(m);
+  if (path == DrafterPath::kProgram) {
+    require(serves_programs(), "drafter: the program path runs at TP 1 only (no collective runs in a program yet)");
+    require(filter.gemm && filter.collective && filter.other, "drafter: the program path runs whole steps only");
+    require(built != programs_.end(), fmt::format("drafter: the program path for {} rows needs prepare({})", m, m));
+  }
   std::vector<cudaStream_t> others;
   for (std::size_t i = 1; i < ranks_.size(); ++i) others.push_back(ranks_[i]->stream);
   fork_streams(stream(), others);
   comm_->set_algorithm(path == DrafterPath::kStock ? CommAlgorithm::kStock : CommAlgorithm::kAuto);
-  GpuStepOps ops(config_, shapes_, ranks_, *comm_, oprojs_, path, m, shared_gpu_);
-  run_step(config_, shapes_, ops, filter);
+  const DrafterPath launches = path == DrafterPath::kProgram ? DrafterPath::kSpecialised : path;
+  GpuStepOps ops(config_, shapes_, ranks_, *comm_, oprojs_, launches, m, shared_gpu_);
+  if (path == DrafterPath::kProgram) {
+    run_segmented_step(config_, shapes_, ops, [&](int index, const Segment&) {
+      built->second.programs.at(static_cast<std::size_t>(index))->run(stream());
+    });
+  } else {
+    run_step(config_, shapes_, ops, filter);
+  }
   join_streams(stream(), others);
   comm_paths_ = ops.comm_paths();
 }

@@ -11,14 +11,21 @@
 //    each layer's o_proj + all-reduce + post-attention norm as one PreparedOproj
 //    call where its rule table (or set_oproj_kind) picks a fused kind for the
 //    step's rows, else the two ops.
-// At TP 1 both paths run the all-reduce as its RMSNorm alone (the separate
-// add-RMSNorm kernel) and have no gathers: they differ in the GEMMs and PDL.
+//  - program (TP 1 only): the step's runs of GEMMs, norms, residual adds and
+//    SiLU-muls as GemmPrograms (program_segments.hpp; built by prepare(m), their
+//    own copy of the weights), the other ops as the specialised path's kernels.
+//    Its norms sum in the program's order (reference/program_norm.hpp) and its
+//    GEMMs split K their own way: other bits than either path, repeatable.
+// At TP 1 the stock and specialised paths run the all-reduce as its RMSNorm alone
+// (the separate add-RMSNorm kernel) and have no gathers: they differ in the GEMMs
+// and PDL.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,13 +34,15 @@
 #include "drafter/config.hpp"
 #include "drafter/step.hpp"
 #include "tpdecode/comm.hpp"
+#include "tpdecode/device_buffer.hpp"
+#include "tpdecode/gemm_program.hpp"
 #include "tpdecode/oproj.hpp"
 #include "tpdecode/team.hpp"
 
 namespace tpdecode::drafter {
 
-enum class DrafterPath { kStock, kSpecialised };
-const char* path_name(DrafterPath p);  // "stock" / "specialised"
+enum class DrafterPath { kStock, kSpecialised, kProgram };
+const char* path_name(DrafterPath p);  // "stock" / "specialised" / "program"
 
 struct GpuRank;  // one driven rank's weights, buffers and GEMMs (src/drafter/gpu_rank.hpp)
 
@@ -60,14 +69,17 @@ class GpuDrafter {
   std::size_t weight_bytes() const { return weight_bytes_; }
 
   // Host preparation for steps of m rows (DecodeGemm engines, the fused
-  // o-projections); before capture.
+  // o-projections; at TP 1 the program path's programs); before capture.
   void prepare(int m);
+  // Whether the program path serves this team (TP 1).
+  bool serves_programs() const { return ranks_.size() == 1 && team_.size() == 1; }
   // Forces the fused o-projection's kind on the specialised path (benchmarks,
   // tests); empty: its rule table. Host only, never under capture.
   void set_oproj_kind(std::optional<OprojKind> kind);
   // Enqueues one step of m rows on every driven rank: driven rank 0's stream forks
   // to the others and joins back (graph-capturable after prepare(m); a graph of
-  // one step may be replayed back to back any number of times).
+  // one step may be replayed back to back any number of times). The program path:
+  // TP 1 and the whole step only (no filter).
   void enqueue_step(DrafterPath path, int m, const OpFilter& filter = {});
   // Driven rank 0's stream: capture and time on it.
   cudaStream_t stream() const;
@@ -90,6 +102,14 @@ class GpuDrafter {
   // all-reduce + post-attention RMSNorm, all layers on one mailbox.
   std::vector<std::unique_ptr<PreparedOproj>> oprojs_;
   std::string comm_paths_;
+  // The program path's, per row count: a program per segment, in step order, and
+  // the buffers of their private outs.
+  struct Programs {
+    std::vector<std::unique_ptr<GemmProgram>> programs;
+    std::vector<DeviceBuffer> buffers;
+  };
+  std::map<int, Programs> programs_;
+  void build_programs(int m);
 };
 
 }  // namespace tpdecode::drafter
