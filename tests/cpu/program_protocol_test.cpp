@@ -5,11 +5,15 @@
 // check after) and a finisher thread (which sums split blocks' other parts and
 // counts published blocks, as the finisher's warps); the mailbox, scratch slots
 // and counters are atomics; random delays at every step; exact integer products
-// and fresh inputs every run, run after run with nothing reset in between. It checks every output,
+// and fresh inputs every run, run after run with nothing reset in between. Norm ops
+// as the finisher runs them (program_norm.cuh): each CTA's share of the columns, its
+// row statistics published into the mailbox and every CTA's polled, with an exact
+// integer stand-in for the norm (out = h * (S mod 7 + 1), S the row's sum of
+// squares). It checks every output,
 // that no copy reads a value not yet published, that the counts complete and reset,
 // that the epochs alternate and leave the next run's epoch empty, and that no wait
 // hangs; and that planted bugs (a missing wait, a wait on a later op, a count not
-// advanced, a stale epoch) each fail.
+// advanced, a stale epoch, a norm that reads the statistics unpolled) each fail.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -28,7 +32,7 @@
 namespace tpdecode::program {
 namespace {
 
-enum class Bug { kNone, kMissingWait, kWaitOnLaterOp, kCountNotAdvanced, kStaleEpoch };
+enum class Bug { kNone, kMissingWait, kWaitOnLaterOp, kCountNotAdvanced, kStaleEpoch, kNormStatsUnpolled };
 
 constexpr int64_t kEmpty = std::numeric_limits<int64_t>::min();  // a word or slot not written
 
@@ -41,9 +45,12 @@ struct Chain {
 };
 
 // Op 1 reads op 0's columns from 8, op 3 all of op 2's (an input of the program in
-// the middle), op 4 op 3's from 64.
+// the middle), op 4 op 3's from 64; op 5 is a norm of op 4's out, which op 6 reads;
+// op 7 a norm of op 0's columns 64 .. 191, read by nothing.
 Chain test_chain() {
-  return {{{448, 256}, {256, 256}, {320, 256}, {256, 320}, {192, 128}}, {-1, 0, -1, 2, 3}, {0, 8, 0, 0, 64}};
+  return {{{448, 256}, {256, 256}, {320, 256}, {256, 320}, {192, 128}, {192, 192, true}, {128, 192}, {128, 128, true}},
+          {-1, 0, -1, 2, 3, 4, 5, 0},
+          {0, 8, 0, 0, 64, 0, 0, 64}};
 }
 
 // The windows as the program's checks find them (check_buffers) in buffers laid out
@@ -100,12 +107,26 @@ class Model {
     for (std::thread& t : threads) t.join();
   }
 
-  // What the run should have written: exact products of the run's inputs.
+  // What the run should have written: exact products of the run's inputs (a norm:
+  // its stand-in of them).
   std::vector<int64_t> reference(int op) const {
     const OpShape& s = chain_.shapes[static_cast<std::size_t>(op)];
     const int from = chain_.after[static_cast<std::size_t>(op)];
     const std::vector<int64_t> prev = from >= 0 ? reference(from) : std::vector<int64_t>{};
     std::vector<int64_t> y(static_cast<std::size_t>(m_ * s.n));
+    auto x_at = [&](int t, int64_t k) {
+      return from >= 0 ? prev[static_cast<std::size_t>(t * chain_.shapes[static_cast<std::size_t>(from)].n +
+                                                       chain_.column[static_cast<std::size_t>(op)] + k)]
+                       : input(t, k);
+    };
+    if (s.norm) {
+      for (int t = 0; t < m_; ++t) {
+        int64_t squares = 0;
+        for (int64_t k = 0; k < s.k; ++k) squares += x_at(t, k) * x_at(t, k);
+        for (int64_t k = 0; k < s.k; ++k) y[static_cast<std::size_t>(t * s.n + k)] = norm_out(x_at(t, k), squares);
+      }
+      return y;
+    }
     for (int t = 0; t < m_; ++t)
       for (int64_t row = 0; row < s.n; ++row) {
         int64_t v = 0;
@@ -154,6 +175,8 @@ class Model {
   };
 
   int64_t input(int t, int64_t k) const { return (run_ * 7 + t * 3 + k) % 5 - 2; }
+  // The norm's exact stand-in: h scaled by a function of its row's sum of squares.
+  static int64_t norm_out(int64_t h, int64_t squares) { return h * (squares % 7 + 1); }
   static int64_t weight(int op, int64_t row, int64_t k) { return (op * 11 + row * 5 + k * 3) % 7 - 3; }
 
   // Random yields and short sleeps, so that threads interleave differently each time.
@@ -265,14 +288,89 @@ class Model {
   }
   static void finish(Cta& cta) { cta.consumer_done.store(1, std::memory_order_release); }
 
+  // A value of the mailbox, polled until published (false: the run timed out).
+  bool poll(std::atomic<int64_t>& w, int64_t& v, std::mt19937& rng) {
+    return wait_until([&] { return (v = w.load(std::memory_order_relaxed)) != kEmpty; }, rng);
+  }
+
+  // CTA c's share of norm op o (program_norm.cuh's steps), once pre's last sum is taken.
+  bool norm_share(int c, int o, uint32_t epoch, Cta& cta, int pre_given, std::mt19937& rng) {
+    const auto op = static_cast<std::size_t>(o);
+    const OpShape& s = chain_.shapes[op];
+    const int from = chain_.after[op];
+    if (!wait_until([&] { return cta.pre_empty.load(std::memory_order_acquire) >= pre_given; }, rng)) return false;
+    const protocol::Range share = protocol::norm_share(s.k, c, ctas_);
+    // 1. h: x of the share, polled where an op publishes it.
+    std::vector<int64_t> h(static_cast<std::size_t>(m_ * s.k), 0);
+    for (int t = 0; t < m_; ++t)
+      for (int64_t col = 8 * share.begin; col < 8 * share.end; ++col) {
+        int64_t& v = h[static_cast<std::size_t>(t * s.k + col)];
+        if (from < 0) {
+          v = input(t, col);
+          continue;
+        }
+        const auto f = static_cast<std::size_t>(from);
+        const int64_t first = layout_.offset[f] + window_[op];
+        if (!poll(word(epoch, protocol::mailbox_element(first, layout_.stride[f], t, col)), v, rng)) return false;
+      }
+    // 2. The share's sums of squares (the last CTA's late), CTA 0 the zeros past the CTAs.
+    jitter(rng);
+    if (c == ctas_ - 1) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    const int64_t stride = layout_.stats_stride;
+    auto stat = [&](int t, int cta) -> std::atomic<int64_t>& {
+      return word(epoch, 2 * protocol::stats_word(layout_.stats[op], stride, t, cta));
+    };
+    for (int t = 0; t < m_; ++t) {
+      int64_t partial = 0;
+      for (int64_t col = 8 * share.begin; col < 8 * share.end; ++col)
+        partial += h[static_cast<std::size_t>(t * s.k + col)] * h[static_cast<std::size_t>(t * s.k + col)];
+      stat(t, c).store(partial, std::memory_order_relaxed);
+      if (c == 0)
+        for (int64_t pad = ctas_; pad < stride; ++pad) stat(t, static_cast<int>(pad)).store(0, std::memory_order_relaxed);
+    }
+    // 3. Every CTA's sums; 4. the share's outputs, published and counted.
+    for (int t = 0; t < m_; ++t) {
+      int64_t squares = 0;
+      for (int64_t other = 0; other < stride; ++other) {
+        int64_t v = 0;
+        if (bug_ == Bug::kNormStatsUnpolled) {
+          v = stat(t, static_cast<int>(other)).load(std::memory_order_relaxed);
+          if (v == kEmpty) unpublished_reads_.fetch_add(1), v = 0;
+        } else if (!poll(stat(t, static_cast<int>(other)), v, rng)) {
+          return false;
+        }
+        squares += v;
+      }
+      for (int64_t col = 8 * share.begin; col < 8 * share.end; ++col) {
+        const int64_t v = norm_out(h[static_cast<std::size_t>(t * s.k + col)], squares);
+        out_[op][static_cast<std::size_t>(t * s.n + col)] = v;
+        if (read_by_an_op(o))
+          word(epoch, protocol::mailbox_element(layout_.offset[op], layout_.stride[op], t, col))
+              .store(v, std::memory_order_relaxed);
+      }
+    }
+    jitter(rng);
+    if (read_by_an_op(o)) op_done_[op].fetch_add(1, std::memory_order_release);
+    return true;
+  }
+
   // The finisher: for each split block's part 0, parts 1 .. parts-1 into pre in
-  // order; each published block counted; then the CTA's final barrier and the last
-  // CTA's reset.
+  // order; each published block counted; each norm op's share at its place in op
+  // order; then the CTA's final barrier and the last CTA's reset.
   void finisher(int c, Cta& cta) {
     std::mt19937 rng(seed_ * 7919u + static_cast<unsigned>(run_ * 131 + c * 2 + 1));
-    int pre_given = 0, counted_blocks = 0;
+    const uint32_t epoch = protocol::publish_epoch(runs_.load());
+    int pre_given = 0, counted_blocks = 0, next_norm = 0;
+    bool ok = true;
+    auto norms_before = [&](int op) {
+      for (; ok && next_norm < op; ++next_norm)
+        if (chain_.shapes[static_cast<std::size_t>(next_norm)].norm)
+          ok = norm_share(c, next_norm, epoch, cta, pre_given, rng);
+    };
     for (int i = plan_.cta_begin[c]; i < plan_.cta_begin[c + 1] && !timed_out_.load(); ++i) {
       const Unit& u = plan_.units[static_cast<std::size_t>(i)];
+      norms_before(u.op);
+      if (!ok) break;
       if (protocol::finisher_sums(u)) {
         if (!wait_until([&] { return cta.pre_empty.load(std::memory_order_acquire) >= pre_given; }, rng)) break;
         for (int t = 0; t < m_; ++t)
@@ -299,6 +397,7 @@ class Model {
         cta.pub_empty.store(counted_blocks, std::memory_order_release);
       }
     }
+    if (!timed_out_.load()) norms_before(ops());
     wait_until([&] { return cta.consumer_done.load(std::memory_order_acquire) != 0; }, rng);
     const uint32_t before = ctas_done_.fetch_add(1, std::memory_order_acq_rel);
     if (protocol::last_to_finish(before, static_cast<uint32_t>(ctas_))) {
@@ -370,7 +469,8 @@ TEST(ProgramProtocol, PlantedBugsFail) {
       {Bug::kMissingWait, "a copy read an unpublished value"},
       {Bug::kWaitOnLaterOp, "a wait hung"},
       {Bug::kCountNotAdvanced, "a count short at the end"},
-      {Bug::kStaleEpoch, "the run counter not advanced"}};
+      {Bug::kStaleEpoch, "the run counter not advanced"},
+      {Bug::kNormStatsUnpolled, "a copy read an unpublished value"}};
   for (const auto& [bug, symptom] : bugs) {
     Model model(test_chain(), 3, 12, bug, 3);
     const std::string failure = first_failure(model, 4);
