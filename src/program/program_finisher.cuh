@@ -132,10 +132,15 @@ struct Finisher {
   }
 
   // The CTA's shares of the norm ops before op `op` not yet run (from `next`), each
-  // once the consumers have taken pre's last sum (the share's shared memory).
+  // once the consumers have taken pre's last sum (the share's shared memory). Why the
+  // barrier first: threads that do not sum (from 1 to 6 rows) run ahead of the
+  // summing warps' fills, and a parity wait on pre_empty can tell only the last
+  // phase from the one before it (a step-1 drafter run at one row read sums a share
+  // had overwritten).
   __device__ void norms_before(int op, int& next, const HandoffPhases& ph, uint32_t epoch) const {
     for (; next < op; ++next) {
       if (a.ops[next].norm == 0) continue;
+      dev::named_barrier_sync(kNormBarrier, kFinisherThreads);
       dev::mbar_wait(h.pre_empty, ph.pre ^ 1);
       NormShare<kFinisherThreads>{a, a.ops[next], h.pre, a.mailbox + epoch * a.epoch_words, thread}.run(
           a.counters.op_done + next);

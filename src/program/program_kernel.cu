@@ -65,34 +65,37 @@ __device__ __forceinline__ uint32_t bf16_bits(float v) {
 }
 
 // The BF16 outputs a consumer thread holds of a block, register by register: the
-// rounded sums, or (silu_mul) per gate register i (fragment row r < 8 of its warp's
+// rounded sums, or (kSiluMul) per gate register i (fragment row r < 8 of its warp's
 // 16) silu(gate) * up with the up value of register i | 2 (row r + 8), pack_weight's
-// gated order. `row(i)` is the out column of register i.
-template <int kTokens>
+// gated order. `row(i)` is the out column of register i. A template parameter, not
+// a flag, so that the plain epilogue carries no branch of the gated one.
+template <int kTokens, bool kSiluMul>
 struct BlockOutputs {
   const float (&sum)[kTokens / 2];
-  bool silu_mul;
   int64_t row0;  // the block's first out column
   int warp, lane;
   __device__ uint32_t bits(int i) const {
-    if (!silu_mul) return bf16_bits(sum[i]);
-    const float gate = __bfloat162float(__float2bfloat16_rn(sum[i]));
-    const float up = __bfloat162float(__float2bfloat16_rn(sum[i | 2]));
-    return __bfloat16_as_ushort(dev::silu_mul(gate, up));
+    if constexpr (!kSiluMul) {
+      return bf16_bits(sum[i]);
+    } else {
+      const float gate = __bfloat162float(__float2bfloat16_rn(sum[i]));
+      const float up = __bfloat162float(__float2bfloat16_rn(sum[i | 2]));
+      return __bfloat16_as_ushort(dev::silu_mul(gate, up));
+    }
   }
   // Whether register i holds an output (the gated order: its gate rows only).
-  __device__ bool holds(int i) const { return !silu_mul || (i % 4) / 2 == 0; }
+  __device__ bool holds(int i) const { return !kSiluMul || (i % 4) / 2 == 0; }
   __device__ int64_t row(int i) const {
-    return silu_mul ? row0 + 8 * warp + lane / 4 : row0 + wgmma::fragment_row(warp, lane, i);
+    return kSiluMul ? row0 + 8 * warp + lane / 4 : row0 + wgmma::fragment_row(warp, lane, i);
   }
 };
 
 // The block's outputs into the mailbox, one 32-bit word (two rows of a token) per
 // store: a thread holds rows r, tokens t and t + 1 of its fragment pairs, so the
 // threads of rows r and r + 1 (lanes 4 apart) trade one value each.
-template <int kTokens>
+template <int kTokens, bool kSiluMul>
 __device__ __forceinline__ void publish(const Args& a, const OpDesc& op, uint32_t epoch,
-                                        const BlockOutputs<kTokens>& o) {
+                                        const BlockOutputs<kTokens, kSiluMul>& o) {
   const bool even = (o.lane / 4) % 2 == 0;  // this thread's rows are even
   uint32_t* box = a.mailbox + epoch * a.epoch_words;
 #pragma unroll
@@ -147,17 +150,22 @@ __device__ __forceinline__ void finish_unit(const Args& a, const Unit& u, uint32
     if (lane == 0) dev::mbar_arrive(h.pre_empty);
     ph.pre ^= 1;
   }
-  const BlockOutputs<kTokens> outputs{sum, op.silu_mul != 0, op.silu_mul != 0 ? row0 / 2 : row0, warp, lane};
-  auto* out = static_cast<uint16_t*>(op.out);
+  auto store = [&](const auto& outputs) {
+    auto* out = static_cast<uint16_t*>(op.out);
 #pragma unroll
-  for (int i = 0; i < kRegs; ++i) {
-    if (!outputs.holds(i)) continue;
-    const int token = wgmma::fragment_token(lane, i);
-    const int64_t row = outputs.row(i);
-    if (token < a.m && row < op.n) out[token * op.out_stride + row] = static_cast<uint16_t>(outputs.bits(i));
-  }
+    for (int i = 0; i < kRegs; ++i) {
+      if (!outputs.holds(i)) continue;
+      const int token = wgmma::fragment_token(lane, i);
+      const int64_t row = outputs.row(i);
+      if (token < a.m && row < op.n) out[token * op.out_stride + row] = static_cast<uint16_t>(outputs.bits(i));
+    }
+    if (counted(a, u)) publish(a, op, epoch, outputs);
+  };
+  if (op.silu_mul != 0)
+    store(BlockOutputs<kTokens, true>{sum, row0 / 2, warp, lane});
+  else
+    store(BlockOutputs<kTokens, false>{sum, row0, warp, lane});
   if (!counted(a, u)) return;
-  publish<kTokens>(a, op, epoch, outputs);
   // The warp's stores before its arrival (release at CTA scope; the finisher's
   // release of the count is cumulative over what its wait acquired).
   __syncwarp();

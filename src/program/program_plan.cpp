@@ -20,11 +20,17 @@ std::vector<int64_t> check_buffers(const std::vector<OpBuffers>& ops) {
     outs.push_back({i, &ops[i].out});
     if (ops[i].residual_out.data != 0) outs.push_back({i, &ops[i].residual_out});
   }
-  // A residual stream in place: a norm's residual_out that is the residual_out it reads.
+  // A residual stream in place: a norm's residual_out that is the residual_out of a
+  // norm its residual chain (residual_after, each link in place) reaches.
   auto in_place = [&](const Written& earlier, const Written& later) {
-    const OpBuffers& op = ops[later.op];
-    return later.m == &op.residual_out && op.residual_after == static_cast<int>(earlier.op) &&
-           earlier.m == &ops[earlier.op].residual_out && same(*earlier.m, *later.m);
+    if (later.m != &ops[later.op].residual_out || earlier.m != &ops[earlier.op].residual_out ||
+        !same(*earlier.m, *later.m))
+      return false;
+    std::size_t j = later.op;
+    while (j != earlier.op && ops[j].residual_after >= 0 &&
+           same(ops[j].residual_out, ops[static_cast<std::size_t>(ops[j].residual_after)].residual_out))
+      j = static_cast<std::size_t>(ops[j].residual_after);
+    return j == earlier.op;
   };
   for (std::size_t a = 0; a < outs.size(); ++a)
     for (std::size_t b = a + 1; b < outs.size(); ++b)

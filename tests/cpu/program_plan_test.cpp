@@ -229,6 +229,9 @@ TEST(ProgramBuffers, NormResidualsInPlaceAndChained) {
   const OpBuffers n0{mat(0, 4, 64), mat(1000, 4, 64), -1, r, -1, r};
   const OpBuffers n1{mat(3000, 4, 64), mat(5000, 4, 64), -1, {}, 0, r};
   EXPECT_NO_THROW(check_buffers({n0, n1}));
+  // A third link of the stream, in place: its residual_out is n0's too.
+  const OpBuffers n2{mat(7000, 4, 64), mat(9000, 4, 64), -1, {}, 1, r};
+  EXPECT_NO_THROW(check_buffers({n0, n1, n2}));
   auto refused = [](const std::vector<OpBuffers>& ops, int line) {
     EXPECT_THROW(check_buffers(ops), InvalidArgument) << "line " << line;
   };
