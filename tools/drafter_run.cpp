@@ -7,6 +7,7 @@
 #include "core/bf16.hpp"
 #include "core/graph_timing.hpp"
 #include "drafter/gpu_drafter.hpp"
+#include "drafter/token_agreement.hpp"
 
 namespace tpdecode::cli {
 
@@ -21,12 +22,6 @@ uint64_t fnv1a(const std::vector<uint16_t>& v) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (uint16_t x : v) h = (h ^ x) * 0x100000001b3ull;
   return h;
-}
-
-// One BF16 ulp at |v| (normal numbers).
-float bf16_ulp(float v) {
-  const float a = std::max(std::abs(v), 1e-30f);
-  return std::ldexp(1.0f, static_cast<int>(std::floor(std::log2(a))) - 7);
 }
 
 double time_step(GpuDrafter& d, DrafterPath path, int m, const OpFilter& filter, int replays) {
@@ -73,21 +68,12 @@ void measure_drafter(Team& team, const drafter::DrafterConfig& config, const Dra
     r.ranks_identical = true;
     for (int i = 1; i < team.driven(); ++i) r.ranks_identical &= d.logits(i, m) == spec;
     r.logits_hash = fnv1a(spec);
-    const auto vocab = static_cast<std::size_t>(config.vocab);
     for (std::size_t i = 0; i < stock.size(); ++i)
       r.max_logit_diff =
           std::max(r.max_logit_diff, static_cast<double>(std::abs(bf16::to_float(stock[i]) - bf16::to_float(spec[i]))));
-    // Rows whose tokens differ from the stock path's, and of those the near ties.
-    const auto disagreements = [&](const std::vector<int32_t>& tokens, int& all, int& near_tie) {
-      for (std::size_t row = 0; row < static_cast<std::size_t>(m); ++row) {
-        if (stock_tokens[row] == tokens[row]) continue;
-        ++all;
-        const float top = bf16::to_float(stock[row * vocab + static_cast<std::size_t>(stock_tokens[row])]);
-        const float other = bf16::to_float(stock[row * vocab + static_cast<std::size_t>(tokens[row])]);
-        if (top - other <= kNearTieUlps * bf16_ulp(top)) ++near_tie;
-      }
-    };
-    disagreements(spec_tokens, r.token_disagreements, r.disagreements_near_tie);
+    const drafter::TokenAgreement spec_agreement = drafter::compare_tokens(stock, stock_tokens, spec_tokens, config.vocab);
+    r.token_disagreements = spec_agreement.disagreements;
+    r.disagreements_near_tie = spec_agreement.near_ties;
     say(fmt::format("M = {}: timing graphs of both paths", m));
     r.stock = time_path(d, DrafterPath::kStock, m, o.replays);
     r.specialised = time_path(d, DrafterPath::kSpecialised, m, o.replays);
@@ -95,7 +81,9 @@ void measure_drafter(Team& team, const drafter::DrafterConfig& config, const Dra
     if (d.serves_programs()) {
       say(fmt::format("M = {}: the program path, eager and timed", m));
       const std::vector<uint16_t> prog = eager_logits(d, DrafterPath::kProgram, m);
-      disagreements(d.tokens(0, m), r.program.token_disagreements, r.program.disagreements_near_tie);
+      const drafter::TokenAgreement agreement = drafter::compare_tokens(stock, stock_tokens, d.tokens(0, m), config.vocab);
+      r.program.token_disagreements = agreement.disagreements;
+      r.program.disagreements_near_tie = agreement.near_ties;
       r.program.step_us = time_step(d, DrafterPath::kProgram, m, {}, o.replays);
       r.program.repeat_bitwise = d.logits(0, m) == prog;
     }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "drafter/config.hpp"
+#include "drafter/token_agreement.hpp"
 #include "tpdecode/oproj.hpp"
 #include "tpdecode/team.hpp"
 
@@ -42,7 +43,7 @@ struct DrafterRow {
 
 // A disagreement counts as a near tie when the stock logits of the two tokens are
 // within this many BF16 ulps of the larger one.
-inline constexpr int kNearTieUlps = 4;
+using drafter::kNearTieUlps;
 
 struct DrafterRunOptions {
   std::vector<int> rows;

@@ -9,6 +9,7 @@
 #include "drafter/cpu_checks.hpp"
 #include "drafter/cpu_reference.hpp"
 #include "drafter/step.hpp"
+#include "drafter/token_agreement.hpp"
 #include "drafter/weight_hash.hpp"
 #include "drafter/weights.hpp"
 #include "tpdecode/error.hpp"
@@ -21,6 +22,23 @@ TEST(DrafterStepCpu, ReducedReferenceStepChecksHold) {
     for (const CheckResult& r : check_cpu_reference(DrafterConfig::reduced_cpu(), rows))
       EXPECT_TRUE(r.pass) << rows << " rows: " << r.name << ": " << r.detail;
   }
+}
+
+// Rows whose tokens differ from the stock path's, and the near ties among them: the
+// stock logits of the two tokens within 4 BF16 ulps of the larger.
+TEST(DrafterStepCpu, TokenAgreementCountsNearTies) {
+  const int64_t vocab = 4;
+  std::vector<uint16_t> logits(3 * vocab, bf16::from_float(0.0f));
+  logits[0 * vocab + 1] = bf16::from_float(8.0f);
+  logits[0 * vocab + 2] = bf16::from_float(7.875f);  // 2 ulps below (2^-4 at 8): a tie
+  logits[1 * vocab + 0] = bf16::from_float(8.0f);
+  logits[1 * vocab + 3] = bf16::from_float(7.5f);  // 8 ulps below: no tie
+  logits[2 * vocab + 2] = bf16::from_float(1.0f);
+  const TokenAgreement a = compare_tokens(logits, {1, 0, 2}, {2, 3, 2}, vocab);
+  EXPECT_EQ(a.disagreements, 2);
+  EXPECT_EQ(a.near_ties, 1);
+  const TokenAgreement same = compare_tokens(logits, {1, 0, 2}, {1, 0, 2}, vocab);
+  EXPECT_EQ(same.disagreements, 0);
 }
 
 TEST(DrafterStepCpu, TokensDependOnTheSeed) {

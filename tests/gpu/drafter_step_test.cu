@@ -14,6 +14,7 @@
 #include "core/bf16.hpp"
 #include "drafter/cpu_reference.hpp"
 #include "drafter/gpu_drafter.hpp"
+#include "drafter/token_agreement.hpp"
 #include "gpu/gpu_test_util.hpp"
 #include "tpdecode/local_team.hpp"
 
@@ -24,8 +25,6 @@ namespace {
 // the same points; only the GEMMs' summation order differs (FP32 on the GPU, FP64
 // on the CPU), which moves single roundings by 1 ulp (2^-8 relative).
 constexpr double kCpuTolerance = 2e-2;
-// A token disagreement is a near tie when the stock top-2 logits are this many ulps apart or less.
-constexpr int kNearTieUlps = 4;
 
 int rows_under_test() { return test::quick() ? 7 : 28; }
 
@@ -40,7 +39,6 @@ const CpuReference& cpu_reference(int rows) {
   return *r;
 }
 
-float ulp(float v) { return std::ldexp(1.0f, static_cast<int>(std::floor(std::log2(std::max(std::abs(v), 1e-30f)))) - 7); }
 
 std::vector<uint16_t> eager(GpuDrafter& d, DrafterPath path, int m) {
   d.enqueue_step(path, m);
@@ -74,7 +72,6 @@ TEST_P(DrafterStepGpu, SpecialisedMatchesStockRepeatsAndReference) {
   LocalTeam team(tp, 0, options);
   GpuDrafter d(team, c, 64);
   d.prepare(m);
-  const auto vocab = static_cast<std::size_t>(c.vocab);
 
   const std::vector<uint16_t> stock = eager(d, DrafterPath::kStock, m);
   const std::vector<int32_t> stock_tokens = d.tokens(0, m);
@@ -91,14 +88,8 @@ TEST_P(DrafterStepGpu, SpecialisedMatchesStockRepeatsAndReference) {
   EXPECT_EQ(graph_replay(d, DrafterPath::kSpecialised, m, test::quick() ? 2 : 20), spec);
 
   // Tokens: equal except near ties of the stock logits.
-  int disagree = 0, near_tie = 0;
-  for (std::size_t r = 0; r < static_cast<std::size_t>(m); ++r) {
-    if (stock_tokens[r] == spec_tokens[r]) continue;
-    ++disagree;
-    const float top = bf16::to_float(stock[r * vocab + static_cast<std::size_t>(stock_tokens[r])]);
-    const float other = bf16::to_float(stock[r * vocab + static_cast<std::size_t>(spec_tokens[r])]);
-    if (top - other <= kNearTieUlps * ulp(top)) ++near_tie;
-  }
+  const TokenAgreement agreement = compare_tokens(stock, stock_tokens, spec_tokens, c.vocab);
+  const int disagree = agreement.disagreements, near_tie = agreement.near_ties;
   EXPECT_EQ(disagree, near_tie) << "token disagreements beyond a near tie";
 
   // Against the CPU reference.
@@ -125,7 +116,6 @@ TEST(DrafterProgramPath, MatchesStockRepeatsAndReference) {
   GpuDrafter d(team, c, 64);
   ASSERT_TRUE(d.serves_programs());
   EXPECT_THROW(d.enqueue_step(DrafterPath::kProgram, 1), InvalidArgument) << "before prepare";
-  const auto vocab = static_cast<std::size_t>(c.vocab);
   // One row too: the finisher's threads that do not sum run ahead of those that do.
   for (int m : {1, rows_under_test()}) {
     SCOPED_TRACE(testing::Message() << "M " << m);
@@ -137,14 +127,8 @@ TEST(DrafterProgramPath, MatchesStockRepeatsAndReference) {
     EXPECT_EQ(eager(d, DrafterPath::kProgram, m), prog);
     EXPECT_EQ(graph_replay(d, DrafterPath::kProgram, m, test::quick() ? 2 : 20), prog);
     EXPECT_THROW(d.enqueue_step(DrafterPath::kProgram, m, OpFilter::only(OpKind::kGemm)), InvalidArgument);
-    int disagree = 0, near_tie = 0;
-    for (std::size_t r = 0; r < static_cast<std::size_t>(m); ++r) {
-      if (stock_tokens[r] == prog_tokens[r]) continue;
-      ++disagree;
-      const float top = bf16::to_float(stock[r * vocab + static_cast<std::size_t>(stock_tokens[r])]);
-      const float other = bf16::to_float(stock[r * vocab + static_cast<std::size_t>(prog_tokens[r])]);
-      if (top - other <= kNearTieUlps * ulp(top)) ++near_tie;
-    }
+    const TokenAgreement agreement = compare_tokens(stock, stock_tokens, prog_tokens, c.vocab);
+    const int disagree = agreement.disagreements, near_tie = agreement.near_ties;
     EXPECT_EQ(disagree, near_tie) << "token disagreements beyond a near tie";
     const double err = test::relative_error(prog, cpu_reference(m).buffer(Buf::kLogits));
     EXPECT_LT(err, kCpuTolerance);
