@@ -72,6 +72,20 @@ class GemmProgram {
     // value is read, then written, by one thread).
     TensorView residual_out;
     TensorView out;  // [m, k] bf16, 16-byte aligned rows
+    // Folded into the GEMMs that read out (out is then not written; the other fields
+    // as above): x's producer, a plain GEMM, adds the residual in its epilogue (h
+    // stored to residual_out, the bits this op would store) and publishes each 64-row
+    // block's per-row sum of squares of h with it; every GEMM reading out multiplies
+    // h by a weight with `weight` folded in (W[:, c] * weight[c], rounded to BF16 once
+    // when the program is built) and its FP32 sums by the row's rstd (the blocks' sums
+    // added in a fixed order) before its one rounding. No stage of the program waits
+    // for the norm; the reader's out differs from the unfolded one's by the roundings
+    // moved (no bf16(h * rstd * weight) in between; the tests hold it to the exact
+    // norm's FP64 product). Requires: x a window of a plain GEMM's out from a multiple of 64
+    // columns, k a multiple of 64 or reaching that out's end; with a residual or
+    // residual_out, no other op reads that GEMM's out; the residual an input or an
+    // earlier folded norm's residual_out; every op reading out a GEMM.
+    bool folded = false;
   };
   struct Op {
     Op(const Gemm& g) : gemm(g) {}  // NOLINT: implicit, so a list of Gemm is a list of Op

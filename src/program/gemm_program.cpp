@@ -47,6 +47,61 @@ DeviceBuffer upload(const std::vector<T>& v) {
   return d;
 }
 
+// A folded norm as the program runs it: its producer (the GEMM whose out its x is
+// a window of, from `column`) and the GEMMs that read its out, rewired to read the
+// producer's out (reader_columns: their windows of the norm's out).
+struct Fold {
+  int norm = 0;
+  int producer = 0;
+  int64_t column = 0;
+  std::vector<int> readers;
+  std::vector<int64_t> reader_columns;
+};
+
+// Checks each folded norm's conditions (gemm_program.hpp) and rewires its readers'
+// `after` and windows to its producer.
+std::vector<Fold> fold_norms(const std::vector<GemmProgram::Op>& ops, const std::vector<program::OpBuffers>& buffers,
+                             std::vector<int>& after, std::vector<int64_t>& window) {
+  std::vector<Fold> folds;
+  const std::size_t count = ops.size();
+  for (std::size_t f = 0; f < count; ++f) {
+    if (!ops[f].is_norm || !ops[f].norm.folded) continue;
+    const GemmProgram::Norm& norm = ops[f].norm;
+    const int producer = after[f];
+    const auto p = static_cast<std::size_t>(producer);
+    check(producer >= 0 && !ops[p].is_norm && ops[p].gemm.epilogue == GemmProgram::Epilogue::kPlain,
+          "gemm program: folded norm op {} needs its x from a plain GEMM op's out (it reads {})", f, producer);
+    const int64_t n = ops[p].gemm.weight.rows, k = norm.x.cols;
+    Fold fold{static_cast<int>(f), producer, window[f], {}, {}};
+    check(fold.column % program::kBlockRows == 0 && (k % program::kBlockRows == 0 || fold.column + k == n),
+          "gemm program: folded norm op {}'s x, columns [{}, {}) of op {}'s out, must start at a multiple of 64 "
+          "and span a multiple of 64 or reach the out's end",
+          f, fold.column, fold.column + k, producer);
+    const int stream = buffers[f].residual_after;
+    check(stream < 0 || ops[static_cast<std::size_t>(stream)].norm.folded,
+          "gemm program: folded norm op {}'s residual is norm op {}'s residual_out, which is not folded (a folded "
+          "norm's residual is an input or a folded norm's residual_out)",
+          f, stream);
+    const bool adds = norm.residual.data != nullptr || norm.residual_out.data != nullptr;
+    for (std::size_t j = 0; j < count; ++j) {
+      if (j == f) continue;
+      check(!adds || after[j] != producer,
+            "gemm program: op {} reads op {}'s out, which publishes folded norm op {}'s x + residual: no other op "
+            "may read it",
+            j, producer, f);
+      if (after[j] != static_cast<int>(f)) continue;
+      check(!ops[j].is_norm, "gemm program: op {} reads folded norm op {}'s out: only GEMMs may", j, f);
+      fold.readers.push_back(static_cast<int>(j));
+      fold.reader_columns.push_back(window[j]);
+      after[j] = producer;
+      window[j] += fold.column;
+    }
+    check(!fold.readers.empty(), "gemm program: folded norm op {} has no GEMM reading its out", f);
+    folds.push_back(std::move(fold));
+  }
+  return folds;
+}
+
 }  // namespace
 
 GemmProgram::GemmProgram(std::vector<Op> ops, int m, bool record_timeline) : impl_(std::make_unique<Impl>()) {
@@ -83,6 +138,7 @@ GemmProgram::GemmProgram(std::vector<Op> ops, int m, bool record_timeline) : imp
       rows_aligned(g.out, i, "out");
       check(std::isfinite(g.eps) && g.eps >= 0, "gemm program: norm op {}'s eps is {}", i, g.eps);
       program::OpBuffers b{matrix(g.x), matrix(g.out), g.after};
+      b.folded = g.folded;
       if (g.residual.data != nullptr) {
         require_bf16(g.residual, m, k, false, i, "residual");
         rows_aligned(g.residual, i, "residual");
@@ -98,8 +154,8 @@ GemmProgram::GemmProgram(std::vector<Op> ops, int m, bool record_timeline) : imp
         rows_aligned(g.residual_out, i, "residual_out");
         b.residual_out = matrix(g.residual_out);
       }
-      shapes.push_back({k, k, true});
-      outs.push_back({k, k, true});
+      shapes.push_back({k, k, true, g.folded});
+      outs.push_back({k, k, true, g.folded});
       buffers.push_back(b);
       continue;
     }
@@ -123,7 +179,12 @@ GemmProgram::GemmProgram(std::vector<Op> ops, int m, bool record_timeline) : imp
   }
   TPD_CUDA(cudaGetDevice(&p.device));
   TPD_CUDA(cudaDeviceGetAttribute(&p.grid, cudaDevAttrMultiProcessorCount, p.device));
-  const std::vector<int64_t> window = program::check_buffers(buffers);
+  std::vector<int64_t> window = program::check_buffers(buffers);
+  const std::vector<Fold> folds = fold_norms(ops, buffers, after, window);
+  for (const Fold& f : folds) {
+    shapes[static_cast<std::size_t>(f.producer)].row_stats = outs[static_cast<std::size_t>(f.producer)].row_stats =
+        true;
+  }
   const program::MailboxLayout mailbox = program::mailbox_layout(outs, after, m, p.grid);
   int major = 0;
   TPD_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, p.device));
@@ -138,7 +199,7 @@ GemmProgram::GemmProgram(std::vector<Op> ops, int m, bool record_timeline) : imp
   const program::Plan plan = program::plan_program(shapes, p.grid, m, p.shape.depth);
   // A norm's shared memory: its finisher's handoff holds m rows of the CTAs' sums in
   // fours and the row's rstd (program_norm.cuh).
-  const bool norms = std::any_of(ops.begin(), ops.end(), [](const Op& o) { return o.is_norm; });
+  const bool norms = std::any_of(ops.begin(), ops.end(), [](const Op& o) { return o.is_norm && !o.norm.folded; });
   check<Unavailable>(!norms || (mailbox.stats_stride / 4 + 1) * m <= int64_t{p.shape.tokens} * program::kBlockRows,
                      "gemm program: norm ops serve up to {} SMs (this GPU has {})",
                      (program::kBlockRows - 1) * 4, p.grid);
@@ -149,6 +210,15 @@ GemmProgram::GemmProgram(std::vector<Op> ops, int m, bool record_timeline) : imp
   TPD_CUDA(cudaMemset(p.mailbox.get(), 0xff, mailbox_bytes));  // both epochs empty
   auto* epochs = static_cast<uint16_t*>(p.mailbox.get());
   std::vector<program::OpDesc> descs(ops.size());
+  // An op that reads folded norm `stream`'s residual stream: where its producer
+  // published it, once that op's count is acquired (its epilogues stored
+  // residual_out from other CTAs).
+  auto read_stream = [&](program::OpDesc& d, int stream) {
+    const auto producer = static_cast<std::size_t>(after[static_cast<std::size_t>(stream)]);
+    d.residual_mailbox = mailbox.offset[producer];
+    d.residual_mailbox_stride = mailbox.stride[producer];
+    d.residual_after_op = static_cast<int32_t>(producer);
+  };
   for (std::size_t i = 0; i < ops.size(); ++i) {
     program::OpDesc& d = descs[i];
     const int reads = after[i];
@@ -161,20 +231,28 @@ GemmProgram::GemmProgram(std::vector<Op> ops, int m, bool record_timeline) : imp
     d.x_stride = reads < 0 ? 0 : mailbox.stride[static_cast<std::size_t>(reads)];
     d.x_mailbox = reads < 0 ? -1 : mailbox.offset[static_cast<std::size_t>(reads)] + window[i];
     d.stats = mailbox.stats[i];
-    d.stats_stride = mailbox.stats_stride;
+    d.stats_stride = ops[i].is_norm ? mailbox.stats_stride : program::row_stats_stride(outs[i].n);
+    d.residual_mailbox = -1;
+    d.residual_after_op = -1;
+    d.rstd_stats = -1;
     if (ops[i].is_norm) {
       const Norm& g = ops[i].norm;
-      d.norm = 1;
+      d.norm = g.folded ? 2 : 1;
+      if (g.folded) continue;  // its producer's and readers' descriptors do its work
       d.eps = g.eps;
       d.norm_weight = g.weight.data;
       d.x_input = g.x.data;
       d.x_input_stride = g.x.row_stride;
       const program::OpBuffers& b = buffers[i];
-      const TensorView* residual = b.residual_after >= 0
-                                       ? &ops[static_cast<std::size_t>(b.residual_after)].norm.residual_out
-                                       : (g.residual.data != nullptr ? &g.residual : nullptr);
-      d.residual = residual != nullptr ? residual->data : nullptr;
-      d.residual_stride = residual != nullptr ? residual->row_stride : 0;
+      const int stream = b.residual_after;  // an earlier norm's residual_out, or -1
+      if (stream >= 0 && ops[static_cast<std::size_t>(stream)].norm.folded) {
+        read_stream(d, stream);
+      } else {
+        const TensorView* residual = stream >= 0 ? &ops[static_cast<std::size_t>(stream)].norm.residual_out
+                                                 : (g.residual.data != nullptr ? &g.residual : nullptr);
+        d.residual = residual != nullptr ? residual->data : nullptr;
+        d.residual_stride = residual != nullptr ? residual->row_stride : 0;
+      }
       d.residual_out = g.residual_out.data;
       d.residual_out_stride = g.residual_out.row_stride;
       d.out = g.out.data;
@@ -183,10 +261,38 @@ GemmProgram::GemmProgram(std::vector<Op> ops, int m, bool record_timeline) : imp
     }
     const Gemm& g = ops[i].gemm;
     const bool gated = g.epilogue == Epilogue::kSiluMul;
+    const void* scale = nullptr;  // a folded norm's weight, at this op's window of its out
+    for (const Fold& f : folds) {
+      const Norm& norm = ops[static_cast<std::size_t>(f.norm)].norm;
+      if (f.producer == static_cast<int>(i)) {  // x's producer: h, its row sums
+        const int stream = buffers[static_cast<std::size_t>(f.norm)].residual_after;
+        if (stream >= 0) {
+          read_stream(d, stream);
+        } else if (norm.residual.data != nullptr) {
+          d.residual = norm.residual.data;
+          d.residual_stride = norm.residual.row_stride;
+        }
+        d.residual_out = norm.residual_out.data;
+        d.residual_out_stride = norm.residual_out.row_stride;
+      }
+      const auto reader = std::find(f.readers.begin(), f.readers.end(), static_cast<int>(i));
+      if (reader == f.readers.end()) continue;
+      const int64_t column = f.reader_columns[static_cast<std::size_t>(reader - f.readers.begin())];
+      scale = static_cast<const uint16_t*>(norm.weight.data) + column;
+      d.rstd_stats = mailbox.stats[static_cast<std::size_t>(f.producer)];
+      d.rstd_stride = program::row_stats_stride(outs[static_cast<std::size_t>(f.producer)].n);
+      d.rstd_first = static_cast<int32_t>(f.column / program::kBlockRows);
+      d.rstd_blocks = static_cast<int32_t>((norm.x.cols + program::kBlockRows - 1) / program::kBlockRows);
+      d.rstd_k = norm.x.cols;
+      d.eps = norm.eps;
+      check<Unavailable>(int64_t{m} * (d.rstd_blocks / 4 + 2) <= int64_t{p.shape.tokens} * program::kBlockRows,
+                         "gemm program: folded norm op {} of {} columns at {} rows is above what is served", f.norm,
+                         norm.x.cols, m);
+    }
     p.packed.emplace_back(
         static_cast<std::size_t>(program::packed_bytes(g.weight.rows, g.weight.cols, p.shape.depth, gated)));
-    program::pack_weight(g.weight.data, g.weight.rows, g.weight.cols, p.shape.depth, gated, p.packed.back().get(),
-                         nullptr);
+    program::pack_weight(g.weight.data, g.weight.rows, g.weight.cols, p.shape.depth, gated, scale,
+                         p.packed.back().get(), nullptr);
     d.packed = p.packed.back().get();
     d.steps = program::steps_of(shapes[i], p.shape.depth);
     d.out = g.out.data;

@@ -27,6 +27,7 @@
 #include "core/device.cuh"
 #include "program/program_activations.cuh"
 #include "program/program_launch.hpp"
+#include "program/program_fold.cuh"
 #include "program/program_norm.cuh"
 #include "program/program_protocol.hpp"
 
@@ -50,9 +51,13 @@ inline constexpr uint32_t kEmptyPartial = 0xffffffffu;
 static_assert(kEmptyPartial == kEmptyWord, "has_empty tests both");
 
 // The finisher's shared memory with the consumers: the sum of a split block's
-// parts 1 .. parts-1 ([tokens][64] floats) and two barrier pairs, full and empty:
-// pre (the finisher fills, the consumers take) and published (the consumers arrive
-// once a block they publish is stored, the finisher counts it).
+// parts 1 .. parts-1 ([tokens][64] floats), an op's prologue (the rows' rstd of a
+// GEMM reading a folded norm, [tokens] floats) and three barrier pairs, full and
+// empty: pre (the finisher fills, the consumers take), published (the consumers
+// arrive once a block they publish is stored, the finisher counts it) and prologue
+// (the finisher fills before the CTA's first unit of an op that has one, the
+// consumers release it after their last). And the consumers' own: a block's row
+// sums of squares ([2][4][tokens] floats, program_fold.cuh).
 struct Handoff {
   float* pre;
   // One arrival per warp, by lane 0 after __syncwarp (which orders the lanes'
@@ -61,13 +66,30 @@ struct Handoff {
   uint64_t* pre_empty;  // the consumer warps
   uint64_t* pub_full;   // the consumer warps, after their stores
   uint64_t* pub_empty;  // 1 arrival: the finisher's thread 0
+  uint64_t* prologue_full;   // 1 arrival: the finisher's thread 0
+  uint64_t* prologue_empty;  // the consumer warps
+  float* rstd;
+  float* row_sums;
 };
+inline constexpr int kHandoffBarriers = 6;
+// The handoff's bytes past its barriers at `tokens` per tile.
+__host__ __device__ constexpr int handoff_floats(int tokens) { return tokens * kBlockRows + tokens + 8 * tokens; }
 
-// The phases a role has waited for on the handoff's barriers.
+// The phases a role has waited for on the handoff's barriers (row_sums: the
+// consumers' buffer of the next block's sums).
 struct HandoffPhases {
   uint32_t pre = 0;
   uint32_t pub = 0;
+  uint32_t prologue = 0;
+  uint32_t row_sums = 0;
 };
+
+// Whether the CTA's units of a GEMM op wait for a prologue from the finisher: its
+// rows' rstd (it reads a folded norm), or a residual stream another CTA wrote in place
+// (its count acquired before the op stores over it).
+__device__ __forceinline__ bool has_prologue(const OpDesc& op) {
+  return op.norm == 0 && (op.rstd_stats >= 0 || op.residual_after_op >= 0);
+}
 
 // The finisher's warps that sum at m rows: the last ones, as many as a part's
 // 16-byte pieces need (warp 0, whose thread 0 counts, only from 7 rows), so that a
@@ -139,12 +161,27 @@ struct Finisher {
   // had overwritten).
   __device__ void norms_before(int op, int& next, const HandoffPhases& ph, uint32_t epoch) const {
     for (; next < op; ++next) {
-      if (a.ops[next].norm == 0) continue;
+      if (a.ops[next].norm != 1) continue;  // a GEMM, or a folded norm (no work of its own)
       dev::named_barrier_sync(kNormBarrier, kFinisherThreads);
       dev::mbar_wait(h.pre_empty, ph.pre ^ 1);
       NormShare<kFinisherThreads>{a, a.ops[next], h.pre, a.mailbox + epoch * a.epoch_words, thread}.run(
           a.counters.op_done + next);
     }
+  }
+
+  // The prologue of op `op` (has_prologue), before the CTA's first unit of it: once
+  // the consumers released the last one and took pre's last sum (pre holds rstd's
+  // partial sums meanwhile).
+  __device__ void prologue(const OpDesc& op, HandoffPhases& ph, uint32_t epoch) const {
+    dev::named_barrier_sync(kNormBarrier, kFinisherThreads);  // as norms_before: why
+    dev::mbar_wait(h.pre_empty, ph.pre ^ 1);
+    dev::mbar_wait(h.prologue_empty, ph.prologue ^ 1);
+    if (op.residual_after_op >= 0 && thread == 0) wait_complete(a, op.residual_after_op);
+    if (op.rstd_stats >= 0)
+      FoldedRstd<kFinisherThreads>{a, op, h.pre, h.rstd, a.mailbox + epoch * a.epoch_words, thread}.run();
+    dev::named_barrier_sync(kNormBarrier, kFinisherThreads);
+    if (thread == 0) dev::mbar_arrive(h.prologue_full);
+    ph.prologue ^= 1;
   }
 
   __device__ void run(uint32_t epoch) const {
@@ -154,6 +191,7 @@ struct Finisher {
     for (int j = 0; j < units.count(); ++j) {
       const Unit& u = units[j];
       norms_before(u.op, next_norm, ph, epoch);
+      if ((j == 0 || units[j - 1].op != u.op) && has_prologue(a.ops[u.op])) prologue(a.ops[u.op], ph, epoch);
       if (protocol::finisher_sums(u)) {
         if (sums) {
           dev::mbar_wait(h.pre_empty, ph.pre ^ 1);

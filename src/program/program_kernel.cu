@@ -31,6 +31,7 @@
 #include "gemm/wgmma_tiles.cuh"
 #include "program/program_activations.cuh"
 #include "program/program_finisher.cuh"
+#include "program/program_fold.cuh"
 #include "program/program_launch.hpp"
 #include "tpdecode/error.hpp"
 
@@ -150,6 +151,12 @@ __device__ __forceinline__ void finish_unit(const Args& a, const Unit& u, uint32
     if (lane == 0) dev::mbar_arrive(h.pre_empty);
     ph.pre ^= 1;
   }
+  if (op.rstd_stats >= 0)  // a folded norm's reader: its rows' rstd (the finisher's prologue)
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i) {
+      const int token = wgmma::fragment_token(lane, i);
+      if (token < a.m) sum[i] = __fmul_rn(sum[i], h.rstd[token]);
+    }
   auto store = [&](const auto& outputs) {
     auto* out = static_cast<uint16_t*>(op.out);
 #pragma unroll
@@ -161,10 +168,34 @@ __device__ __forceinline__ void finish_unit(const Args& a, const Unit& u, uint32
     }
     if (counted(a, u)) publish(a, op, epoch, outputs);
   };
-  if (op.silu_mul != 0)
+  if (op.silu_mul != 0) {
     store(BlockOutputs<kTokens, true>{sum, row0 / 2, warp, lane});
-  else
+  } else if (op.stats < 0) {
     store(BlockOutputs<kTokens, false>{sum, row0, warp, lane});
+  } else {  // a folded norm's producer (program_fold.cuh): out, then h published with its row sums
+    auto* out = static_cast<uint16_t*>(op.out);
+    const uint32_t* box = a.mailbox + epoch * a.epoch_words;
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i) {
+      const int token = wgmma::fragment_token(lane, i);
+      const int64_t row = row0 + wgmma::fragment_row(warp, lane, i);
+      const bool real = token < a.m && row < op.n;
+      const __nv_bfloat16 v = __float2bfloat16_rn(sum[i]);
+      if (real) out[token * op.out_stride + row] = __bfloat16_as_ushort(v);
+      float hv = __bfloat162float(v);
+      if (real && op.residual != nullptr)
+        hv = __fadd_rn(hv, __bfloat162float(static_cast<const __nv_bfloat16*>(op.residual)[token * op.residual_stride + row]));
+      else if (real && op.residual_mailbox >= 0)
+        hv = __fadd_rn(hv, polled_bf16(box, protocol::mailbox_element(op.residual_mailbox, op.residual_mailbox_stride,
+                                                                      token, row)));
+      sum[i] = real ? __bfloat162float(__float2bfloat16_rn(hv)) : 0.0f;
+      if (real && op.residual_out != nullptr)
+        static_cast<uint16_t*>(op.residual_out)[token * op.residual_out_stride + row] =
+            static_cast<uint16_t>(bf16_bits(sum[i]));
+    }
+    publish(a, op, epoch, BlockOutputs<kTokens, false>{sum, row0, warp, lane});
+    block_sums_of_squares<kTokens>(a, op, epoch, u.block, sum, h.row_sums, ph.row_sums);
+  }
   if (!counted(a, u)) return;
   // The warp's stores before its arrival (release at CTA scope; the finisher's
   // release of the count is cumulative over what its wait acquired).
@@ -203,8 +234,16 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
   const Ring ring{base, a.stages, bars, bars + a.stages};
   uint64_t* landed = bars + 2 * a.stages;  // a stage's weights are in (kernel_shape: why a cap)
   uint64_t* handoff_bars = landed + a.stages + (a.stages & 1);  // `pre` 16-byte aligned
-  const Handoff handoff{reinterpret_cast<float*>(handoff_bars + 4), handoff_bars, handoff_bars + 1, handoff_bars + 2,
-                        handoff_bars + 3};
+  float* pre = reinterpret_cast<float*>(handoff_bars + kHandoffBarriers);
+  const Handoff handoff{pre,
+                        handoff_bars,
+                        handoff_bars + 1,
+                        handoff_bars + 2,
+                        handoff_bars + 3,
+                        handoff_bars + 4,
+                        handoff_bars + 5,
+                        pre + kTokens * kBlockRows,
+                        pre + kTokens * kBlockRows + kTokens};
   const int tid = static_cast<int>(threadIdx.x);
   if (tid < a.stages) {
     dev::mbar_init(ring.full + tid, 1);  // the activation loader, once the weights are in
@@ -216,6 +255,8 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
     dev::mbar_init(handoff.pre_empty, wgmma::kConsumerWarps);
     dev::mbar_init(handoff.pub_full, wgmma::kConsumerWarps);
     dev::mbar_init(handoff.pub_empty, 1);
+    dev::mbar_init(handoff.prologue_full, 1);
+    dev::mbar_init(handoff.prologue_empty, wgmma::kConsumerWarps);
   }
   if (tid < a.stages) dev::mbar_init_fence();
   // The x tiles' rows past m: zero for good (copies write them as zeros, the polled
@@ -289,7 +330,15 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
     }
     wgmma::multiply_unit(ring, schedule.unit(j), cur, acc);
     if (last != nullptr && tid == 0) last[0] = dev::global_timer_ns();
+    const int op = units[j].op;
+    const bool prologue = has_prologue(a.ops[op]);
+    if (prologue && (j == 0 || units[j - 1].op != op)) dev::mbar_wait(handoff.prologue_full, phases.prologue);
     finish_unit<kTokens>(a, units[j], epoch, acc[0][0], handoff, phases);
+    if (prologue && (j + 1 == units.count() || units[j + 1].op != op)) {
+      __syncwarp();  // the warp's reads of rstd before its release
+      if (tid % 32 == 0) dev::mbar_arrive(handoff.prologue_empty);
+      phases.prologue ^= 1;
+    }
     if (last != nullptr && tid == 0) last[1] = dev::global_timer_ns();
   }
   dev::named_barrier_sync(kFinishBarrier, kConsumerThreads + kFinisherThreads);
@@ -300,7 +349,8 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
 // depth + d) * 64 .. + 63 (zeros past the weight), its row r's piece j at r * 128 +
 // (j ^ r % 8) * 16: the 128-byte swizzle a tensor-map box would have written.
 __global__ void pack_weight_kernel(const uint4* __restrict__ w, int64_t n, int64_t k, int64_t steps, int depth,
-                                   bool gated, uint4* __restrict__ packed, int64_t pieces) {
+                                   bool gated, const uint4* __restrict__ scale, uint4* __restrict__ packed,
+                                   int64_t pieces) {
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < pieces;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int j = static_cast<int>(e % 8), r = static_cast<int>((e / 8) % kBlockRows);
@@ -315,7 +365,15 @@ __global__ void pack_weight_kernel(const uint4* __restrict__ w, int64_t n, int64
       real = gate < n / 2;
       row = r % 16 < 8 ? gate : n / 2 + gate;
     }
-    const uint4 v = real && col < k ? w[(row * k + col) / 8] : uint4{0, 0, 0, 0};
+    uint4 v = real && col < k ? w[(row * k + col) / 8] : uint4{0, 0, 0, 0};
+    if (scale != nullptr && real && col < k) {
+      float f[8], g[8];
+      unpack8(v, f);
+      unpack8(scale[col / 8], g);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) f[i] = __fmul_rn(f[i], g[i]);
+      v = pack8(f);
+    }
     packed[tile * (8 * kBlockRows) + r * 8 + (j ^ (r % 8))] = v;
   }
 }
@@ -341,7 +399,7 @@ KernelShape kernel_shape(int m) {
   s.depth = s.tokens <= 8 ? 4 : 2;
   // Shared memory: the aligned ring, its barriers and the finisher's handoff.
   const int stage = s.depth * (wgmma::kTileBytes + s.tokens * wgmma::kChunkK * 2);
-  const int handoff = 4 * 8 + s.tokens * kBlockRows * 4;
+  const int handoff = kHandoffBarriers * 8 + handoff_floats(s.tokens) * 4;
   // The ring's full, empty and landed barriers, one padding word for `pre`.
   auto bytes = [&](int stages) { return stages * stage + (3 * stages + 1) * 8 + handoff + wgmma::kAlign; };
   s.stages = 0;
@@ -383,11 +441,13 @@ int64_t packed_bytes(int64_t n, int64_t k, int depth, bool gated) {
   return packed_rows(n, gated) / kBlockRows * steps_of({n, k}, depth) * depth * wgmma::kTileBytes;
 }
 
-void pack_weight(const void* w, int64_t n, int64_t k, int depth, bool gated, void* packed, cudaStream_t stream) {
+void pack_weight(const void* w, int64_t n, int64_t k, int depth, bool gated, const void* scale, void* packed,
+                 cudaStream_t stream) {
   const int64_t pieces = packed_bytes(n, k, depth, gated) / 16;
   const int64_t blocks = std::min<int64_t>((pieces + 255) / 256, 65535);
   pack_weight_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(static_cast<const uint4*>(w), n, k,
                                                                         steps_of({n, k}, depth), depth, gated,
+                                                                        static_cast<const uint4*>(scale),
                                                                         static_cast<uint4*>(packed), pieces);
   TPD_CUDA(cudaGetLastError());
 }

@@ -33,7 +33,10 @@ struct OpDesc {     // aligned as CUtensorMap (64 bytes or more)
   int32_t blocks;  // 64-row blocks: op_done[this op] counts to this where an op reads it
   // A norm op (norm 1; program_norm.cuh): no weight, no units. x is the mailbox
   // window above (after >= 0) or x_input; the residual an input or an earlier norm's
-  // residual_out (null: none); its stats region (floats into an epoch's words).
+  // residual_out (null: none), or a folded norm's residual stream, read where its
+  // GEMM published it (residual_mailbox >= 0); its stats region (floats into an
+  // epoch's words). A folded norm (norm 2) has no work: its x's producer and its
+  // readers (below) do it.
   int32_t norm;
   float eps;
   const void* norm_weight;  // [k] bf16
@@ -43,8 +46,23 @@ struct OpDesc {     // aligned as CUtensorMap (64 bytes or more)
   int64_t residual_stride;
   void* residual_out;  // null: none
   int64_t residual_out_stride;
-  int64_t stats;         // elements into an epoch (protocol::stats_word)
+  // A norm's stats, or (a GEMM producing a folded norm's x) its blocks' per-row
+  // sums of squares of what it publishes: elements into an epoch (-1: none).
+  int64_t stats;         // protocol::stats_word (a norm: per CTA; a GEMM: per block)
   int64_t stats_stride;  // floats per token
+  int64_t residual_mailbox;  // -1, or the element of an epoch where the residual's rows start
+  int64_t residual_mailbox_stride;
+  // An op that must wait, before it stores, for another op's count to complete
+  // (a residual stream another CTA wrote in place: -1 none).
+  int32_t residual_after_op;
+  // A GEMM reading a folded norm: its sums times the row's rstd from the norm's
+  // producer's stats (rstd_stats, -1: none), blocks [rstd_first, + rstd_blocks) of
+  // rstd_stride floats a row, over rstd_k columns with `eps`.
+  int32_t rstd_first;
+  int32_t rstd_blocks;
+  int64_t rstd_stats;
+  int64_t rstd_stride;
+  int64_t rstd_k;
   // 1: GemmProgram::Epilogue::kSiluMul: every block's rows are 32 gate rows and their
   // 32 up rows (pack_weight's gated order) and out (n columns) is silu(gate) * up.
   int32_t silu_mul;
@@ -98,7 +116,10 @@ KernelShape kernel_shape(int m);
 // that holds a gate value holds its up value (wgmma's fragment rows r and r + 8).
 int64_t packed_rows(int64_t n, bool gated);
 int64_t packed_bytes(int64_t n, int64_t k, int depth, bool gated);
-void pack_weight(const void* w, int64_t n, int64_t k, int depth, bool gated, void* packed, cudaStream_t stream);
+// With `scale` ([k] bf16, or null), every value is bf16(w[r][c] * scale[c]) (a folded
+// norm's weight).
+void pack_weight(const void* w, int64_t n, int64_t k, int depth, bool gated, const void* scale, void* packed,
+                 cudaStream_t stream);
 
 // Raises the kernels' shared-memory limit on the current device (host only; idempotent).
 void prepare_program_kernels();

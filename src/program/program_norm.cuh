@@ -21,13 +21,11 @@
 
 #include "core/device.cuh"
 #include "program/program_activations.cuh"
+#include "program/program_fold.cuh"
 #include "program/program_launch.hpp"
 #include "program/program_protocol.hpp"
 
 namespace tpdecode::program {
-
-// The finisher warps' own named barrier (1 is the consumers' and theirs: kFinishBarrier).
-inline constexpr int kNormBarrier = 2;
 
 __device__ __forceinline__ uint4 load16(const void* base, int64_t element) {
   return *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(base) + element);
@@ -82,9 +80,21 @@ struct NormShare {
     auto token = [&](int e) { return e / pieces; };
     auto column = [&](int e) { return (share.begin + e % pieces) * 8; };
     auto mine = [&](int i) { return thread + kFinisherThreads * i < items; };
+    // A residual stream other CTAs stored in place (a folded norm's producer): its
+    // count acquired before this share stores over it.
+    if (op.residual_after_op >= 0) {
+      if (thread == 0) wait_complete(a, op.residual_after_op);
+      sync();
+    }
     // 1. x and the residual.
     uint4 h[kItems], r[kItems];
     const bool polls = op.after >= 0;
+    const bool residual = op.residual != nullptr || op.residual_mailbox >= 0;
+    auto polled_residual = [&](int i) {
+      const int e = thread + kFinisherThreads * i;
+      return reinterpret_cast<const uint16_t*>(box) +
+             protocol::mailbox_element(op.residual_mailbox, op.residual_mailbox_stride, token(e), column(e));
+    };
     auto polled = [&](int i) {
       const int e = thread + kFinisherThreads * i;
       return reinterpret_cast<const uint16_t*>(box) +
@@ -96,8 +106,10 @@ struct NormShare {
       const int e = thread + kFinisherThreads * i;
       h[i] = polls ? load_relaxed16(polled(i)) : load16(op.x_input, token(e) * op.x_input_stride + column(e));
       if (op.residual != nullptr) r[i] = load16(op.residual, token(e) * op.residual_stride + column(e));
+      else if (op.residual_mailbox >= 0) r[i] = load_relaxed16(polled_residual(i));
     }
     if (polls) poll_until_published(h, mine, polled);
+    if (op.residual_mailbox >= 0) poll_until_published(r, mine, polled_residual);
     // 2. h, its pieces' sums of squares, the share's per token.
 #pragma unroll
     for (int i = 0; i < kItems; ++i) {
@@ -105,7 +117,7 @@ struct NormShare {
       const int e = thread + kFinisherThreads * i;
       float v[8];
       unpack8(h[i], v);
-      if (op.residual != nullptr) {
+      if (residual) {
         float rv[8];
         unpack8(r[i], rv);
 #pragma unroll

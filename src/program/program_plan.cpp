@@ -17,7 +17,7 @@ std::vector<int64_t> check_buffers(const std::vector<OpBuffers>& ops) {
   };
   std::vector<Written> outs;
   for (std::size_t i = 0; i < ops.size(); ++i) {
-    outs.push_back({i, &ops[i].out});
+    if (!ops[i].folded) outs.push_back({i, &ops[i].out});
     if (ops[i].residual_out.data != 0) outs.push_back({i, &ops[i].residual_out});
   }
   // A residual stream in place: a norm's residual_out that is the residual_out of a
@@ -76,11 +76,13 @@ MailboxLayout mailbox_layout(const std::vector<OpShape>& ops, const std::vector<
   l.stride.assign(ops.size(), 0);
   l.stats.assign(ops.size(), -1);
   l.stats_stride = (ctas + 3) / 4 * 4;
-  for (std::size_t o = 0; o < ops.size(); ++o)
-    if (ops[o].norm) {
-      l.stats[o] = l.epoch_elements;
-      l.epoch_elements += 2 * m * l.stats_stride;
-    }
+  for (std::size_t o = 0; o < ops.size(); ++o) {
+    const int64_t stride = ops[o].norm ? (ops[o].folded ? 0 : l.stats_stride)
+                                       : (ops[o].row_stats ? row_stats_stride(ops[o].n) : 0);
+    if (stride == 0) continue;
+    l.stats[o] = l.epoch_elements;
+    l.epoch_elements += 2 * m * stride;
+  }
   for (int a : after)
     if (a >= 0 && l.offset[static_cast<std::size_t>(a)] < 0) {
       const auto o = static_cast<std::size_t>(a);
@@ -103,6 +105,10 @@ Plan plan_program(const std::vector<OpShape>& ops, int ctas, int m, int depth) {
   std::vector<std::vector<Unit>> per_cta(static_cast<std::size_t>(ctas));
   for (std::size_t o = 0; o < ops.size(); ++o) {
     const OpShape& op = ops[o];
+    if (op.norm && op.folded) {  // counted by nobody, read through its producer
+      plan.blocks.push_back(0);
+      continue;
+    }
     if (op.norm) {
       check(op.n == op.k && op.k > 0 && op.k % 8 == 0, "gemm program: norm op {} of {} columns (a multiple of 8)", o,
             op.k);

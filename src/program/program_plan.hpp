@@ -20,6 +20,10 @@ struct OpShape {
   int64_t n = 0;
   int64_t k = 0;  // a multiple of 64 (a GEMM), of 8 (a norm)
   bool norm = false;
+  // A folded norm: no work, no stats, nothing published (its producer and readers
+  // do its work). A GEMM producing a folded norm's x: its blocks' row sums of squares.
+  bool folded = false;
+  bool row_stats = false;
 };
 
 // One CTA's K steps [step_begin, step_end) of one block of one op. parts > 1: the
@@ -65,6 +69,7 @@ struct OpBuffers {
   Matrix residual;
   int residual_after = -1;
   Matrix residual_out;
+  bool folded = false;  // a folded norm: its out is not written (readers' windows only)
 };
 
 // InvalidArgument where the ops cannot run as one program: an x of op `after` that
@@ -76,16 +81,19 @@ std::vector<int64_t> check_buffers(const std::vector<OpBuffers>& ops);
 
 // Where the ops that other ops read publish their outputs (the program's mailbox):
 // per op, its [m, stride] bf16 region in each of the two epochs (offset -1: no op
-// reads it); per norm op, the CTAs' sums of squares of their shares, [m,
-// stats_stride] f32 from stats (elements; -1 for a GEMM). Regions are 16-byte
-// aligned and disjoint; an epoch is `epoch_elements`.
+// reads it); per norm op (not folded), the CTAs' sums of squares of their shares,
+// [m, stats_stride] f32 from stats; per GEMM with row_stats, its blocks' row sums
+// of squares, [m, row_stats_stride(n)] f32 from stats (elements; -1: none).
+// Regions are 16-byte aligned and disjoint; an epoch is `epoch_elements`.
 struct MailboxLayout {
   std::vector<int64_t> offset;  // elements into an epoch
   std::vector<int64_t> stride;  // elements per row, n rounded up to 8
   std::vector<int64_t> stats;   // elements into an epoch
-  int64_t stats_stride = 0;     // floats per row: the CTAs rounded up to 4
+  int64_t stats_stride = 0;     // floats per row of a norm's stats: the CTAs rounded up to 4
   int64_t epoch_elements = 0;   // a multiple of 8
 };
+// Floats per row of a GEMM's row stats: its 64-row blocks rounded up to 4.
+inline int64_t row_stats_stride(int64_t n) { return ((n + kBlockRows - 1) / kBlockRows + 3) / 4 * 4; }
 MailboxLayout mailbox_layout(const std::vector<OpShape>& ops, const std::vector<int>& after, int m, int ctas);
 
 // K steps of an op at `depth` chunks of 64 columns per step.

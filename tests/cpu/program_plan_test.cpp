@@ -244,5 +244,42 @@ TEST(ProgramBuffers, NormResidualsInPlaceAndChained) {
            {mat(3000, 4, 64), mat(200000, 4, 64), -1}}, __LINE__);
 }
 
+// Folded norms: no units, no count, no stats, nothing published of their own; the
+// GEMM producing a folded norm's x has a row-stats region of [m, its blocks rounded
+// up to 4] floats, 16-byte aligned and apart from the other regions.
+TEST(ProgramNorms, FoldedNormsPlanAndMailbox) {
+  std::vector<OpShape> ops = {{7168, 1536}, {7168, 7168, true, true}, {4608, 7168}, {2112, 2112, true}};
+  ops[0].row_stats = true;
+  const Plan plan = plan_program(ops, 132, 5, 4);
+  EXPECT_EQ(plan.blocks[1], 0);
+  EXPECT_EQ(plan.blocks[3], 132);
+  for (const Unit& u : plan.units) EXPECT_TRUE(u.op == 0 || u.op == 2) << "a unit of norm op " << u.op;
+  // Op 2 reads op 0's out (rewired past the folded norm); op 3 reads op 2's.
+  const MailboxLayout l = mailbox_layout(ops, {-1, 0, 0, 2}, 5, 132);
+  EXPECT_EQ(row_stats_stride(7168), 112);
+  EXPECT_EQ(row_stats_stride(2112), 36);  // 33 blocks
+  EXPECT_EQ(l.stats[1], -1) << "a folded norm keeps no stats";
+  EXPECT_EQ(l.stats[2], -1);
+  ASSERT_GE(l.stats[0], 0);
+  ASSERT_GE(l.stats[3], 0);
+  EXPECT_EQ(l.offset[1], -1) << "nothing reads a folded norm's own region";
+  std::vector<std::pair<int64_t, int64_t>> regions = {{l.stats[0], l.stats[0] + 2 * 5 * 112},
+                                                      {l.stats[3], l.stats[3] + 2 * 5 * 132}};
+  for (int o : {0, 2}) regions.push_back({l.offset[o], l.offset[o] + 5 * l.stride[o]});
+  for (std::size_t a = 0; a < regions.size(); ++a) {
+    EXPECT_EQ(regions[a].first % 8, 0);
+    EXPECT_LE(regions[a].second, l.epoch_elements);
+    for (std::size_t b = a + 1; b < regions.size(); ++b)
+      EXPECT_TRUE(regions[a].second <= regions[b].first || regions[b].second <= regions[a].first) << a << " " << b;
+  }
+  // A folded norm's out is not written: it may lie over another op's out.
+  OpBuffers folded{mat(1000, 4, 64), mat(5000, 4, 64), 0};
+  folded.folded = true;
+  EXPECT_NO_THROW(check_buffers({{mat(0, 4, 64), mat(1000, 4, 64), -1}, folded, {mat(5000, 4, 64), mat(5000, 4, 64), 1}}));
+  folded.folded = false;
+  EXPECT_THROW(check_buffers({{mat(0, 4, 64), mat(1000, 4, 64), -1}, folded, {mat(5000, 4, 64), mat(5000, 4, 64), 1}}),
+               InvalidArgument);
+}
+
 }  // namespace
 }  // namespace tpdecode::program

@@ -14,6 +14,7 @@
 #include "core/bf16.hpp"
 #include "drafter/kernels_launch.hpp"
 #include "gpu/gpu_test_util.hpp"
+#include "gpu/program_runs.hpp"
 #include "reference/program_norm.hpp"
 #include "tpdecode/gemm_program.hpp"
 
@@ -442,40 +443,25 @@ TEST(GemmProgram, NormsGiveTheirReferenceBits) {
                                GemmProgram::Gemm{TensorView::bf16(w4d.get(), n4, d), view(x2, d), view(s, n4), 3}, n5,
                                n6, n7},
                               m);
-    std::vector<DeviceBuffer*> outs = {&p, &x1, &h, &q, &x2, &s, &x3, &xa, &xb, &h5};
-    std::vector<std::vector<uint16_t>> first;
-    for (int run = 0; run < 3; ++run) {
-      SCOPED_TRACE(testing::Message() << "run " << run);
-      for (DeviceBuffer* b : outs) poison(*b);
-      TPD_CUDA(cudaDeviceSynchronize());
-      program.run(nullptr, run > 0);
-      if (run == 1) continue;  // run 2 follows it back to back
-      TPD_CUDA(cudaDeviceSynchronize());
-      std::vector<std::vector<uint16_t>> bits;
-      for (DeviceBuffer* b : outs) bits.push_back(to_host<uint16_t>(*b, b->bytes() / 2));
-      if (run == 2) {
-        EXPECT_TRUE(bits == first) << "a later run differs";
-        continue;
-      }
-      first = bits;
-      const int ctas = program.ctas();
-      const auto& [pb_, x1b, hb, qb, x2b, sb, x3b, xab, xbb] =
-          std::tie(bits[0], bits[1], bits[2], bits[3], bits[4], bits[5], bits[6], bits[7], bits[8]);
-      const reference::ArNormResult r1 = reference::program_norm(pb_, resid, gammas[0], eps, d, ctas);
-      EXPECT_TRUE(x1b == r1.out) << "op 1's out";
-      const reference::ArNormResult r3 = reference::program_norm(qb, r1.residual_out, gammas[1], eps, d, ctas);
-      EXPECT_TRUE(x2b == r3.out) << "op 3's out";
-      EXPECT_TRUE(hb == r3.residual_out) << "the residual stream after op 3";
-      EXPECT_TRUE(x3b == reference::program_norm(xin, {}, gammas[2], eps, kin, ctas).out) << "op 5's out";
-      EXPECT_TRUE(bits[9] == xin) << "op 5's residual_out (x itself without a residual)";
-      EXPECT_TRUE(xab == reference::program_norm(host_window(p, m, d, 0, 1024), {}, gammas[3], eps, 1024, ctas).out)
-          << "op 6's out";
-      EXPECT_TRUE(xbb == reference::program_norm(host_window(p, m, d, 1024, 512), {}, gammas[4], eps, 512, ctas).out)
-          << "op 7's out";
-      check_op(x0, k0, w0, pb_, d, m);
-      check_op(x1b, d, w2, qb, d, m);
-      check_op(x2b, d, w4, sb, n4, m);
-    }
+    const std::vector<std::vector<uint16_t>> bits =
+        repeatable_bits(program, {&p, &x1, &h, &q, &x2, &s, &x3, &xa, &xb, &h5});
+    const int ctas = program.ctas();
+    const auto& [pb_, x1b, hb, qb, x2b, sb, x3b, xab, xbb] =
+        std::tie(bits[0], bits[1], bits[2], bits[3], bits[4], bits[5], bits[6], bits[7], bits[8]);
+    const reference::ArNormResult r1 = reference::program_norm(pb_, resid, gammas[0], eps, d, ctas);
+    EXPECT_TRUE(x1b == r1.out) << "op 1's out";
+    const reference::ArNormResult r3 = reference::program_norm(qb, r1.residual_out, gammas[1], eps, d, ctas);
+    EXPECT_TRUE(x2b == r3.out) << "op 3's out";
+    EXPECT_TRUE(hb == r3.residual_out) << "the residual stream after op 3";
+    EXPECT_TRUE(x3b == reference::program_norm(xin, {}, gammas[2], eps, kin, ctas).out) << "op 5's out";
+    EXPECT_TRUE(bits[9] == xin) << "op 5's residual_out (x itself without a residual)";
+    EXPECT_TRUE(xab == reference::program_norm(host_window(p, m, d, 0, 1024), {}, gammas[3], eps, 1024, ctas).out)
+        << "op 6's out";
+    EXPECT_TRUE(xbb == reference::program_norm(host_window(p, m, d, 1024, 512), {}, gammas[4], eps, 512, ctas).out)
+        << "op 7's out";
+    check_op(x0, k0, w0, pb_, d, m);
+    check_op(x1b, d, w2, qb, d, m);
+    check_op(x2b, d, w4, sb, n4, m);
   }
 }
 
