@@ -46,6 +46,7 @@ struct Options {
   bool timeline = false;           // the programs record their timelines (boundary_figures)
   bool silu_mul = false;           // the layers' SiLU-mul (chain_glue.hpp)
   bool norms = false;              // the layers' norms and residual adds (chain_glue.hpp)
+  bool fold_norms = false;         // the program's norms folded where a GEMM reads them (chain_glue.hpp)
   std::string json;
 };
 
@@ -126,7 +127,7 @@ void bench_tp(int tp, const Options& o, const Gpu& gpu, cudaStream_t stream, std
     return c;
   };
   const int max_m = *std::max_element(o.ms.begin(), o.ms.end());
-  const ChainGlue glue(layer, sets * o.layers, max_m, o.silu_mul, o.norms, stream);
+  const ChainGlue glue(layer, sets * o.layers, o.layers, max_m, o.silu_mul, o.norms, o.fold_norms, stream);
   auto layer_link = [&](std::size_t i) { return i + 1 < links.size(); };  // not the lm_head
   std::map<int64_t, DeviceBuffer> xs;  // by K: [max_m, K] bf16
   std::vector<DeviceBuffer> outs;      // by link: [max_m, N] bf16
@@ -341,6 +342,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const ben
   j["layers"] = o.layers;
   j["silu_mul"] = o.silu_mul;
   j["norms"] = o.norms;
+  j["fold_norms"] = o.fold_norms;
   j["replays"] = o.replays;
   j["rows"] = nlohmann::json::array();
   for (const Row& r : rows) {
@@ -391,6 +393,7 @@ void run(const Options& o) {
   for (const std::string& name : o.force)
     check(valid_force(name), "bench chain: --force {} (warp or cublas)", name);
   check(!o.timeline || !o.norms, "bench chain: --timeline with --norms is not served (the norm ops have no MMAs)");
+  check(!o.fold_norms || o.norms, "bench chain: --fold-norms needs --norms");
   cudaStream_t stream;
   TPD_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   fmt::print(stderr, "bench chain: {} ({} SMs); measuring the read ceiling\n", gpu.name, gpu.sms);
@@ -426,6 +429,9 @@ void register_bench_chain(CLI::App& app) {
   cmd->add_flag("--norms", o->norms,
                "the layers' TP 1 norms: q_a and kv after qkv_a, the residual add + RMSNorm after o_proj and down "
                "(the drafter's kernels between the GEMMs; Norm ops in the program)");
+  cmd->add_flag("--fold-norms", o->fold_norms,
+               "with --norms: the program folds each norm that a GEMM of it reads into that GEMM (GemmProgram::Norm::"
+               "folded: no stage waits for the norm; the readers' bits differ by the roundings moved)");
   cmd->add_option("--json", o->json, "also write the rows as JSON to this file");
   cmd->callback([o] { run(*o); });
 }

@@ -7,15 +7,17 @@
 
 namespace tpdecode::cli {
 
-ChainGlue::ChainGlue(const std::vector<GemmShape>& layer, int layers, int max_m, bool silu_mul, bool norms,
-                     cudaStream_t stream)
+ChainGlue::ChainGlue(const std::vector<GemmShape>& layer, int layers, int chain_layers, int max_m, bool silu_mul,
+                     bool norms, bool fold_norms, cudaStream_t stream)
     : layer_size_(layer.size()),
       q_lora_(layer[kQb].k),
       kv_lora_(512),
       hidden_(layer[kOproj].n),
       intermediate_(layer[kDown].k),
+      chain_layers_(chain_layers),
       silu_mul_(silu_mul),
-      norms_(norms) {
+      norms_(norms),
+      fold_norms_(fold_norms) {
   check(layer.size() == 5, "bench chain: the glue needs a layer's five GEMMs");
   check(!silu_mul || layer[kGateUp].n == 2 * layer[kDown].k, "bench chain: --silu-mul needs gate_up's N twice down's K");
   check(!norms || (layer[kQkvA].n >= q_lora_ + kv_lora_ && layer[kGateUp].k == hidden_ && layer[kQkvA].k == hidden_ &&
@@ -103,13 +105,17 @@ int ChainGlue::append_norms(std::size_t i, int m, int op, const TensorView& out,
     qa_in.cols = q_lora_;
     kv_in.data = static_cast<uint16_t*>(out.data) + q_lora_;
     kv_in.cols = kv_lora_;
-    ops.push_back(GemmProgram::Norm{qa_in, op, weight(q_norm_, q_lora_), eps_, {}, {}, view(b.qa, m, q_lora_)});
+    ops.push_back(
+        GemmProgram::Norm{qa_in, op, weight(q_norm_, q_lora_), eps_, {}, {}, view(b.qa, m, q_lora_), fold_norms_});
     ops.push_back(GemmProgram::Norm{kv_in, op, weight(kv_norm_, kv_lora_), eps_, {}, {}, view(b.kv, m, kv_lora_)});
     return static_cast<int>(ops.size()) - 2;  // q_b reads q_a's norm
   }
   if (p == kOproj || p == kDown) {
+    const bool read = p == kOproj || (i / layer_size_) % static_cast<std::size_t>(chain_layers_) + 1 <
+                                         static_cast<std::size_t>(chain_layers_);  // by a GEMM of the chain
     ops.push_back(GemmProgram::Norm{out, op, weight(p == kOproj ? post_norm_ : input_norm_, hidden_), eps_, residual,
-                                    residual, view(p == kOproj ? b.hidden : b.hidden2, m, hidden_)});
+                                    residual, view(p == kOproj ? b.hidden : b.hidden2, m, hidden_),
+                                    fold_norms_ && read});
     return static_cast<int>(ops.size()) - 1;
   }
   return op;

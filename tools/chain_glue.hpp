@@ -6,7 +6,9 @@
 //  - --norms: after qkv_a its q_a and kv norms (the drafter's two-norm kernel), which
 //    q_b reads; after o_proj and after down the residual add + RMSNorm (the TP 1
 //    ArNorm kernel, launch_add_rms_norm) on one residual stream, which gate_up and
-//    the next layer's qkv_a read; in the program, Norm ops (the stream in place).
+//    the next layer's qkv_a read; in the program, Norm ops (the stream in place),
+//    with --fold-norms folded into the GEMMs that read them (q_a's, and the residual
+//    adds but after a chain's last down, which no GEMM reads).
 // Per layer its own glue buffers (a program's outs may not overlap).
 #pragma once
 
@@ -23,8 +25,9 @@ namespace tpdecode::cli {
 
 class ChainGlue {
  public:
-  ChainGlue(const std::vector<GemmShape>& layer, int layers, int max_m, bool silu_mul, bool norms,
-            cudaStream_t stream);
+  // layers: of every chain together; chain_layers: of one chain.
+  ChainGlue(const std::vector<GemmShape>& layer, int layers, int chain_layers, int max_m, bool silu_mul, bool norms,
+            bool fold_norms, cudaStream_t stream);
 
   bool silu_mul() const { return silu_mul_; }
   bool norms() const { return norms_; }
@@ -54,7 +57,8 @@ class ChainGlue {
 
   std::size_t layer_size_;
   int64_t q_lora_, kv_lora_, hidden_, intermediate_;
-  bool silu_mul_, norms_;
+  int chain_layers_;
+  bool silu_mul_, norms_, fold_norms_;
   float eps_ = 1e-6f;
   std::vector<Layer> per_layer_;
   DeviceBuffer residual_;                       // [max_m, hidden]
