@@ -141,7 +141,7 @@ void GpuDrafter::build_programs(int m) {
     std::vector<TensorView> outs;  // per op: where the program writes its out
     for (const SegmentOp& s : segment) {
       TensorView out = r.view(s.out, m);
-      if (s.out_private) {  // the buffer's layout, memory of its own
+      if (s.out_private && !s.folded) {  // the buffer's layout, memory of its own (a folded norm writes none)
         const int64_t cols = r.buffer_cols[static_cast<std::size_t>(s.out.buf)];
         built.buffers.emplace_back(static_cast<std::size_t>(m * cols) * 2);
         out.data = static_cast<uint16_t*>(built.buffers.back().get()) + s.out.col0;
@@ -159,7 +159,7 @@ void GpuDrafter::build_programs(int m) {
       }
       const TensorView residual = r.view({Buf::kResidual, 0, config_.hidden}, m);
       ops.push_back(GemmProgram::Norm{x, s.after, r.weight(s.weight), config_.eps, s.residual ? residual : TensorView{},
-                                      s.residual_out ? residual : TensorView{}, out});
+                                      s.residual_out ? residual : TensorView{}, out, s.folded});
     }
     built.programs.push_back(std::make_unique<GemmProgram>(std::move(ops), m));
   });

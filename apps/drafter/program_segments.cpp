@@ -11,6 +11,9 @@ bool inside(const Slice& x, const Slice& out) {
   return x.buf == out.buf && x.col0 >= out.col0 && x.col0 + x.cols <= out.col0 + out.cols;
 }
 
+// GemmProgram's folds: x from a 64-column boundary of its producer's out.
+constexpr int64_t kFoldColumns = 64;
+
 }  // namespace
 
 void SegmentedStep::append(SegmentOp op) {
@@ -41,18 +44,99 @@ void SegmentedStep::flush() {
   Segment ops = std::move(pending_);
   pending_.clear();
   if (ops.size() == 1 && !ops[0].norm && !ops[0].silu_mul) {
-    launches_.gemm(ops[0].weight, ops[0].x, ops[0].out);
+    const SegmentOp g = ops[0];
+    later([this, g] { launches_.gemm(g.weight, g.x, g.out); }, {g.x}, {g.out});
     return;
   }
   for (std::size_t i = 0; i < ops.size(); ++i)
     for (std::size_t j = i + 1; j < ops.size(); ++j)
       if (overlap(ops[i].out, ops[j].out)) ops[i].out_private = true;
-  segment_(segments_++, ops);
+  Event e;
+  e.segment = static_cast<int>(segments_.size());
+  segments_.push_back(std::move(ops));
+  events_.push_back(std::move(e));
+}
+
+void SegmentedStep::later(std::function<void()> launch, std::vector<Slice> reads, std::vector<Slice> writes) {
+  events_.push_back({-1, std::move(launch), std::move(reads), std::move(writes)});
+}
+
+bool SegmentedStep::dead_after(const Slice& out, std::size_t from, std::size_t op) const {
+  auto covers = [](const Slice& w, const Slice& o) {
+    return w.buf == o.buf && w.col0 <= o.col0 && w.col0 + w.cols >= o.col0 + o.cols;
+  };
+  for (std::size_t e = from; e < events_.size(); ++e) {
+    const Event& ev = events_[e];
+    if (ev.segment < 0) {
+      for (const Slice& r : ev.reads)
+        if (overlap(r, out)) return false;
+      for (const Slice& w : ev.writes)
+        if (covers(w, out)) return true;
+      for (const Slice& w : ev.writes)
+        if (overlap(w, out)) return false;
+      continue;
+    }
+    const Segment& seg = segments_[static_cast<std::size_t>(ev.segment)];
+    for (std::size_t j = e == from ? op : 0; j < seg.size(); ++j) {
+      if (overlap(seg[j].x, out)) return false;
+      if (covers(seg[j].out, out)) return true;
+      if (overlap(seg[j].out, out)) return false;
+    }
+  }
+  return true;  // the step's results are its logits and tokens, which its launches write
+}
+
+void SegmentedStep::fold(std::size_t event) {
+  Segment& seg = segments_[static_cast<std::size_t>(events_[event].segment)];
+  int stream = -1;  // the segment's latest norm that wrote the residual stream
+  for (std::size_t j = 0; j < seg.size(); ++j) {
+    SegmentOp& n = seg[j];
+    if (!n.norm) continue;
+    const int previous_stream = stream;
+    if (n.residual_out) stream = static_cast<int>(j);
+    if (n.after < 0) continue;
+    const SegmentOp& producer = seg[static_cast<std::size_t>(n.after)];
+    const int64_t column = n.x.col0 - producer.out.col0;
+    if (producer.norm || producer.silu_mul || column % kFoldColumns != 0 ||
+        (n.x.cols % kFoldColumns != 0 && column + n.x.cols != producer.out.cols))
+      continue;
+    // A norm that adds publishes x + residual in its producer's place; its residual
+    // stream an input or a folded norm's.
+    const bool adds = n.residual || n.residual_out;
+    bool shared = false;
+    for (std::size_t k = 0; k < seg.size(); ++k) shared |= k != j && seg[k].after == n.after;
+    if (adds && shared) continue;
+    if (n.residual && previous_stream >= 0 && !seg[static_cast<std::size_t>(previous_stream)].folded) continue;
+    // GEMMs of the segment read it (through `after`), nothing else until it is dead.
+    int readers = 0;
+    bool other = false;
+    std::size_t k = j + 1;
+    for (; k < seg.size() && !other; ++k) {
+      if (overlap(seg[k].x, n.out)) {
+        if (seg[k].norm || seg[k].after != static_cast<int>(j)) other = true;
+        else ++readers;
+      }
+      if (overlap(seg[k].out, n.out)) break;
+    }
+    if (other || readers == 0) continue;
+    if (k == seg.size() ? !dead_after(n.out, event + 1, 0) : !dead_after(n.out, event, k)) continue;
+    n.folded = true;
+  }
+}
+
+void SegmentedStep::finish() {
+  flush();
+  for (std::size_t e = 0; e < events_.size(); ++e)
+    if (events_[e].segment >= 0) fold(e);
+  for (const Event& e : events_) {
+    if (e.segment >= 0) segment_(e.segment, segments_[static_cast<std::size_t>(e.segment)]);
+    else e.launch();
+  }
 }
 
 void SegmentedStep::embed(const Slice& out) {
   flush();
-  launches_.embed(out);
+  later([this, out] { launches_.embed(out); }, {}, {out});
 }
 
 void SegmentedStep::gemm(WeightId weight, const Slice& x, const Slice& out) {
@@ -89,7 +173,7 @@ void SegmentedStep::rms_norms(std::span<const RowNorm> norms) {
 
 void SegmentedStep::attention(const Slice& q, const Slice& kv, const Slice& k_rope, const Slice& out) {
   flush();
-  launches_.attention(q, kv, k_rope, out);
+  later([=, this] { launches_.attention(q, kv, k_rope, out); }, {q, kv, k_rope}, {out});
 }
 
 void SegmentedStep::silu_mul(const Slice& gate_up, const Slice& out) {
@@ -101,22 +185,22 @@ void SegmentedStep::silu_mul(const Slice& gate_up, const Slice& out) {
     return;
   }
   flush();
-  launches_.silu_mul(gate_up, out);
+  later([=, this] { launches_.silu_mul(gate_up, out); }, {gate_up}, {out});
 }
 
 void SegmentedStep::gather(GatherKind kind, const Slice& shard, const Slice& out) {
   flush();
-  launches_.gather(kind, shard, out);
+  later([=, this] { launches_.gather(kind, shard, out); }, {shard}, {out});
 }
 
 void SegmentedStep::add(const Slice& a, const Slice& b, const Slice& out) {
   flush();
-  launches_.add(a, b, out);
+  later([=, this] { launches_.add(a, b, out); }, {a, b}, {out});
 }
 
 void SegmentedStep::argmax(const Slice& logits) {
   flush();
-  launches_.argmax(logits);
+  later([=, this] { launches_.argmax(logits); }, {logits}, {});
 }
 
 void run_segmented_step(const DrafterConfig& c, const RankShapes& s, StepOps& launches,

@@ -27,13 +27,19 @@ struct SegmentOp {
   bool silu_mul = false;      // a GEMM: the SiLU-mul epilogue (out = silu(gate) * up)
   bool residual = false;      // a norm: h = x + the residual buffer
   bool residual_out = false;  // a norm: h into the residual buffer
+  // A norm folded into the GEMMs of the segment that read it (GemmProgram::Norm::
+  // folded): its x a GEMM's out, only GEMMs of the segment read its out, and nothing
+  // reads that out after the segment before it is written again or the step ends.
+  bool folded = false;
 };
 using Segment = std::vector<SegmentOp>;
 
-// A StepOps that cuts the sequence: each run of ops a program serves goes to
-// `segment` (its index in the step, its ops) when an op it does not serve comes (or
-// at finish()); every other op goes to `launches`, as do segments of a single plain
-// GEMM (a program of one op gains nothing over the launch).
+// A StepOps that cuts the sequence: each run of ops a program serves becomes a
+// segment, which ends where an op it does not serve comes; every other op is a
+// launch, as is a segment of a single plain GEMM (a program of one op gains nothing
+// over the launch). At finish(), once the whole step is known (which norms can fold),
+// the segments go to `segment` (its index in the step, its ops) and the launches to
+// `launches`, in step order.
 class SegmentedStep final : public StepOps {
  public:
   using SegmentSink = std::function<void(int index, const Segment& ops)>;
@@ -48,17 +54,31 @@ class SegmentedStep final : public StepOps {
   void gather(GatherKind kind, const Slice& shard, const Slice& out) override;
   void add(const Slice& a, const Slice& b, const Slice& out) override;
   void argmax(const Slice& logits) override;
-  // The pending segment, after the step's last op.
-  void finish() { flush(); }
+  // After the step's last op: the folds, then every segment and launch in order.
+  void finish();
 
  private:
+  // A segment (its index) or a launch, with the slices it reads and writes.
+  struct Event {
+    int segment = -1;
+    std::function<void()> launch;
+    std::vector<Slice> reads;
+    std::vector<Slice> writes;
+  };
   void append(SegmentOp op);
   void flush();
+  void later(std::function<void()> launch, std::vector<Slice> reads, std::vector<Slice> writes);
+  void fold(std::size_t event);
+  // Whether nothing from event `from` (op `op` of a segment on) reads `out` before
+  // something writes all of it again or the step ends (a step's results are its
+  // logits and tokens).
+  bool dead_after(const Slice& out, std::size_t from, std::size_t op) const;
 
   StepOps& launches_;
   SegmentSink segment_;
   Segment pending_;
-  int segments_ = 0;
+  std::vector<Segment> segments_;
+  std::vector<Event> events_;
 };
 
 // Runs the step (run_step) through a SegmentedStep and finishes it.

@@ -58,6 +58,9 @@ TEST(ProgramSegments, TheStepAtTp1) {
   EXPECT_TRUE(first[2].norm && first[2].after == 1 && same(first[2].x, {Buf::kQkvA, 0, c.q_lora}));
   EXPECT_TRUE(first[3].norm && first[3].after == 1 && same(first[3].x, {Buf::kQkvA, c.q_lora, c.kv_lora}));
   EXPECT_TRUE(!first[4].norm && first[4].after == 2);
+  // Folded: the q_a norm (q_b reads it); not the first norm (its x an input) nor kv's
+  // (the attention reads it).
+  EXPECT_TRUE(!first[0].folded && first[2].folded && !first[3].folded);
   // Segments 1 .. layers-1: o_proj, its norm, gate_up (SiLU-mul epilogue into the
   // activation), down, its norm, the next layer's qkv_a, two norms, q_b.
   for (int l = 1; l < c.layers; ++l) {
@@ -71,6 +74,10 @@ TEST(ProgramSegments, TheStepAtTp1) {
     EXPECT_TRUE(s[4].norm && s[4].residual && s[4].after == 3 && !s[4].out_private);
     EXPECT_TRUE(s[5].weight == (WeightId{Tensor::kQkvA, l}) && s[5].after == 4);
     EXPECT_TRUE(s[6].after == 5 && s[7].after == 5 && s[8].after == 6);
+    EXPECT_TRUE(s[1].folded);
+    EXPECT_TRUE(s[4].folded);
+    EXPECT_TRUE(s[6].folded);
+    EXPECT_FALSE(s[7].folded);
   }
   // The last: o_proj, norm, gate_up, down, the final norm, the context projection
   // (an input).
@@ -78,6 +85,7 @@ TEST(ProgramSegments, TheStepAtTp1) {
   ASSERT_EQ(last.size(), 6u);
   EXPECT_TRUE(last[4].norm && last[4].weight == (WeightId{Tensor::kInputNorm, c.layers}));
   EXPECT_TRUE(last[5].weight == (WeightId{Tensor::kContextProj, 0}) && last[5].after == -1);
+  EXPECT_TRUE(last[1].folded && !last[4].folded) << "the final norm: the context add reads it";
   // No op of a segment writes what another reads from memory; outs written twice
   // are private but for the last writer.
   for (const Segment& s : cut.segments)
@@ -101,6 +109,40 @@ TEST(ProgramSegments, ASiluMulWithoutItsGemmIsALaunch) {
   ASSERT_EQ(segments.size(), 1u);
   EXPECT_FALSE(segments[0][0].silu_mul);
   EXPECT_EQ(launches.names, (std::vector<std::string>{"silu_mul"}));
+}
+
+// A norm folds only where nothing reads its out after the segment before it is
+// written again or the step ends: a launch reading it first keeps it.
+TEST(ProgramSegments, ANormFoldsOnlyWhereItsOutIsDeadAfterTheSegment) {
+  const Slice hidden{Buf::kHidden, 0, 128}, partial{Buf::kPartial, 0, 128};
+  for (int reader : {0, 1, 2}) {  // 0: written again; 1: a launch reads it first; 2: the step ends
+    SCOPED_TRACE(testing::Message() << "case " << reader);
+    Launches launches;
+    std::vector<Segment> segments;
+    SegmentedStep step(launches, [&](int, const Segment& s) { segments.push_back(s); });
+    step.gemm({Tensor::kOProj, 0}, {Buf::kAttn, 0, 64}, partial);
+    step.ar_norm(partial, false, {Tensor::kPostAttentionNorm, 0}, hidden);
+    step.gemm({Tensor::kGateUp, 0}, hidden, {Buf::kGateUp, 0, 256});
+    if (reader == 1) step.add(hidden, {Buf::kContext, 0, 128}, {Buf::kHeadIn, 0, 128});
+    if (reader != 2) step.embed(hidden);  // writes all of it
+    step.finish();
+    ASSERT_EQ(segments.size(), 1u);
+    ASSERT_EQ(segments[0].size(), 3u);
+    EXPECT_EQ(segments[0][1].folded, reader != 1);
+  }
+  // A norm read by a norm of its segment does not fold.
+  Launches launches;
+  std::vector<Segment> segments;
+  SegmentedStep step(launches, [&](int, const Segment& s) { segments.push_back(s); });
+  step.gemm({Tensor::kOProj, 0}, {Buf::kAttn, 0, 64}, partial);
+  step.ar_norm(partial, false, {Tensor::kPostAttentionNorm, 0}, hidden);
+  const RowNorm again[] = {{hidden, {Tensor::kQaNorm, 0}, {Buf::kQa, 0, 128}}};
+  step.rms_norms(again);
+  step.gemm({Tensor::kGateUp, 0}, hidden, {Buf::kGateUp, 0, 256});
+  step.embed(hidden);
+  step.finish();
+  ASSERT_EQ(segments.size(), 1u);
+  EXPECT_FALSE(segments[0][1].folded);
 }
 
 }  // namespace
