@@ -9,11 +9,16 @@
 // as the finisher runs them (program_norm.cuh): each CTA's share of the columns, its
 // row statistics published into the mailbox and every CTA's polled, with an exact
 // integer stand-in for the norm (out = h * (S mod 7 + 1), S the row's sum of
-// squares). It checks every output,
+// squares); a folded norm as its producer and readers run it (program_fold.cuh): the
+// producer's blocks' row sums of squares published with them, the readers reading the
+// producer's out and scaling their sums by the stand-in's factor, which the finisher
+// computes from the polled sums before the CTA's first unit of the reader. It checks
+// every output (a folded norm's: through its reader),
 // that no copy reads a value not yet published, that the counts complete and reset,
 // that the epochs alternate and leave the next run's epoch empty, and that no wait
 // hangs; and that planted bugs (a missing wait, a wait on a later op, a count not
-// advanced, a stale epoch, a norm that reads the statistics unpolled) each fail.
+// advanced, a stale epoch, a norm that reads the statistics unpolled, a fold's
+// prologue that reads the row sums unpolled) each fail.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -32,7 +37,15 @@
 namespace tpdecode::program {
 namespace {
 
-enum class Bug { kNone, kMissingWait, kWaitOnLaterOp, kCountNotAdvanced, kStaleEpoch, kNormStatsUnpolled };
+enum class Bug {
+  kNone,
+  kMissingWait,
+  kWaitOnLaterOp,
+  kCountNotAdvanced,
+  kStaleEpoch,
+  kNormStatsUnpolled,
+  kFoldSumsUnpolled
+};
 
 constexpr int64_t kEmpty = std::numeric_limits<int64_t>::min();  // a word or slot not written
 
@@ -45,12 +58,45 @@ struct Chain {
 };
 
 // Op 1 reads op 0's columns from 8, op 3 all of op 2's (an input of the program in
-// the middle), op 4 op 3's from 64; op 5 is a norm of op 4's out, which op 6 reads;
-// op 7 a norm of op 0's columns 64 .. 191, read by nothing.
+// the middle), op 4 op 3's from 64; op 5 a folded norm of op 4's columns 0 .. 127,
+// which op 6 reads; op 7 a norm of op 4's out, which op 8 reads; op 9 a norm of op
+// 0's columns 64 .. 191, read by nothing.
 Chain test_chain() {
-  return {{{448, 256}, {256, 256}, {320, 256}, {256, 320}, {192, 128}, {192, 192, true}, {128, 192}, {128, 128, true}},
-          {-1, 0, -1, 2, 3, 4, 5, 0},
-          {0, 8, 0, 0, 64, 0, 0, 64}};
+  return {{{448, 256},
+           {256, 256},
+           {320, 256},
+           {256, 320},
+           {192, 128},
+           {128, 128, true, true},
+           {64, 128},
+           {192, 192, true},
+           {128, 192},
+           {128, 128, true}},
+          {-1, 0, -1, 2, 3, 4, 5, 4, 7, 0},
+          {0, 8, 0, 0, 64, 0, 0, 0, 0, 64}};
+}
+
+// The program's wiring of the folded norms (gemm_program.cpp's fold_norms): a
+// folded norm's readers read its producer's out (their windows shifted by the
+// norm's), and the producer keeps row sums.
+struct Folds {
+  std::vector<int> after;       // per op, what its x is a window of in the program
+  std::vector<int> scale_from;  // per op, the folded norm it reads (-1: none)
+  std::vector<OpShape> shapes;  // with the producers' row_stats
+};
+Folds folds_of(const Chain& chain, std::vector<int64_t>& window) {
+  Folds f{chain.after, std::vector<int>(chain.after.size(), -1), chain.shapes};
+  for (std::size_t n = 0; n < chain.shapes.size(); ++n) {
+    if (!chain.shapes[n].folded) continue;
+    f.shapes[static_cast<std::size_t>(chain.after[n])].row_stats = true;
+    for (std::size_t j = 0; j < chain.shapes.size(); ++j)
+      if (chain.after[j] == static_cast<int>(n)) {
+        f.after[j] = chain.after[n];
+        f.scale_from[j] = static_cast<int>(n);
+        window[j] += window[n];
+      }
+  }
+  return f;
 }
 
 // The windows as the program's checks find them (check_buffers) in buffers laid out
@@ -78,9 +124,10 @@ class Model {
         ctas_(ctas),
         bug_(bug),
         seed_(seed),
-        plan_(plan_program(chain_.shapes, ctas, m, 1)),
-        layout_(mailbox_layout(chain_.shapes, chain_.after, m, ctas)),
         window_(windows_of(chain_, m)),
+        folds_(folds_of(chain_, window_)),
+        plan_(plan_program(folds_.shapes, ctas, m, 1)),
+        layout_(mailbox_layout(folds_.shapes, folds_.after, m, ctas)),
         mailbox_(static_cast<std::size_t>(2 * layout_.epoch_elements)),
         scratch_(static_cast<std::size_t>(plan_.scratch_floats)),
         op_done_(chain_.shapes.size()) {
@@ -101,6 +148,7 @@ class Model {
     for (int c = 0; c < ctas_; ++c) {
       Cta& cta = ctas[static_cast<std::size_t>(c)];
       cta.pre.assign(static_cast<std::size_t>(m_ * kBlockRows), 0);
+      cta.scale.assign(static_cast<std::size_t>(m_), 0);
       threads.emplace_back([this, c, &cta] { consumer(c, cta); });
       threads.emplace_back([this, c, &cta] { finisher(c, cta); });
     }
@@ -142,6 +190,7 @@ class Model {
   }
 
   const std::vector<int64_t>& out(int op) const { return out_[static_cast<std::size_t>(op)]; }
+  bool folded(int op) const { return chain_.shapes[static_cast<std::size_t>(op)].folded; }
   int ops() const { return static_cast<int>(chain_.shapes.size()); }
   bool timed_out() const { return timed_out_.load(); }
   int unpublished_reads() const { return unpublished_reads_.load(); }
@@ -171,12 +220,15 @@ class Model {
   // 1.. for part 0, and the hand-over counts (the kernel's mbarrier phases).
   struct Cta {
     std::vector<int64_t> pre;
+    std::vector<int64_t> scale;  // per token, a folded norm's reader's factor (the prologue)
     std::atomic<int> pre_full{0}, pre_empty{0}, pub_full{0}, pub_empty{0}, consumer_done{0};
+    std::atomic<int> prologue_full{0}, prologue_empty{0};
   };
 
   int64_t input(int t, int64_t k) const { return (run_ * 7 + t * 3 + k) % 5 - 2; }
   // The norm's exact stand-in: h scaled by a function of its row's sum of squares.
-  static int64_t norm_out(int64_t h, int64_t squares) { return h * (squares % 7 + 1); }
+  static int64_t norm_factor(int64_t squares) { return squares % 7 + 1; }
+  static int64_t norm_out(int64_t h, int64_t squares) { return h * norm_factor(squares); }
   static int64_t weight(int op, int64_t row, int64_t k) { return (op * 11 + row * 5 + k * 3) % 7 - 3; }
 
   // Random yields and short sleeps, so that threads interleave differently each time.
@@ -208,7 +260,7 @@ class Model {
   // Token t's x at column col for op `op`: an input, or the producing op's word by
   // the loaders' rule (polled until written while its count is short, copied after).
   bool load_x(int op, int t, int64_t col, uint32_t epoch, bool& copies, int64_t& x, std::mt19937& rng) {
-    int from = chain_.after[static_cast<std::size_t>(op)];
+    int from = folds_.after[static_cast<std::size_t>(op)];
     if (from < 0) return x = input(t, col), true;
     if (bug_ == Bug::kWaitOnLaterOp && op == 1) from = 2;  // op 1 waits on the op after it
     const auto f = static_cast<std::size_t>(from);
@@ -231,10 +283,15 @@ class Model {
     const protocol::Range share = protocol::empty_share(layout_.epoch_elements / 8, c, ctas_);
     for (int64_t piece = share.begin; piece < share.end; ++piece)
       for (int e = 0; e < 8; ++e) word(epoch ^ 1u, piece * 8 + e).store(kEmpty, std::memory_order_relaxed);
-    int pre_taken = 0, published = 0;
+    int pre_taken = 0, published = 0, prologues = 0;
     for (int i = plan_.cta_begin[c]; i < plan_.cta_begin[c + 1]; ++i) {
       const Unit& u = plan_.units[static_cast<std::size_t>(i)];
       const OpShape& s = chain_.shapes[static_cast<std::size_t>(u.op)];
+      const bool scaled = folds_.scale_from[static_cast<std::size_t>(u.op)] >= 0;
+      const bool last_of_op = i + 1 == plan_.cta_begin[c + 1] || plan_.units[static_cast<std::size_t>(i + 1)].op != u.op;
+      auto release_prologue = [&] {
+        if (scaled && last_of_op) cta.prologue_empty.store(++prologues, std::memory_order_release);
+      };
       std::vector<int64_t> acc(static_cast<std::size_t>(m_ * kBlockRows), 0);
       bool copies = false;
       for (int step = u.step_begin; step < u.step_end; ++step) {
@@ -250,11 +307,16 @@ class Model {
           }
       }
       jitter(rng);
+      const bool first_of_op = i == plan_.cta_begin[c] || plan_.units[static_cast<std::size_t>(i - 1)].op != u.op;
+      if (scaled && first_of_op &&
+          !wait_until([&] { return cta.prologue_full.load(std::memory_order_acquire) > prologues; }, rng))
+        return finish(cta);
       if (u.part > 0) {
         for (int t = 0; t < m_; ++t)
           for (int r = 0; r < kBlockRows; ++r)
             scratch_[static_cast<std::size_t>(protocol::part_element(u.scratch, u.part, m_, t, r))].store(
                 acc[static_cast<std::size_t>(t * kBlockRows + r)], std::memory_order_relaxed);
+        release_prologue();
         continue;
       }
       if (protocol::finisher_sums(u)) {
@@ -263,6 +325,8 @@ class Model {
         for (std::size_t e = 0; e < acc.size(); ++e) acc[e] = cta.pre[e] + acc[e];
         cta.pre_empty.store(++pre_taken, std::memory_order_release);
       }
+      if (scaled)
+        for (std::size_t e = 0; e < acc.size(); ++e) acc[e] *= cta.scale[e / kBlockRows];
       const bool read = read_by_an_op(u.op);
       // Op 0's blocks published late: its readers start before them.
       if (u.op == 0 && protocol::counted(u, read)) std::this_thread::sleep_for(std::chrono::milliseconds(3));
@@ -283,8 +347,55 @@ class Model {
           return finish(cta);
         cta.pub_full.store(++published, std::memory_order_release);
       }
+      const auto o = static_cast<std::size_t>(u.op);
+      // The block's row sums of squares, each word its own arrival: after the count
+      // (block 0's late), and the words past the blocks zeros.
+      if (folds_.shapes[o].row_stats) {
+        const int64_t stride = row_stats_stride(s.n);
+        if (u.block == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+        for (int t = 0; t < m_; ++t) {
+          int64_t squares = 0;
+          for (int r = 0; r < kBlockRows; ++r)
+            if (int64_t{u.block} * kBlockRows + r < s.n)
+              squares += acc[static_cast<std::size_t>(t * kBlockRows + r)] * acc[static_cast<std::size_t>(t * kBlockRows + r)];
+          word(epoch, 2 * protocol::stats_word(layout_.stats[o], stride, t, u.block)).store(squares, std::memory_order_relaxed);
+          if (u.block == plan_.blocks[o] - 1)
+            for (int64_t pad = plan_.blocks[o]; pad < stride; ++pad)
+              word(epoch, 2 * protocol::stats_word(layout_.stats[o], stride, t, static_cast<int>(pad)))
+                  .store(0, std::memory_order_relaxed);
+        }
+      }
+      release_prologue();
     }
     finish(cta);
+  }
+
+  // The prologue of a folded norm's reader `op` (program_fold.cuh's FoldedRstd): per
+  // token the producer's row sums of the norm's blocks, polled, into the factor.
+  bool prologue(int op, uint32_t epoch, Cta& cta, int given, std::mt19937& rng) {
+    if (!wait_until([&] { return cta.prologue_empty.load(std::memory_order_acquire) >= given; }, rng)) return false;
+    const auto norm = static_cast<std::size_t>(folds_.scale_from[static_cast<std::size_t>(op)]);
+    const auto producer = static_cast<std::size_t>(chain_.after[norm]);
+    const int64_t stride = row_stats_stride(chain_.shapes[producer].n);
+    const int64_t first = window_[norm] / kBlockRows, blocks = (chain_.shapes[norm].k + kBlockRows - 1) / kBlockRows;
+    for (int t = 0; t < m_; ++t) {
+      int64_t squares = 0;
+      for (int64_t b = first; b < first + blocks; ++b) {
+        std::atomic<int64_t>& w = word(epoch, 2 * protocol::stats_word(layout_.stats[producer], stride, t, static_cast<int>(b)));
+        int64_t v = 0;
+        if (bug_ == Bug::kFoldSumsUnpolled) {
+          v = w.load(std::memory_order_relaxed);
+          if (v == kEmpty) unpublished_reads_.fetch_add(1), v = 0;
+        } else if (!poll(w, v, rng)) {
+          return false;
+        }
+        squares += v;
+      }
+      cta.scale[static_cast<std::size_t>(t)] = norm_factor(squares);
+    }
+    jitter(rng);
+    cta.prologue_full.store(given + 1, std::memory_order_release);
+    return true;
   }
   static void finish(Cta& cta) { cta.consumer_done.store(1, std::memory_order_release); }
 
@@ -360,17 +471,21 @@ class Model {
   void finisher(int c, Cta& cta) {
     std::mt19937 rng(seed_ * 7919u + static_cast<unsigned>(run_ * 131 + c * 2 + 1));
     const uint32_t epoch = protocol::publish_epoch(runs_.load());
-    int pre_given = 0, counted_blocks = 0, next_norm = 0;
+    int pre_given = 0, counted_blocks = 0, next_norm = 0, prologues = 0;
     bool ok = true;
     auto norms_before = [&](int op) {
       for (; ok && next_norm < op; ++next_norm)
-        if (chain_.shapes[static_cast<std::size_t>(next_norm)].norm)
+        if (chain_.shapes[static_cast<std::size_t>(next_norm)].norm && !folded(next_norm))
           ok = norm_share(c, next_norm, epoch, cta, pre_given, rng);
     };
     for (int i = plan_.cta_begin[c]; i < plan_.cta_begin[c + 1] && !timed_out_.load(); ++i) {
       const Unit& u = plan_.units[static_cast<std::size_t>(i)];
       norms_before(u.op);
       if (!ok) break;
+      const bool first_of_op = i == plan_.cta_begin[c] || plan_.units[static_cast<std::size_t>(i - 1)].op != u.op;
+      if (first_of_op && folds_.scale_from[static_cast<std::size_t>(u.op)] >= 0 &&
+          !prologue(u.op, epoch, cta, prologues++, rng))
+        break;
       if (protocol::finisher_sums(u)) {
         if (!wait_until([&] { return cta.pre_empty.load(std::memory_order_acquire) >= pre_given; }, rng)) break;
         for (int t = 0; t < m_; ++t)
@@ -417,9 +532,10 @@ class Model {
   int ctas_;
   Bug bug_;
   unsigned seed_;
+  std::vector<int64_t> window_;  // per op, its x's first column in the producer's out (the program's)
+  Folds folds_;
   Plan plan_;
   MailboxLayout layout_;
-  std::vector<int64_t> window_;  // per op, its x's first column in the producer's out
   std::vector<std::atomic<int64_t>> mailbox_;
   std::vector<std::atomic<int64_t>> scratch_;
   std::vector<std::atomic<uint32_t>> op_done_;
@@ -440,7 +556,7 @@ std::string first_failure(Model& model, int runs) {
     if (model.timed_out()) return "a wait hung" + run;
     if (model.unpublished_reads() > 0) return "a copy read an unpublished value" + run;
     for (int o = 0; o < model.ops(); ++o)
-      if (model.out(o) != model.reference(o)) return "op " + std::to_string(o) + "'s outputs" + run;
+      if (!model.folded(o) && model.out(o) != model.reference(o)) return "op " + std::to_string(o) + "'s outputs" + run;
     if (!model.counts_completed()) return "a count short at the end" + run;
     if (!model.counters_reset()) return "counters not reset" + run;
     if (!model.scratch_empty()) return "scratch not emptied" + run;
@@ -470,7 +586,8 @@ TEST(ProgramProtocol, PlantedBugsFail) {
       {Bug::kWaitOnLaterOp, "a wait hung"},
       {Bug::kCountNotAdvanced, "a count short at the end"},
       {Bug::kStaleEpoch, "the run counter not advanced"},
-      {Bug::kNormStatsUnpolled, "a copy read an unpublished value"}};
+      {Bug::kNormStatsUnpolled, "a copy read an unpublished value"},
+      {Bug::kFoldSumsUnpolled, "a copy read an unpublished value"}};
   for (const auto& [bug, symptom] : bugs) {
     Model model(test_chain(), 3, 12, bug, 3);
     const std::string failure = first_failure(model, 4);
