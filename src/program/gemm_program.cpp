@@ -239,6 +239,9 @@ GemmProgram::GemmProgram(std::vector<Op> ops, int m, bool record_timeline) : imp
       const Norm& g = ops[i].norm;
       d.norm = g.folded ? 2 : 1;
       if (g.folded) continue;  // its producer's and readers' descriptors do its work
+      d.deferred = mailbox.offset[i] < 0 && std::none_of(buffers.begin(), buffers.end(), [&](const auto& b) {
+                     return b.residual_after == static_cast<int>(i);
+                   });
       d.eps = g.eps;
       d.norm_weight = g.weight.data;
       d.x_input = g.x.data;

@@ -9,8 +9,9 @@
 //    value polled until written (from the end of the previous sum, so often ops
 //    ahead of part 0) and its slot emptied for the next run; the consumers add
 //    part 0 to that sum.
-//  - for every norm op, at its place in op order: the CTA's share of it
-//    (program_norm.cuh), with every finisher thread;
+//  - for every norm op, at its place in op order (after the CTA's last unit where
+//    no op reads it: OpDesc::deferred): the CTA's share of it (program_norm.cuh),
+//    with every finisher thread;
 //  - for every block an op reads, once the consumers have stored and published it:
 //    the count in op_done with release, by the finisher's thread 0 (cumulative: the
 //    consumers' stores precede its wait on their arrival). The release waits for
@@ -160,13 +161,14 @@ struct Finisher {
   // phase from the one before it (a step-1 drafter run at one row read sums a share
   // had overwritten).
   __device__ void norms_before(int op, int& next, const HandoffPhases& ph, uint32_t epoch) const {
-    for (; next < op; ++next) {
-      if (a.ops[next].norm != 1) continue;  // a GEMM, or a folded norm (no work of its own)
-      dev::named_barrier_sync(kNormBarrier, kFinisherThreads);
-      dev::mbar_wait(h.pre_empty, ph.pre ^ 1);
-      NormShare<kFinisherThreads>{a, a.ops[next], h.pre, a.mailbox + epoch * a.epoch_words, thread}.run(
-          a.counters.op_done + next);
-    }
+    for (; next < op; ++next)  // not a GEMM, a folded norm (no work of its own) or a deferred one
+      if (a.ops[next].norm == 1 && a.ops[next].deferred == 0) norm_share(next, ph, epoch);
+  }
+  __device__ void norm_share(int op, const HandoffPhases& ph, uint32_t epoch) const {
+    dev::named_barrier_sync(kNormBarrier, kFinisherThreads);
+    dev::mbar_wait(h.pre_empty, ph.pre ^ 1);
+    NormShare<kFinisherThreads>{a, a.ops[op], h.pre, a.mailbox + epoch * a.epoch_words, thread}.run(
+        a.counters.op_done + op);
   }
 
   // The prologue of op `op` (has_prologue), before the CTA's first unit of it: once
@@ -210,6 +212,8 @@ struct Finisher {
       }
     }
     norms_before(a.op_count, next_norm, ph, epoch);
+    for (int o = 0; o < a.op_count; ++o)
+      if (a.ops[o].norm == 1 && a.ops[o].deferred != 0) norm_share(o, ph, epoch);
   }
 };
 

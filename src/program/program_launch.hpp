@@ -38,6 +38,10 @@ struct OpDesc {     // aligned as CUtensorMap (64 bytes or more)
   // epoch's words). A folded norm (norm 2) has no work: its x's producer and its
   // readers (below) do it.
   int32_t norm;
+  // A norm (norm 1) that no op of the program reads (neither its out nor its
+  // residual_out): its shares run after the CTA's last unit, so that its waits do not
+  // hold the finisher's work on the GEMMs after it.
+  int32_t deferred;
   float eps;
   const void* norm_weight;  // [k] bf16
   const void* x_input;

@@ -467,15 +467,18 @@ class Model {
 
   // The finisher: for each split block's part 0, parts 1 .. parts-1 into pre in
   // order; each published block counted; each norm op's share at its place in op
-  // order; then the CTA's final barrier and the last CTA's reset.
+  // order (after the CTA's last unit where no op reads it); then the CTA's final
+  // barrier and the last CTA's reset.
   void finisher(int c, Cta& cta) {
     std::mt19937 rng(seed_ * 7919u + static_cast<unsigned>(run_ * 131 + c * 2 + 1));
     const uint32_t epoch = protocol::publish_epoch(runs_.load());
     int pre_given = 0, counted_blocks = 0, next_norm = 0, prologues = 0;
     bool ok = true;
+    // A norm no op reads runs after the CTA's last unit (OpDesc::deferred).
+    auto deferred = [&](int o) { return !read_by_an_op(o); };
     auto norms_before = [&](int op) {
       for (; ok && next_norm < op; ++next_norm)
-        if (chain_.shapes[static_cast<std::size_t>(next_norm)].norm && !folded(next_norm))
+        if (chain_.shapes[static_cast<std::size_t>(next_norm)].norm && !folded(next_norm) && !deferred(next_norm))
           ok = norm_share(c, next_norm, epoch, cta, pre_given, rng);
     };
     for (int i = plan_.cta_begin[c]; i < plan_.cta_begin[c + 1] && !timed_out_.load(); ++i) {
@@ -513,6 +516,9 @@ class Model {
       }
     }
     if (!timed_out_.load()) norms_before(ops());
+    for (int o = 0; ok && o < ops() && !timed_out_.load(); ++o)
+      if (chain_.shapes[static_cast<std::size_t>(o)].norm && !folded(o) && deferred(o))
+        ok = norm_share(c, o, epoch, cta, pre_given, rng);
     wait_until([&] { return cta.consumer_done.load(std::memory_order_acquire) != 0; }, rng);
     const uint32_t before = ctas_done_.fetch_add(1, std::memory_order_acq_rel);
     if (protocol::last_to_finish(before, static_cast<uint32_t>(ctas_))) {
