@@ -73,7 +73,7 @@ struct Handoff {
   float* row_sums;
 };
 inline constexpr int kHandoffBarriers = 6;
-// The handoff's bytes past its barriers at `tokens` per tile.
+// The handoff's floats past its barriers at `tokens` per tile: pre, rstd, the row sums.
 __host__ __device__ constexpr int handoff_floats(int tokens) { return tokens * kBlockRows + tokens + 8 * tokens; }
 
 // The phases a role has waited for on the handoff's barriers (row_sums: the

@@ -179,6 +179,16 @@ TEST(ProgramMailbox, RegionsPerReadOpAlignedAndDisjoint) {
   EXPECT_EQ(mailbox_layout(ops, {-1, -1, -1, -1, -1}, 5, 132).epoch_elements, 0);
 }
 
+// Regions [first, second) of a mailbox epoch: 16-byte aligned, inside it, pairwise disjoint.
+void expect_aligned_and_disjoint(const std::vector<std::pair<int64_t, int64_t>>& regions, int64_t epoch_elements) {
+  for (std::size_t a = 0; a < regions.size(); ++a) {
+    EXPECT_EQ(regions[a].first % 8, 0);
+    EXPECT_LE(regions[a].second, epoch_elements);
+    for (std::size_t b = a + 1; b < regions.size(); ++b)
+      EXPECT_TRUE(regions[a].second <= regions[b].first || regions[b].second <= regions[a].first) << a << " " << b;
+  }
+}
+
 // Norm ops: no GEMM units, every CTA counts once; a stats region of [m, CTAs rounded
 // up to 4] floats per norm, 16-byte aligned and apart from the outs' regions.
 TEST(ProgramNorms, PlanAndMailbox) {
@@ -196,12 +206,7 @@ TEST(ProgramNorms, PlanAndMailbox) {
   std::vector<std::pair<int64_t, int64_t>> regions = {{l.stats[1], l.stats[1] + 2 * 5 * 132},
                                                       {l.stats[3], l.stats[3] + 2 * 5 * 132}};
   for (int o : {0, 1}) regions.push_back({l.offset[o], l.offset[o] + 5 * l.stride[o]});
-  for (std::size_t a = 0; a < regions.size(); ++a) {
-    EXPECT_EQ(regions[a].first % 8, 0);
-    EXPECT_LE(regions[a].second, l.epoch_elements);
-    for (std::size_t b = a + 1; b < regions.size(); ++b)
-      EXPECT_TRUE(regions[a].second <= regions[b].first || regions[b].second <= regions[a].first) << a << " " << b;
-  }
+  expect_aligned_and_disjoint(regions, l.epoch_elements);
   // Served: rows x pieces per CTA <= 512 (7168 columns on 132 CTAs: 7 pieces).
   EXPECT_NO_THROW(plan_program({{7168, 7168, true}}, 132, 64, 4));
   EXPECT_THROW(plan_program({{16384, 16384, true}}, 132, 64, 4), InvalidArgument);
@@ -266,12 +271,7 @@ TEST(ProgramNorms, FoldedNormsPlanAndMailbox) {
   std::vector<std::pair<int64_t, int64_t>> regions = {{l.stats[0], l.stats[0] + 2 * 5 * 112},
                                                       {l.stats[3], l.stats[3] + 2 * 5 * 132}};
   for (int o : {0, 2}) regions.push_back({l.offset[o], l.offset[o] + 5 * l.stride[o]});
-  for (std::size_t a = 0; a < regions.size(); ++a) {
-    EXPECT_EQ(regions[a].first % 8, 0);
-    EXPECT_LE(regions[a].second, l.epoch_elements);
-    for (std::size_t b = a + 1; b < regions.size(); ++b)
-      EXPECT_TRUE(regions[a].second <= regions[b].first || regions[b].second <= regions[a].first) << a << " " << b;
-  }
+  expect_aligned_and_disjoint(regions, l.epoch_elements);
   // A folded norm's out is not written: it may lie over another op's out.
   OpBuffers folded{mat(1000, 4, 64), mat(5000, 4, 64), 0};
   folded.folded = true;
