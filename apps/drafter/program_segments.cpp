@@ -1,5 +1,7 @@
 #include "drafter/program_segments.hpp"
 
+#include "tpdecode/gemm_program.hpp"
+
 namespace tpdecode::drafter {
 
 namespace {
@@ -10,9 +12,6 @@ bool overlap(const Slice& a, const Slice& b) {
 bool inside(const Slice& x, const Slice& out) {
   return x.buf == out.buf && x.col0 >= out.col0 && x.col0 + x.cols <= out.col0 + out.cols;
 }
-
-// GemmProgram's folds: x from a 64-column boundary of its producer's out.
-constexpr int64_t kFoldColumns = 64;
 
 }  // namespace
 
@@ -97,8 +96,7 @@ void SegmentedStep::fold(std::size_t event) {
     if (n.after < 0) continue;
     const SegmentOp& producer = seg[static_cast<std::size_t>(n.after)];
     const int64_t column = n.x.col0 - producer.out.col0;
-    if (producer.norm || producer.silu_mul || column % kFoldColumns != 0 ||
-        (n.x.cols % kFoldColumns != 0 && column + n.x.cols != producer.out.cols))
+    if (producer.norm || producer.silu_mul || !GemmProgram::folds_window(column, n.x.cols, producer.out.cols))
       continue;
     // A norm that adds publishes x + residual in its producer's place; its residual
     // stream an input or a folded norm's.

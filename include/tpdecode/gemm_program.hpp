@@ -95,6 +95,12 @@ class GemmProgram {
     Norm norm;
   };
   static constexpr int kMaxRows = 64;
+  // Whether a folded norm's x may be columns [column, column + k) of its producer's
+  // out of n columns (Norm::folded): from a multiple of 64, a multiple of 64 wide or
+  // reaching the out's end (the producer publishes row sums per 64-column block).
+  static constexpr bool folds_window(int64_t column, int64_t k, int64_t n) {
+    return column % 64 == 0 && (k % 64 == 0 || column + k == n);
+  }
 
   // Where a run's time went, per CTA (a diagnostic: record_timeline below). Times
   // are the GPU's global timer in ns; 0 where the CTA has no unit of the op.

@@ -73,7 +73,8 @@ std::vector<Fold> fold_norms(const std::vector<GemmProgram::Op>& ops, const std:
           "gemm program: folded norm op {} needs its x from a plain GEMM op's out (it reads {})", f, producer);
     const int64_t n = ops[p].gemm.weight.rows, k = norm.x.cols;
     Fold fold{static_cast<int>(f), producer, window[f], {}, {}};
-    check(fold.column % program::kBlockRows == 0 && (k % program::kBlockRows == 0 || fold.column + k == n),
+    static_assert(program::kBlockRows == 64, "folds_window states the block");
+    check(GemmProgram::folds_window(fold.column, k, n),
           "gemm program: folded norm op {}'s x, columns [{}, {}) of op {}'s out, must start at a multiple of 64 "
           "and span a multiple of 64 or reach the out's end",
           f, fold.column, fold.column + k, producer);
@@ -283,7 +284,7 @@ GemmProgram::GemmProgram(std::vector<Op> ops, int m, bool record_timeline) : imp
       const int64_t column = f.reader_columns[static_cast<std::size_t>(reader - f.readers.begin())];
       scale = static_cast<const uint16_t*>(norm.weight.data) + column;
       d.rstd_stats = mailbox.stats[static_cast<std::size_t>(f.producer)];
-      d.rstd_stride = program::row_stats_stride(outs[static_cast<std::size_t>(f.producer)].n);
+      d.rstd_stride = descs[static_cast<std::size_t>(f.producer)].stats_stride;  // set: the producer is earlier
       d.rstd_first = static_cast<int32_t>(f.column / program::kBlockRows);
       d.rstd_blocks = static_cast<int32_t>((norm.x.cols + program::kBlockRows - 1) / program::kBlockRows);
       d.rstd_k = norm.x.cols;

@@ -34,15 +34,20 @@ inline constexpr int kNormBarrier = 2;
 inline constexpr int kRowSumsBarrier = 3;
 
 // A residual value of a folded norm's producer, from the mailbox rows an earlier
-// folded norm's producer published: polled until written (it was, long before).
+// folded norm's producer published: polled until written (it was, long before, so
+// the timer is read only once a load finds the word empty).
 __device__ __forceinline__ float polled_bf16(const uint32_t* box, int64_t element) {
   const uint32_t* word = box + element / 2;
-  uint32_t v;
-  const uint64_t start = dev::global_timer_ns();
-  for (;;) {
+  auto load = [word] {
+    uint32_t v;
     asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(word) : "memory");
-    if (v != kEmptyWord) break;
-    if (dev::global_timer_ns() - start > dev::kMbarTimeoutNs) __trap();
+    return v;
+  };
+  uint32_t v = load();
+  if (v == kEmptyWord) {
+    const uint64_t start = dev::global_timer_ns();
+    while ((v = load()) == kEmptyWord)
+      if (dev::global_timer_ns() - start > dev::kMbarTimeoutNs) __trap();
   }
   return __uint_as_float(element % 2 == 0 ? v << 16 : v & 0xffff0000u);
 }
