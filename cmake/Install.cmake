@@ -23,6 +23,7 @@ set(TPDECODE_PUBLIC_HEADERS
   gemm_program.hpp
   gemm_tuner.hpp
   local_team.hpp
+  mlp_block_program.hpp
   nccl_team.hpp
   oproj.hpp
   team.hpp

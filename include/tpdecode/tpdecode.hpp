@@ -1,6 +1,7 @@
 // tpdecode: decode-time tensor-parallel building blocks. The one header an engine
-// includes: teams, the comm object, DecodeGemm and its tuner, PreparedOproj, the
-// drafter's logits path, tensors, errors, device buffers.
+// includes: teams, the comm object, DecodeGemm and its tuner, GemmProgram and
+// MlpBlockProgram, PreparedOproj, the drafter's logits path, tensors, errors,
+// device buffers.
 #pragma once
 
 #include "tpdecode/comm.hpp"
@@ -14,6 +15,7 @@
 #include "tpdecode/gemm_program.hpp"
 #include "tpdecode/gemm_tuner.hpp"
 #include "tpdecode/local_team.hpp"
+#include "tpdecode/mlp_block_program.hpp"
 #include "tpdecode/nccl_team.hpp"
 #include "tpdecode/oproj.hpp"
 #include "tpdecode/team.hpp"

@@ -1,0 +1,71 @@
+// MlpBlockProgram: a dense decoder layer's stretch between two attentions at TP 1,
+// built as one GemmProgram (one persistent kernel, gemm_program.hpp):
+//
+//   o = attn · Wo^T                                  (with o_proj; else o = attn)
+//   residual += o;   h = rmsnorm(residual) * post_norm
+//   a = silu(h · Wg^T) * (h · Wu^T)                  (gate_up: I gate rows, then I up rows)
+//   y = a · Wd^T
+//   with next_norm:  residual += y;   h' = rmsnorm(residual) * next_norm
+//                    out = h' · Wqkv^T (with qkv)  or  out = h'
+//   without:         out = y (the residual holds residual + o)
+//
+// i.e. an MLP block (norm → gate_up → SiLU·mul → down → residual + next norm) with the
+// attention's output projection before it and the next layer's first projection
+// after it. Each norm is folded into the GEMMs that read it where the program serves
+// that (GemmProgram::Norm::folded: the post norm when o_proj is given, the next norm
+// when qkv is given and the post norm folds), else it runs as a norm op; `fold =
+// false` keeps both as norm ops (the norm ops' bits: reference/program_norm.hpp). The
+// residual stream's bits are bf16(residual + o), then bf16(. + y), either way.
+//
+// The buffers are fixed when the program is built (a GemmProgram's are), the
+// intermediates (o, h, a, y, h') are the object's own. Everything the GemmProgram
+// contract says holds: every SM of the GPU while it runs, one run at a time, bits
+// repeatable run to run.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+
+#include "tpdecode/gemm_program.hpp"
+#include "tpdecode/tensor.hpp"
+
+namespace tpdecode {
+
+class MlpBlockProgram {
+ public:
+  struct Weights {
+    TensorView o_proj;     // [H, A] bf16, or none (null data)
+    TensorView post_norm;  // [1, H] bf16
+    TensorView gate_up;    // [2 I, H] bf16: the gate rows, then the up rows
+    TensorView down;       // [H, I] bf16
+    TensorView next_norm;  // [1, H] bf16, or none
+    TensorView qkv;        // [Q, H] bf16, or none (needs next_norm)
+    float eps = 1e-6f;     // both norms'
+  };
+  struct Buffers {
+    TensorView attn;      // [m, A] with o_proj, else [m, H]
+    TensorView residual;  // [m, H], read and updated in place
+    TensorView out;       // [m, Q] with qkv, else [m, H]; overlaps neither attn nor residual
+  };
+
+  // Checks the shapes (InvalidArgument naming the tensor), then builds the program
+  // (GemmProgram's checks and refusals); host only, before any capture.
+  MlpBlockProgram(const Weights& weights, const Buffers& buffers, int m, bool fold = true);
+  ~MlpBlockProgram();
+  MlpBlockProgram(const MlpBlockProgram&) = delete;
+  MlpBlockProgram& operator=(const MlpBlockProgram&) = delete;
+
+  // Runs the block on `stream` (graph-capturable; pdl as GemmProgram::run).
+  void run(cudaStream_t stream, bool pdl = true) const;
+
+  bool post_norm_folded() const;
+  bool next_norm_folded() const;
+  const GemmProgram& program() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tpdecode

@@ -1,0 +1,48 @@
+#include "tpdecode/mlp_block_program.hpp"
+
+#include <optional>
+
+#include "program/mlp_block_ops.hpp"
+#include "tpdecode/device_buffer.hpp"
+
+namespace tpdecode {
+
+struct MlpBlockProgram::Impl {
+  DeviceBuffer scratch;  // o, h, act, y, h2 back to back
+  bool post_folded = false, next_folded = false;
+  std::optional<GemmProgram> program;
+};
+
+MlpBlockProgram::MlpBlockProgram(const Weights& weights, const Buffers& buffers, int m, bool fold)
+    : impl_(std::make_unique<Impl>()) {
+  const program::MlpBlockWidths widths = program::check_mlp_block(weights, buffers, m);
+  const int64_t h = widths.hidden, inter = widths.intermediate;
+  // Each intermediate's rows 16-byte aligned: H and I multiples of 8 (the program's
+  // GEMMs need multiples of 64 and refuse the others by name).
+  const int64_t cols[] = {h, h, inter, h, h};
+  int64_t total = 0;
+  for (int64_t c : cols) total += (m * c + 7) / 8 * 8;
+  Impl& p = *impl_;
+  p.scratch = DeviceBuffer(static_cast<std::size_t>(total) * 2);
+  TensorView views[5];
+  int64_t at = 0;
+  for (int i = 0; i < 5; ++i) {
+    views[i] = TensorView::bf16(static_cast<uint16_t*>(p.scratch.get()) + at, m, cols[i]);
+    at += (m * cols[i] + 7) / 8 * 8;
+  }
+  program::MlpBlockOps ops =
+      program::mlp_block_ops(weights, buffers, {views[0], views[1], views[2], views[3], views[4]}, fold);
+  auto folded = [&](int op) { return op >= 0 && ops.ops[static_cast<std::size_t>(op)].norm.folded; };
+  p.post_folded = folded(ops.post_norm);
+  p.next_folded = folded(ops.next_norm);
+  p.program.emplace(std::move(ops.ops), m);
+}
+
+MlpBlockProgram::~MlpBlockProgram() = default;
+
+void MlpBlockProgram::run(cudaStream_t stream, bool pdl) const { impl_->program->run(stream, pdl); }
+bool MlpBlockProgram::post_norm_folded() const { return impl_->post_folded; }
+bool MlpBlockProgram::next_norm_folded() const { return impl_->next_folded; }
+const GemmProgram& MlpBlockProgram::program() const { return *impl_->program; }
+
+}  // namespace tpdecode

@@ -1,0 +1,175 @@
+// MlpBlockProgram on the GPU: each form of the block (o_proj or not, next norm or
+// not, qkv or not; folded and unfolded) against an FP64 reference that rounds to
+// BF16 where the unfolded program stores (o, the residual stream, the norms' outs,
+// gate and up, the activation, y): its out and its residual within tolerance, every
+// output written, the bits repeatable over runs back to back with PDL and over a
+// CUDA graph's replays (the residual restored before each run).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "core/bf16.hpp"
+#include "gpu/gpu_test_util.hpp"
+#include "gpu/program_reference.hpp"
+#include "tpdecode/mlp_block_program.hpp"
+
+namespace tpdecode {
+namespace {
+
+using namespace test;
+
+constexpr int64_t kH = 1024, kI = 1536, kA = 768, kQ = 640;
+constexpr float kEps = 1e-6f;
+
+std::vector<uint16_t> rounded(const std::vector<double>& v) {
+  std::vector<uint16_t> r(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) r[i] = bf16::from_float(static_cast<float>(v[i]));
+  return r;
+}
+std::vector<double> values(const std::vector<uint16_t>& v) {
+  std::vector<double> r(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) r[i] = bf16::to_float(v[i]);
+  return r;
+}
+
+// residual <- bf16(residual + x); returns bf16(rmsnorm(residual) * gamma), [m, H].
+std::vector<uint16_t> add_norm(std::vector<uint16_t>& residual, const std::vector<uint16_t>& x,
+                               const std::vector<uint16_t>& gamma, int m) {
+  std::vector<uint16_t> out(residual.size());
+  for (int t = 0; t < m; ++t) {
+    double sq = 0;
+    for (int64_t c = 0; c < kH; ++c) {
+      const std::size_t i = static_cast<std::size_t>(t * kH + c);
+      residual[i] = bf16::from_float(bf16::to_float(residual[i]) + bf16::to_float(x[i]));
+      sq += std::pow(bf16::to_float(residual[i]), 2);
+    }
+    const double rstd = 1 / std::sqrt(sq / kH + kEps);
+    for (int64_t c = 0; c < kH; ++c) {
+      const std::size_t i = static_cast<std::size_t>(t * kH + c);
+      out[i] = bf16::from_float(static_cast<float>(bf16::to_float(residual[i]) * rstd *
+                                                   bf16::to_float(gamma[static_cast<std::size_t>(c)])));
+    }
+  }
+  return out;
+}
+
+struct Form {
+  bool o_proj, next_norm, qkv, fold;
+};
+
+TEST(MlpBlockProgram, EveryFormAgainstItsReference) {
+  TPD_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  auto weight = [&](int64_t n, int64_t k) { return random_bf16(static_cast<std::size_t>(n * k), rng, 0.05f); };
+  const std::vector<uint16_t> wo = weight(kH, kA), wgu = weight(2 * kI, kH), wd = weight(kH, kI), wq = weight(kQ, kH),
+                              g1 = random_bf16(kH, rng), g2 = random_bf16(kH, rng);
+  const DeviceBuffer wo_d = to_device(wo), wgu_d = to_device(wgu), wd_d = to_device(wd), wq_d = to_device(wq),
+                     g1_d = to_device(g1), g2_d = to_device(g2);
+  const Form forms[] = {{true, true, true, true},   {true, true, true, false},  {false, true, true, true},
+                        {true, true, false, true},  {true, false, false, true}, {false, false, false, false}};
+  for (int m : {1, 5, 28, 64}) {
+    if (quick() && m != 1 && m != 28) continue;
+    for (const Form& f : forms) {
+      SCOPED_TRACE(testing::Message() << "m " << m << (f.o_proj ? " o_proj" : "") << (f.next_norm ? " next_norm" : "")
+                                      << (f.qkv ? " qkv" : "") << (f.fold ? " folded" : " unfolded"));
+      const int64_t a = f.o_proj ? kA : kH, q = f.qkv ? kQ : kH;
+      const std::vector<uint16_t> attn = random_bf16(static_cast<std::size_t>(m * a), rng),
+                                  r0 = random_bf16(static_cast<std::size_t>(m * kH), rng, 2.0f);
+      DeviceBuffer attn_d = to_device(attn), r0_d = to_device(r0), res_d = to_device(r0),
+                   out_d(static_cast<std::size_t>(m * q) * 2);
+      auto restore = [&] {  // the residual is updated in place
+        TPD_CUDA(cudaMemcpyAsync(res_d.get(), r0_d.get(), r0.size() * 2, cudaMemcpyDeviceToDevice, nullptr));
+        poison(out_d);
+      };
+      auto v = [](const DeviceBuffer& b, int64_t rows, int64_t cols) {
+        return TensorView::bf16(b.get(), rows, cols);
+      };
+      MlpBlockProgram::Weights w{f.o_proj ? v(wo_d, kH, kA) : TensorView{}, v(g1_d, 1, kH), v(wgu_d, 2 * kI, kH),
+                                 v(wd_d, kH, kI), f.next_norm ? v(g2_d, 1, kH) : TensorView{},
+                                 f.qkv ? v(wq_d, kQ, kH) : TensorView{}, kEps};
+      const MlpBlockProgram block(w, {v(attn_d, m, a), v(res_d, m, kH), v(out_d, m, q)}, m, f.fold);
+      EXPECT_EQ(block.post_norm_folded(), f.fold && f.o_proj);
+      EXPECT_EQ(block.next_norm_folded(), f.fold && f.o_proj && f.qkv);
+
+      // The reference, rounded where the unfolded program stores.
+      std::vector<uint16_t> residual = r0;
+      const std::vector<uint16_t> o = f.o_proj ? rounded(gemm_reference(attn, wo, m, kA, kH)) : attn;
+      const std::vector<uint16_t> h = add_norm(residual, o, g1, m);
+      const std::vector<uint16_t> gu = rounded(gemm_reference(h, wgu, m, kH, 2 * kI));
+      std::vector<uint16_t> act(static_cast<std::size_t>(m * kI));
+      for (int t = 0; t < m; ++t)
+        for (int64_t j = 0; j < kI; ++j) {
+          const double g = bf16::to_float(gu[static_cast<std::size_t>(t * 2 * kI + j)]),
+                       up = bf16::to_float(gu[static_cast<std::size_t>(t * 2 * kI + kI + j)]);
+          act[static_cast<std::size_t>(t * kI + j)] = bf16::from_float(static_cast<float>(g / (1 + std::exp(-g)) * up));
+        }
+      const std::vector<uint16_t> y = rounded(gemm_reference(act, wd, m, kI, kH));
+      std::vector<double> out_ref = values(y);
+      if (f.next_norm) {
+        const std::vector<uint16_t> h2 = add_norm(residual, y, g2, m);
+        out_ref = f.qkv ? gemm_reference(h2, wq, m, kH, kQ) : values(h2);
+      }
+
+      // Runs 0-2 (1 and 2 back to back with PDL), then a graph's replays.
+      std::vector<uint16_t> out_bits, res_bits;
+      auto run = [&](const std::function<void()>& launch, const char* what) {
+        restore();
+        TPD_CUDA(cudaDeviceSynchronize());
+        launch();
+        TPD_CUDA(cudaDeviceSynchronize());
+        const std::vector<uint16_t> ob = to_host<uint16_t>(out_d, static_cast<std::size_t>(m * q)),
+                                    rb = to_host<uint16_t>(res_d, r0.size());
+        if (out_bits.empty()) {
+          out_bits = ob;
+          res_bits = rb;
+        } else {
+          EXPECT_TRUE(ob == out_bits && rb == res_bits) << what << " differs from the first run";
+        }
+      };
+      run([&] { block.run(nullptr, false); }, "run 0");
+      run(
+          [&] {
+            block.run(nullptr, true);
+            restore();
+            block.run(nullptr, true);
+          },
+          "the second of two runs");
+      EXPECT_LT(relative_error(out_bits, out_ref), f.fold ? 1.5e-2 : 1e-2) << "out";
+      EXPECT_LT(relative_error(res_bits, values(residual)), 3e-3) << "residual";
+      cudaStream_t stream;
+      TPD_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      TPD_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      block.run(stream);
+      TPD_CUDA(cudaStreamEndCapture(stream, &graph));
+      TPD_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+      for (int replay = 0; replay < 2; ++replay)
+        run([&] { TPD_CUDA(cudaGraphLaunch(exec, stream)); TPD_CUDA(cudaStreamSynchronize(stream)); }, "a replay");
+      TPD_CUDA(cudaGraphExecDestroy(exec));
+      TPD_CUDA(cudaGraphDestroy(graph));
+      TPD_CUDA(cudaStreamDestroy(stream));
+    }
+  }
+}
+
+TEST(MlpBlockProgram, Refusals) {
+  TPD_REQUIRE_GPU();
+  const int m = 2;
+  DeviceBuffer w(2 * kI * kH * 2), g(kH * 2), attn(m * kH * 2), res(m * kH * 2), out(m * kH * 2);
+  auto v = [](const DeviceBuffer& b, int64_t rows, int64_t cols) { return TensorView::bf16(b.get(), rows, cols); };
+  const MlpBlockProgram::Weights weights{{}, v(g, 1, kH), v(w, 2 * kI, kH), v(w, kH, kI), {}, {}, kEps};
+  EXPECT_NO_THROW(MlpBlockProgram(weights, {v(attn, m, kH), v(res, m, kH), v(out, m, kH)}, m));
+  // out overlapping the residual: the program's own check.
+  EXPECT_THROW(MlpBlockProgram(weights, {v(attn, m, kH), v(res, m, kH), v(res, m, kH)}, m), InvalidArgument);
+  // A hidden width the program's GEMMs do not take (K a multiple of 64).
+  const MlpBlockProgram::Weights narrow{{}, v(g, 1, kH - 8), v(w, 2 * kI, kH - 8), v(w, kH - 8, kI), {}, {}, kEps};
+  EXPECT_THROW(MlpBlockProgram(narrow, {v(attn, m, kH - 8), v(res, m, kH - 8), v(out, m, kH - 8)}, m),
+               InvalidArgument);
+}
+
+}  // namespace
+}  // namespace tpdecode
