@@ -4,8 +4,10 @@
 runs ``all_reduce``, ``ar_norm`` and ``gather``; ``Communicator`` gives them the shape
 of an engine's all-reduce backend (a disabled flag, ``should_*``, calls returning None
 to fall through, ``capture()``); ``DecodeGemm`` runs one linear;
-``tpdecode.torch.linear`` and ``install`` route a model's BF16 linears through it. Importing
-tpdecode keeps NVLink multicast off (``tpdecode._multicast`` says what that needs)."""
+``tpdecode.torch.linear`` and ``install`` route a model's BF16 linears through it;
+``MlpBlock`` runs a layer's MLP block, with the projections beside it, as one kernel
+(TP 1). Importing tpdecode keeps NVLink multicast off (``tpdecode._multicast`` says
+what that needs)."""
 
 from . import _multicast
 
@@ -29,6 +31,7 @@ __all__ = [
     "CudaError",
     "DecodeGemm",
     "Error",
+    "MlpBlock",
     "NotServed",
     "Team",
     "TeamBroken",
@@ -40,7 +43,7 @@ __all__ = [
 
 
 def __getattr__(name):
-    # Why lazily: Team, Communicator, DecodeGemm and tpdecode.torch need torch; info() and the errors do not.
+    # Why lazily: Team, Communicator, DecodeGemm, MlpBlock and tpdecode.torch need torch; info() and the errors do not.
     if name == "Team":
         from .team import Team
 
@@ -53,6 +56,10 @@ def __getattr__(name):
         from .gemm import DecodeGemm
 
         return DecodeGemm
+    if name == "MlpBlock":
+        from .program import MlpBlock
+
+        return MlpBlock
     if name == "torch":
         import importlib
 

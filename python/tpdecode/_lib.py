@@ -29,6 +29,11 @@ class GemmHandle(tvm_ffi.Object):
     """A C++ DecodeGemm (python/src/gemm_object.hpp)."""
 
 
+@tvm_ffi.register_object("tpdecode.MlpBlock")
+class MlpBlockHandle(tvm_ffi.Object):
+    """A C++ MlpBlockProgram (python/src/mlp_block_object.hpp)."""
+
+
 # CommPath and GemmPath of the C++ API, by value.
 COMM_PATHS = ("one-shot", "two-shot", "stock")
 GEMM_PATHS = ("warp", "cublas", "cublaslt", "wgmma", "wgmma-wide")  # GemmPath order

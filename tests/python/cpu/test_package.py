@@ -47,6 +47,13 @@ def test_gemm_weight_checks_before_any_gpu_work():
         _lib.module.decode_gemm(np.zeros((4, 64, 128), np.float32), True)
 
 
+def test_mlp_block_checks_its_tensors_before_any_gpu_work():
+    np = pytest.importorskip("numpy")
+    w = np.zeros((64, 64), np.float32)
+    with pytest.raises(ValueError, match="residual must be a CUDA tensor"):
+        _lib.module.mlp_block(None, w, w, w, None, None, 1e-6, w, w, w, True)
+
+
 def test_nccl_unique_id_length_is_checked():
     with pytest.raises(ValueError, match="128 expected"):
         _lib.module.nccl_team(b"\0" * 7, 0, 2, 0, 0, True)

@@ -1,0 +1,37 @@
+// tpdecode.MlpBlock on the Python side: an MlpBlockProgram (mlp_block_program.hpp)
+// on DLPack tensors, run on PyTorch's current stream.
+#pragma once
+
+#include <tvm/ffi/object.h>
+#include <tvm/ffi/optional.h>
+
+#include <memory>
+
+#include "tensor_args.hpp"
+#include "tpdecode/mlp_block_program.hpp"
+
+namespace tpdecode::python {
+
+class MlpBlockObj : public tvm::ffi::Object {
+ public:
+  int64_t device = 0;
+  int64_t rows = 0;
+  bool post_norm_folded = false;
+  bool next_norm_folded = false;
+
+  // The weights and buffers as MlpBlockProgram's (None where optional); the norms'
+  // weights may be 1-D [H]. Every tensor bf16 on the residual's CUDA device.
+  MlpBlockObj(tvm::ffi::Optional<DLView> o_proj, DLView post_norm, DLView gate_up, DLView down,
+              tvm::ffi::Optional<DLView> next_norm, tvm::ffi::Optional<DLView> qkv, double eps, DLView attn,
+              DLView residual, DLView out, bool fold);
+
+  void run(bool pdl);
+
+  static constexpr bool _type_mutable = true;
+  TVM_FFI_DECLARE_OBJECT_INFO_FINAL("tpdecode.MlpBlock", MlpBlockObj, tvm::ffi::Object);
+
+ private:
+  std::unique_ptr<MlpBlockProgram> block_;
+};
+
+}  // namespace tpdecode::python

@@ -1,0 +1,104 @@
+"""MlpBlock on this process's GPU: each form against a float64 torch reference that
+rounds to bfloat16 where the unfolded program stores, bits repeatable over calls and
+over a CUDA graph's replays, refusals of shapes that do not chain."""
+
+import pytest
+import torch
+
+import tpdecode
+
+H, I, A, Q = 1024, 1536, 768, 640
+EPS = 1e-6
+
+
+def bf16(t):
+    return t.to(torch.bfloat16)
+
+
+def rand(*shape, scale=1.0, g):
+    return bf16(torch.randn(*shape, generator=g, device="cuda", dtype=torch.float64) * scale)
+
+
+def add_norm(residual, x, gamma):
+    """residual <- bf16(residual + x); returns bf16(rmsnorm(residual) * gamma)."""
+    residual.copy_(bf16(residual.double() + x.double()))
+    r = residual.double()
+    rstd = torch.rsqrt(r.pow(2).mean(-1, keepdim=True) + EPS)
+    return bf16(r * rstd * gamma.double())
+
+
+def reference(w, attn, residual):
+    """(out, residual) of the block in float64, rounded where the unfolded program stores."""
+    residual = residual.clone()
+    o = bf16(attn.double() @ w["o_proj"].double().t()) if w["o_proj"] is not None else attn
+    h = add_norm(residual, o, w["post_norm"])
+    gu = bf16(h.double() @ w["gate_up"].double().t()).double()
+    gate, up = gu[:, :I], gu[:, I:]
+    y = bf16(bf16(gate * torch.sigmoid(gate) * up).double() @ w["down"].double().t())
+    if w["next_norm"] is None:
+        return y.double(), residual
+    h2 = add_norm(residual, y, w["next_norm"])
+    return (h2.double() @ w["qkv"].double().t() if w["qkv"] is not None else h2.double()), residual
+
+
+def relative(got, want):
+    assert not torch.isnan(got.float()).any(), "an output element was not written"
+    return ((got.double() - want.double()).norm() / want.double().norm()).item()
+
+
+FORMS = [  # o_proj, next_norm, qkv, fold
+    (True, True, True, True), (True, True, True, False), (False, True, True, True), (True, True, False, True),
+    (True, False, False, True)]
+
+
+@pytest.mark.parametrize("o_proj,next_norm,qkv,fold", FORMS)
+@pytest.mark.parametrize("m", [1, 7, 28])
+def test_mlp_block_matches_its_reference(m, o_proj, next_norm, qkv, fold):
+    g = torch.Generator(device="cuda").manual_seed(m * 16 + len(FORMS))
+    w = {"o_proj": rand(H, A, scale=0.05, g=g) if o_proj else None, "post_norm": rand(H, g=g),
+         "gate_up": rand(2 * I, H, scale=0.05, g=g), "down": rand(H, I, scale=0.05, g=g),
+         "next_norm": rand(H, g=g) if next_norm else None, "qkv": rand(Q, H, scale=0.05, g=g) if qkv else None}
+    attn = rand(m, A if o_proj else H, g=g)
+    r0 = rand(m, H, scale=2.0, g=g)
+    residual = r0.clone()
+    out = torch.empty(m, Q if qkv else H, device="cuda", dtype=torch.bfloat16)
+    block = tpdecode.MlpBlock(**w, attn=attn, residual=residual, out=out, eps=EPS, fold=fold)
+    assert block.post_norm_folded == (fold and o_proj)
+    assert block.next_norm_folded == (fold and o_proj and qkv)
+    want_out, want_res = reference(w, attn, r0)
+    results = []
+    for pdl in (False, True):
+        residual.copy_(r0)
+        out.fill_(float("nan"))
+        assert block(pdl=pdl) is out
+        results.append((out.clone(), residual.clone()))
+    assert relative(out, want_out) < (1.5e-2 if fold else 1e-2)
+    assert relative(residual, want_res) < 3e-3
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        block()
+    residual.copy_(r0)
+    out.fill_(float("nan"))
+    graph.replay()
+    results.append((out.clone(), residual.clone()))
+    for o, r in results[1:]:
+        assert torch.equal(o, results[0][0]) and torch.equal(r, results[0][1])
+
+
+def test_mlp_block_refusals():
+    m = 2
+    w = {"post_norm": torch.ones(H, device="cuda", dtype=torch.bfloat16),
+         "gate_up": torch.zeros(2 * I, H, device="cuda", dtype=torch.bfloat16),
+         "down": torch.zeros(H, I, device="cuda", dtype=torch.bfloat16)}
+    attn = torch.zeros(m, H, device="cuda", dtype=torch.bfloat16)
+    residual = torch.zeros(m, H, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty(m, H, device="cuda", dtype=torch.bfloat16)
+    tpdecode.MlpBlock(**w, attn=attn, residual=residual, out=out)
+    with pytest.raises(ValueError, match="qkv reads the next norm"):
+        tpdecode.MlpBlock(**w, attn=attn, residual=residual, out=out,
+                          qkv=torch.zeros(Q, H, device="cuda", dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="down must be"):
+        tpdecode.MlpBlock(**{**w, "down": torch.zeros(H, I + 64, device="cuda", dtype=torch.bfloat16)}, attn=attn,
+                          residual=residual, out=out)
+    with pytest.raises(TypeError, match="bfloat16 is required"):
+        tpdecode.MlpBlock(**w, attn=attn.float(), residual=residual, out=out)
