@@ -1,7 +1,8 @@
 """PyTorch custom ops, so torch.compile traces tpdecode calls and CUDA graphs capture
 them. Every op writes into tensors it is given (the fake implementations have nothing
 to infer) and names what runs it by the id ``register`` gave it: a team's runner
-(its method of the op's name: the C++ call, or the fallback) or a DecodeGemm's call.
+(its method of the op's name: the C++ call, or the fallback), a DecodeGemm's call or
+an MlpBlock's run.
 Eager calls skip the dispatcher and run the same thing directly."""
 
 import itertools
@@ -55,9 +56,16 @@ def _decode_gemm(x: torch.Tensor, out: torch.Tensor, gemm: int) -> None:
     objects[gemm](x, out)
 
 
+@torch.library.custom_op("tpdecode::mlp_block", mutates_args=("residual", "out"))
+def _mlp_block(attn: torch.Tensor, residual: torch.Tensor, out: torch.Tensor, block: int, pdl: bool) -> None:
+    # The block reads and writes the buffers it was built on: these are they, named so
+    # that the compiler orders the call between their writers and readers.
+    objects[block](pdl)
+
+
 def _writes_only(*args) -> None:
     """Fake implementation: outputs are the caller's tensors, nothing to infer."""
 
 
-for _op in (_all_reduce, _ar_norm, _gather, _decode_gemm):
+for _op in (_all_reduce, _ar_norm, _gather, _decode_gemm, _mlp_block):
     _op.register_fake(_writes_only)

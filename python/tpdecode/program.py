@@ -5,7 +5,7 @@ from typing import Optional
 
 import torch
 
-from . import _capture, _lib
+from . import _capture, _lib, _ops
 
 _current_device = _capture.current_device_query()
 
@@ -54,12 +54,21 @@ class MlpBlock:
         self.post_norm_folded = self._handle.post_norm_folded
         self.next_norm_folded = self._handle.next_norm_folded
         self.attn, self.residual, self.out = tensors[6], tensors[7], tensors[8]
+        self._run = self._handle.run
+        self._id = _ops.register(self._run)
+
+    def __del__(self):
+        _ops.unregister(getattr(self, "_id", 0))
 
     def __call__(self, *, pdl: bool = True) -> torch.Tensor:
         """Runs the block on the current stream and returns ``out``. With ``pdl`` the
         kernel's weights start streaming during the previous kernel's tail (its inputs
-        are read after that kernel completes)."""
+        are read after that kernel completes). Under torch.compile it is the custom op
+        ``tpdecode::mlp_block`` (it mutates ``residual`` and ``out``)."""
+        if torch.compiler.is_compiling():
+            torch.ops.tpdecode.mlp_block(self.attn, self.residual, self.out, self._id, pdl)
+            return self.out
         if _current_device() != self._device:
             _capture.check_capture_device(self._device, "MlpBlock")
-        self._handle.run(bool(pdl))
+        self._run(bool(pdl))
         return self.out
