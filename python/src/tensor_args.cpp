@@ -21,8 +21,6 @@ const char* device_text(DLDeviceType type) {
   }
 }
 
-void* data_of(const DLView& t) { return static_cast<char*>(t.data_ptr()) + t.byte_offset(); }
-
 std::string shape_text(const DLView& t) {
   std::string s = "[";
   for (int i = 0; i < t.ndim(); ++i) s += fmt::format("{}{}", i ? ", " : "", t.size(i));
@@ -44,6 +42,8 @@ void require_aligned(const void* p, const char* what) {
 }
 
 }  // namespace
+
+void* data_of(const DLView& t) { return static_cast<char*>(t.data_ptr()) + t.byte_offset(); }
 
 std::string dtype_text(DLDataType t) {
   if (t.lanes != 1) return fmt::format("a vector dtype ({} lanes)", t.lanes);

@@ -21,6 +21,9 @@ bool is_bf16(DLDataType t);
 // Bytes of one element.
 int element_bytes(DLDataType t);
 
+// The address of t's first element.
+void* data_of(const DLView& t);
+
 // Elements of the last dimension (ValueError for a 0-d tensor).
 int64_t last_dim(const DLView& t, const char* what);
 

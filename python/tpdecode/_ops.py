@@ -59,8 +59,9 @@ def _decode_gemm(x: torch.Tensor, out: torch.Tensor, gemm: int) -> None:
 @torch.library.custom_op("tpdecode::mlp_block", mutates_args=("residual", "out"))
 def _mlp_block(attn: torch.Tensor, residual: torch.Tensor, out: torch.Tensor, block: int, pdl: bool) -> None:
     # The block reads and writes the buffers it was built on: these are they, named so
-    # that the compiler orders the call between their writers and readers.
-    objects[block](pdl)
+    # that the compiler orders the call between their writers and readers (and the
+    # extension takes torch's current stream from them).
+    objects[block](attn, residual, out, pdl)
 
 
 def _writes_only(*args) -> None:

@@ -53,7 +53,8 @@ class MlpBlock:
         self.rows = self._handle.rows
         self.post_norm_folded = self._handle.post_norm_folded
         self.next_norm_folded = self._handle.next_norm_folded
-        self.attn, self.residual, self.out = tensors[6], tensors[7], tensors[8]
+        self.attn, self.residual, self.out = tensors[6:]
+        self._buffers = (attn, residual, out)  # detached: what run() passes to the extension
         self._run = self._handle.run
         self._id = _ops.register(self._run)
 
@@ -70,5 +71,5 @@ class MlpBlock:
             return self.out
         if _current_device() != self._device:
             _capture.check_capture_device(self._device, "MlpBlock")
-        self._run(bool(pdl))
+        self._run(*self._buffers, bool(pdl))
         return self.out

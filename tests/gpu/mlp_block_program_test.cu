@@ -138,7 +138,9 @@ TEST(MlpBlockProgram, EveryFormAgainstItsReference) {
           },
           "the second of two runs");
       EXPECT_LT(relative_error(out_bits, out_ref), f.fold ? 1.5e-2 : 1e-2) << "out";
-      EXPECT_LT(relative_error(res_bits, values(residual)), 3e-3) << "residual";
+      // The residual's second add takes y, which a folded post norm moves by its
+      // roundings (about 1 %: the fold test's bound): 5e-3 measured on the random data.
+      EXPECT_LT(relative_error(res_bits, values(residual)), block.post_norm_folded() ? 8e-3 : 3e-3) << "residual";
       cudaStream_t stream;
       TPD_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
       cudaGraph_t graph;

@@ -73,7 +73,8 @@ def test_mlp_block_matches_its_reference(m, o_proj, next_norm, qkv, fold):
         assert block(pdl=pdl) is out
         results.append((out.clone(), residual.clone()))
     assert relative(out, want_out) < (1.5e-2 if fold else 1e-2)
-    assert relative(residual, want_res) < 3e-3
+    # y, which the second add takes, moves by a folded post norm's roundings (~1 %).
+    assert relative(residual, want_res) < (8e-3 if block.post_norm_folded else 3e-3)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         block()
