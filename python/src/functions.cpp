@@ -1,5 +1,5 @@
 // The extension's free functions (loaded by python/tpdecode/_lib.py): what the
-// machine offers, and the factories of teams, GEMMs and MLP blocks.
+// machine offers, and the factories of teams, GEMMs and programs.
 #include <tvm/ffi/container/array.h>
 #include <tvm/ffi/container/map.h>
 #include <tvm/ffi/function.h>
@@ -10,6 +10,7 @@
 
 #include "errors.hpp"
 #include "gemm_object.hpp"
+#include "gemm_program_object.hpp"
 #include "mlp_block_object.hpp"
 #include "team_object.hpp"
 #include "tpdecode/device_info.hpp"
@@ -122,6 +123,8 @@ ffi::ObjectRef decode_gemm(DLView weight, bool shared_cublas) {
   return ffi::ObjectRef(ffi::make_object<DecodeGemmObj>(weight, shared_cublas));
 }
 
+ffi::ObjectRef gemm_program() { return ffi::ObjectRef(ffi::make_object<GemmProgramObj>()); }
+
 ffi::ObjectRef mlp_block(ffi::Optional<DLView> o_proj, DLView post_norm, DLView gate_up, DLView down,
                          ffi::Optional<DLView> next_norm, ffi::Optional<DLView> qkv, double eps, DLView attn,
                          DLView residual, DLView out, bool fold) {
@@ -138,4 +141,5 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(nccl_team, tpdecode::python::nccl_team);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(nccl_team_from_comm, tpdecode::python::nccl_team_from_comm);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(nccl_unique_id, tpdecode::python::nccl_unique_id);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(decode_gemm, tpdecode::python::decode_gemm);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_program, tpdecode::python::gemm_program);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(mlp_block, tpdecode::python::mlp_block);

@@ -25,9 +25,6 @@ MlpBlockObj::MlpBlockObj(tvm::ffi::Optional<DLView> o_proj, DLView post_norm, DL
     const MlpBlockProgram::Buffers b{matrix(attn, "MlpBlock: attn"), matrix(residual, "MlpBlock: residual"),
                                      matrix(out, "MlpBlock: out")};
     rows = b.residual.rows;
-    bound_[0] = b.attn.data;
-    bound_[1] = b.residual.data;
-    bound_[2] = b.out.data;
     DeviceScope scope(dev);
     block_ = std::make_unique<MlpBlockProgram>(w, b, static_cast<int>(rows), fold);
     post_norm_folded = block_->post_norm_folded();
@@ -35,13 +32,10 @@ MlpBlockObj::MlpBlockObj(tvm::ffi::Optional<DLView> o_proj, DLView post_norm, DL
   });
 }
 
-void MlpBlockObj::run(DLView attn, DLView residual, DLView out, bool pdl) {
+void MlpBlockObj::run(DLView on, bool pdl) {
   translated([&] {
     const int dev = static_cast<int>(device);
-    const DLView* given[3] = {&attn, &residual, &out};
-    for (int i = 0; i < 3; ++i)
-      if (data_of(*given[i]) != bound_[i])
-        raise(kind::kValue, "MlpBlock: run reads and writes the tensors it was built on (attn, residual, out)");
+    require_device(on, dev, "MlpBlock: run's tensor");
     DeviceScope scope(dev);
     block_->run(current_stream(dev), pdl);
   });

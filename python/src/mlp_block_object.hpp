@@ -25,16 +25,15 @@ class MlpBlockObj : public tvm::ffi::Object {
               tvm::ffi::Optional<DLView> next_norm, tvm::ffi::Optional<DLView> qkv, double eps, DLView attn,
               DLView residual, DLView out, bool fold);
 
-  // Runs on PyTorch's current stream (the stream tvm-ffi takes from the tensor
-  // arguments: the block's own buffers, passed again for that and checked).
-  void run(DLView attn, DLView residual, DLView out, bool pdl);
+  // Runs on PyTorch's current stream: tvm-ffi takes it from a call's tensor
+  // arguments, so `on` is one (any tensor of the block's device).
+  void run(DLView on, bool pdl);
 
   static constexpr bool _type_mutable = true;
   TVM_FFI_DECLARE_OBJECT_INFO_FINAL("tpdecode.MlpBlock", MlpBlockObj, tvm::ffi::Object);
 
  private:
   std::unique_ptr<MlpBlockProgram> block_;
-  const void* bound_[3] = {};  // attn, residual, out as built
 };
 
 }  // namespace tpdecode::python

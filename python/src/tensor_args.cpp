@@ -27,6 +27,15 @@ std::string shape_text(const DLView& t) {
   return s + "]";
 }
 
+void require_aligned(const void* p, const char* what) {
+  if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0)
+    raise(kind::kValue, fmt::format("{} data is not 16-byte aligned (a view at an odd offset? pass a fresh tensor)", what));
+}
+
+void* data_of(const DLView& t) { return static_cast<char*>(t.data_ptr()) + t.byte_offset(); }
+
+}  // namespace
+
 void require_device(const DLView& t, int device, const char* what) {
   const DLDevice d = t.device();
   if (d.device_type != kDLCUDA)
@@ -35,15 +44,6 @@ void require_device(const DLView& t, int device, const char* what) {
   if (d.device_id != device)
     raise(kind::kValue, fmt::format("{} is on cuda:{}; this object works on cuda:{}", what, d.device_id, device));
 }
-
-void require_aligned(const void* p, const char* what) {
-  if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0)
-    raise(kind::kValue, fmt::format("{} data is not 16-byte aligned (a view at an odd offset? pass a fresh tensor)", what));
-}
-
-}  // namespace
-
-void* data_of(const DLView& t) { return static_cast<char*>(t.data_ptr()) + t.byte_offset(); }
 
 std::string dtype_text(DLDataType t) {
   if (t.lanes != 1) return fmt::format("a vector dtype ({} lanes)", t.lanes);

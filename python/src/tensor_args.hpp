@@ -21,9 +21,6 @@ bool is_bf16(DLDataType t);
 // Bytes of one element.
 int element_bytes(DLDataType t);
 
-// The address of t's first element.
-void* data_of(const DLView& t);
-
 // Elements of the last dimension (ValueError for a 0-d tensor).
 int64_t last_dim(const DLView& t, const char* what);
 
@@ -36,6 +33,9 @@ std::vector<TensorView> rank_rows(const DLView& t, int ranks, int device, DType 
 // `t` as one bf16 matrix: 2-D with unit column stride (any row stride), or
 // contiguous of any rank with every dimension but the last flattened into rows.
 TensorView bf16_matrix(const DLView& t, int device, const char* what);
+
+// ValueError unless t is on CUDA device `device`.
+void require_device(const DLView& t, int device, const char* what);
 
 // The stream tvm-ffi was handed for this call: PyTorch's current stream on
 // `device` when the arguments are torch tensors.

@@ -5,9 +5,10 @@ runs ``all_reduce``, ``ar_norm`` and ``gather``; ``Communicator`` gives them the
 of an engine's all-reduce backend (a disabled flag, ``should_*``, calls returning None
 to fall through, ``capture()``); ``DecodeGemm`` runs one linear;
 ``tpdecode.torch.linear`` and ``install`` route a model's BF16 linears through it;
-``MlpBlock`` runs a layer's MLP block, with the projections beside it, as one kernel
-(TP 1). Importing tpdecode keeps NVLink multicast off (``tpdecode._multicast`` says
-what that needs)."""
+``GemmProgram`` runs a chain of GEMMs and norms as one kernel and ``MlpBlock`` a
+layer's MLP block with the projections beside it (TP 1; ``tpdecode.program``).
+Importing tpdecode keeps NVLink multicast off (``tpdecode._multicast`` says what that
+needs)."""
 
 from . import _multicast
 
@@ -31,6 +32,7 @@ __all__ = [
     "CudaError",
     "DecodeGemm",
     "Error",
+    "GemmProgram",
     "MlpBlock",
     "NotServed",
     "Team",
@@ -43,7 +45,8 @@ __all__ = [
 
 
 def __getattr__(name):
-    # Why lazily: Team, Communicator, DecodeGemm, MlpBlock and tpdecode.torch need torch; info() and the errors do not.
+    # Why lazily: Team, Communicator, DecodeGemm, the programs and tpdecode.torch need
+    # torch; info() and the errors do not.
     if name == "Team":
         from .team import Team
 
@@ -56,12 +59,12 @@ def __getattr__(name):
         from .gemm import DecodeGemm
 
         return DecodeGemm
-    if name == "MlpBlock":
-        from .program import MlpBlock
+    if name in ("GemmProgram", "MlpBlock"):
+        from . import program
 
-        return MlpBlock
-    if name == "torch":
+        return getattr(program, name)
+    if name in ("torch", "program"):
         import importlib
 
-        return importlib.import_module(".torch", __name__)
+        return importlib.import_module("." + name, __name__)
     raise AttributeError(f"module 'tpdecode' has no attribute {name!r}")

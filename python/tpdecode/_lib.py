@@ -29,6 +29,11 @@ class GemmHandle(tvm_ffi.Object):
     """A C++ DecodeGemm (python/src/gemm_object.hpp)."""
 
 
+@tvm_ffi.register_object("tpdecode.GemmProgram")
+class GemmProgramHandle(tvm_ffi.Object):
+    """A C++ GemmProgram built op by op (python/src/gemm_program_object.hpp)."""
+
+
 @tvm_ffi.register_object("tpdecode.MlpBlock")
 class MlpBlockHandle(tvm_ffi.Object):
     """A C++ MlpBlockProgram (python/src/mlp_block_object.hpp)."""

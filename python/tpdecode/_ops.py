@@ -2,11 +2,11 @@
 them. Every op writes into tensors it is given (the fake implementations have nothing
 to infer) and names what runs it by the id ``register`` gave it: a team's runner
 (its method of the op's name: the C++ call, or the fallback), a DecodeGemm's call or
-an MlpBlock's run.
+a program's run (GemmProgram, MlpBlock).
 Eager calls skip the dispatcher and run the same thing directly."""
 
 import itertools
-from typing import Optional
+from typing import List, Optional
 
 import torch
 
@@ -56,17 +56,16 @@ def _decode_gemm(x: torch.Tensor, out: torch.Tensor, gemm: int) -> None:
     objects[gemm](x, out)
 
 
-@torch.library.custom_op("tpdecode::mlp_block", mutates_args=("residual", "out"))
-def _mlp_block(attn: torch.Tensor, residual: torch.Tensor, out: torch.Tensor, block: int, pdl: bool) -> None:
-    # The block reads and writes the buffers it was built on: these are they, named so
-    # that the compiler orders the call between their writers and readers (and the
-    # extension takes torch's current stream from them).
-    objects[block](attn, residual, out, pdl)
+@torch.library.custom_op("tpdecode::program", mutates_args=("writes",))
+def _program(reads: List[torch.Tensor], writes: List[torch.Tensor], program: int, pdl: bool) -> None:
+    # A GemmProgram or MlpBlock runs on the buffers it was built on: these are they,
+    # named so that the compiler orders the call between their writers and readers.
+    objects[program](writes[0].detach(), pdl)
 
 
 def _writes_only(*args) -> None:
     """Fake implementation: outputs are the caller's tensors, nothing to infer."""
 
 
-for _op in (_all_reduce, _ar_norm, _gather, _decode_gemm, _mlp_block):
+for _op in (_all_reduce, _ar_norm, _gather, _decode_gemm, _program):
     _op.register_fake(_writes_only)

@@ -1,7 +1,9 @@
-"""MlpBlock: a decoder layer's MLP block, with the projections beside it, as one
-persistent kernel (the C++ MlpBlockProgram)."""
+"""Persistent programs (TP 1): ``GemmProgram``, a chain of decode GEMMs and RMSNorms
+as one kernel (the C++ GemmProgram), and ``MlpBlock``, a decoder layer's MLP block
+with the projections beside it built as one (the C++ MlpBlockProgram)."""
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Union
 
 import torch
 
@@ -10,7 +12,124 @@ from . import _capture, _lib, _ops
 _current_device = _capture.current_device_query()
 
 
-class MlpBlock:
+def _detached(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    # Why: DLPack does not export tensors that require grad (parameters).
+    return None if t is None else t.detach()
+
+
+class _Program:
+    """What a built program's call does: run on the current stream (one kernel; the
+    buffers are those it was built on), or under torch.compile the custom op
+    ``tpdecode::program``, which names the tensors it reads and writes."""
+
+    def _bind(self, handle, reads: List[torch.Tensor], writes: List[torch.Tensor]) -> None:
+        self._handle = handle
+        self._device = handle.device
+        # Each tensor once: a tensor read and written (a residual in place) is a write.
+        written = {id(t): t for t in writes}
+        self._writes = list(written.values())
+        self._reads = list({id(t): t for t in reads if id(t) not in written}.values())
+        self._on = writes[0].detach()  # the extension takes torch's current stream from it
+        self._run = handle.run
+        self._id = _ops.register(self._run)
+
+    def __del__(self):
+        _ops.unregister(getattr(self, "_id", 0))
+
+    def _launch(self, pdl: bool) -> None:
+        if torch.compiler.is_compiling():
+            torch.ops.tpdecode.program(self._reads, self._writes, self._id, pdl)
+            return
+        if _current_device() != self._device:
+            _capture.check_capture_device(self._device, type(self).__name__)
+        self._run(self._on, bool(pdl))
+
+
+def _not_capturing(what: str) -> None:
+    if torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(f"{what} under CUDA-graph capture: build it before capturing")
+
+
+@dataclass
+class Gemm:
+    """``out = x · weightᵀ`` (weight [N, K], x [M, K], out [M, N]); with ``silu_mul``
+    the weight is an MLP's gate_up (N/2 gate rows, then N/2 up rows) and out [M, N/2]
+    is silu(gate) · up. ``after``: the index of the earlier op whose out x is a column
+    window of (None: x is an input of the program)."""
+
+    weight: torch.Tensor
+    x: torch.Tensor
+    out: torch.Tensor
+    after: Optional[int] = None
+    silu_mul: bool = False
+
+
+@dataclass
+class Norm:
+    """An RMSNorm of x's rows: h = x (+ residual), stored to residual_out where given;
+    out = h · rsqrt(mean(h²) + eps) · weight. ``residual``: an input, or an earlier
+    Norm's residual_out (a residual stream; in place if you like). ``folded``: the
+    GEMMs that read out take the norm into their weights and sums instead (out is then
+    not written; see docs/integration.md)."""
+
+    x: torch.Tensor
+    weight: torch.Tensor
+    out: torch.Tensor
+    after: Optional[int] = None
+    eps: float = 1e-6
+    residual: Optional[torch.Tensor] = None
+    residual_out: Optional[torch.Tensor] = None
+    folded: bool = False
+
+
+class GemmProgram(_Program):
+    """A chain of ``Gemm`` and ``Norm`` ops on fixed buffers (BF16, one CUDA device,
+    1 to 64 rows: x's rows) run as one persistent kernel: one CTA per SM runs every
+    op in order, the next ops' weights stream while an op finishes, and an op's math
+    waits only for the outputs it reads. Bits are repeatable from run to run (not
+    torch's nor DecodeGemm's order). It packs its own copy of every weight (as much
+    memory once more) and keeps the tensors referenced.
+
+    It needs every SM of the GPU while it runs (its CTAs wait on each other): do not
+    run it beside kernels that hold SMs for good; run one call of a program at a time.
+    Build it outside CUDA-graph capture; calls may be captured. Ops the program does
+    not take raise ValueError naming the op."""
+
+    def __init__(self, ops: Sequence[Union[Gemm, Norm]]):
+        _not_capturing("GemmProgram")
+        if not ops:
+            raise ValueError("GemmProgram: no ops")
+        handle = _lib.module.gemm_program()
+        reads, writes = [], []
+        for i, op in enumerate(ops):
+            after = -1 if op.after is None else int(op.after)
+            if not -1 <= after < i:
+                raise ValueError(f"GemmProgram: op {i}'s after is {op.after}: an earlier op's index or None")
+            if isinstance(op, Gemm):
+                handle.add_gemm(_detached(op.weight), _detached(op.x), _detached(op.out), after, bool(op.silu_mul))
+                reads += [op.weight, op.x]
+                writes.append(op.out)
+            elif isinstance(op, Norm):
+                handle.add_norm(_detached(op.x), after, _detached(op.weight), float(op.eps), _detached(op.residual),
+                                _detached(op.residual_out), _detached(op.out), bool(op.folded))
+                reads += [t for t in (op.x, op.weight, op.residual) if t is not None]
+                writes += [t for t in (op.out, op.residual_out) if t is not None]
+            else:
+                raise TypeError(f"GemmProgram: op {i} is a {type(op).__name__}; tpdecode.program.Gemm or Norm expected")
+        rows = ops[0].x.numel() // ops[0].x.shape[-1]
+        handle.build(rows)
+        self.rows = rows
+        self.ops = list(ops)
+        self._bind(handle, reads, writes)
+
+    def __call__(self, *, pdl: bool = True) -> None:
+        """Runs every op on the current stream. With ``pdl`` the kernel's weights start
+        streaming during the previous kernel's tail (its inputs are read after that
+        kernel completes)."""
+        self._launch(pdl)
+
+
+class MlpBlock(_Program):
     """A dense decoder layer's stretch between two attentions at TP 1, run as one
     kernel on the current torch stream::
 
@@ -28,48 +147,26 @@ class MlpBlock:
     bfloat16 on one CUDA device; weights [N, K] (gate_up [2I, H], down [H, I]),
     norm weights [H]; H and I multiples of 64; M from 1 to 64. Each norm is folded
     into the GEMMs that read it where the program serves that (``post_norm_folded``,
-    ``next_norm_folded``); ``fold=False`` keeps norm ops. The block packs its own copy
-    of the weights (as much memory once more) and keeps the tensors referenced. Bits
-    are repeatable from run to run (not those of torch's or DecodeGemm's order).
-
-    It needs every SM of the GPU while it runs (its CTAs wait on each other): do not
-    run it beside kernels that hold SMs for good, and run one call of a block at a
-    time. Build it outside CUDA-graph capture; calls may be captured."""
+    ``next_norm_folded``); ``fold=False`` keeps norm ops. What ``GemmProgram`` says
+    of memory, SMs, bits and capture holds."""
 
     def __init__(self, *, post_norm: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor,
                  attn: torch.Tensor, residual: torch.Tensor, out: torch.Tensor,
                  o_proj: Optional[torch.Tensor] = None, next_norm: Optional[torch.Tensor] = None,
                  qkv: Optional[torch.Tensor] = None, eps: float = 1e-6, fold: bool = True):
-        if torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("MlpBlock under CUDA-graph capture: build it before capturing")
-        tensors = (o_proj, post_norm, gate_up, down, next_norm, qkv, attn, residual, out)
-        # Why detach: DLPack does not export tensors that require grad (parameters).
-        o_proj, post_norm, gate_up, down, next_norm, qkv, attn, residual, out = (
-            None if t is None else t.detach() for t in tensors)
-        self._handle = _lib.module.mlp_block(o_proj, post_norm, gate_up, down, next_norm, qkv, float(eps), attn,
-                                             residual, out, bool(fold))
-        self._tensors = tensors  # the C++ object reads and writes their memory
-        self._device = self._handle.device
-        self.rows = self._handle.rows
-        self.post_norm_folded = self._handle.post_norm_folded
-        self.next_norm_folded = self._handle.next_norm_folded
-        self.attn, self.residual, self.out = tensors[6:]
-        self._buffers = (attn, residual, out)  # detached: what run() passes to the extension
-        self._run = self._handle.run
-        self._id = _ops.register(self._run)
-
-    def __del__(self):
-        _ops.unregister(getattr(self, "_id", 0))
+        _not_capturing("MlpBlock")
+        weights = [o_proj, post_norm, gate_up, down, next_norm, qkv]
+        handle = _lib.module.mlp_block(*map(_detached, weights), float(eps), _detached(attn), _detached(residual),
+                                       _detached(out), bool(fold))
+        self.rows = handle.rows
+        self.post_norm_folded = handle.post_norm_folded
+        self.next_norm_folded = handle.next_norm_folded
+        self.attn, self.residual, self.out = attn, residual, out
+        self._bind(handle, [attn, residual] + [w for w in weights if w is not None], [out, residual])
 
     def __call__(self, *, pdl: bool = True) -> torch.Tensor:
         """Runs the block on the current stream and returns ``out``. With ``pdl`` the
         kernel's weights start streaming during the previous kernel's tail (its inputs
-        are read after that kernel completes). Under torch.compile it is the custom op
-        ``tpdecode::mlp_block`` (it mutates ``residual`` and ``out``)."""
-        if torch.compiler.is_compiling():
-            torch.ops.tpdecode.mlp_block(self.attn, self.residual, self.out, self._id, pdl)
-            return self.out
-        if _current_device() != self._device:
-            _capture.check_capture_device(self._device, "MlpBlock")
-        self._run(*self._buffers, bool(pdl))
+        are read after that kernel completes)."""
+        self._launch(pdl)
         return self.out

@@ -54,6 +54,18 @@ def test_mlp_block_checks_its_tensors_before_any_gpu_work():
         _lib.module.mlp_block(None, w, w, w, None, None, 1e-6, w, w, w, True)
 
 
+def test_gemm_program_checks_its_ops_before_any_gpu_work():
+    np = pytest.importorskip("numpy")
+    w = np.zeros((64, 64), np.float32)
+    program = _lib.module.gemm_program()
+    with pytest.raises(ValueError, match="the first op's x must be a CUDA tensor"):
+        program.add_gemm(w, w, w, -1, False)
+    with pytest.raises(ValueError, match="no ops"):
+        program.build(1)
+    with pytest.raises(ValueError, match="run before build"):
+        program.run(w, True)
+
+
 def test_nccl_unique_id_length_is_checked():
     with pytest.raises(ValueError, match="128 expected"):
         _lib.module.nccl_team(b"\0" * 7, 0, 2, 0, 0, True)

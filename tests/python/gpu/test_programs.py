@@ -1,11 +1,13 @@
-"""MlpBlock on this process's GPU: each form against a float64 torch reference that
-rounds to bfloat16 where the unfolded program stores, bits repeatable over calls and
-over a CUDA graph's replays, refusals of shapes that do not chain."""
+"""GemmProgram and MlpBlock on this process's GPU: each MlpBlock form, and a
+GemmProgram built op by op, against a float64 torch reference that rounds to bfloat16
+where the unfolded program stores; bits repeatable over calls, over a CUDA graph's
+replays and under torch.compile; refusals of ops that do not chain."""
 
 import pytest
 import torch
 
 import tpdecode
+from tpdecode.program import Gemm, GemmProgram, Norm
 
 H, I, A, Q = 1024, 1536, 768, 640
 EPS = 1e-6
@@ -124,3 +126,60 @@ def test_mlp_block_refusals():
                           residual=residual, out=out)
     with pytest.raises(TypeError, match="bfloat16 is required"):
         tpdecode.MlpBlock(**w, attn=attn.float(), residual=residual, out=out)
+
+
+def test_gemm_program_built_op_by_op():
+    """x → o (plain) → folded add + norm (residual in place) → SiLU-mul → down → an
+    unfolded add + norm reading the folded stream; against the reference above."""
+    m = 5
+    g = torch.Generator(device="cuda").manual_seed(11)
+    wo, g1, wgu, wd, g2 = (rand(H, A, scale=0.05, g=g), rand(H, g=g), rand(2 * I, H, scale=0.05, g=g),
+                           rand(H, I, scale=0.05, g=g), rand(H, g=g))
+    attn, r0 = rand(m, A, g=g), rand(m, H, scale=2.0, g=g)
+    residual = r0.clone()
+    o, h, act, y, out = (torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for n in (H, H, I, H, H))
+    program = GemmProgram([
+        Gemm(wo, attn, o),
+        Norm(o, g1, h, after=0, eps=EPS, residual=residual, residual_out=residual, folded=True),
+        Gemm(wgu, h, act, after=1, silu_mul=True),
+        Gemm(wd, act, y, after=2),
+        Norm(y, g2, out, after=3, eps=EPS, residual=residual, residual_out=residual),
+    ])
+    assert program.rows == m
+    want_out, want_res = reference({"o_proj": wo, "post_norm": g1, "gate_up": wgu, "down": wd, "next_norm": g2,
+                                    "qkv": None}, attn, r0)
+    h.fill_(float("nan"))
+    results = []
+    for run in range(3):
+        residual.copy_(r0)
+        out.fill_(float("nan"))
+        if run < 2:
+            program(pdl=run == 1)
+        else:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                program()
+            residual.copy_(r0)
+            graph.replay()
+        results.append((out.clone(), residual.clone()))
+    assert relative(out, want_out) < 1.5e-2
+    assert relative(residual, want_res) < 8e-3
+    assert torch.isnan(h.float()).all(), "a folded norm's out was written"
+    for o_, r_ in results[1:]:
+        assert torch.equal(o_, results[0][0]) and torch.equal(r_, results[0][1])
+
+
+def test_gemm_program_refusals():
+    m = 2
+    w = torch.zeros(H, H, device="cuda", dtype=torch.bfloat16)
+    x = torch.zeros(m, H, device="cuda", dtype=torch.bfloat16)
+    out, out2 = torch.empty_like(x), torch.empty_like(x)
+    with pytest.raises(ValueError, match="an earlier op's index"):
+        GemmProgram([Gemm(w, x, out, after=0)])
+    with pytest.raises(ValueError, match="no GEMM reading its out"):
+        GemmProgram([Gemm(w, x, out), Norm(out, torch.ones(H, device="cuda", dtype=torch.bfloat16), out2, after=0,
+                                           folded=True)])
+    with pytest.raises(TypeError, match="Gemm or Norm expected"):
+        GemmProgram([(w, x, out)])
+    with pytest.raises(TypeError, match="bfloat16 is required"):
+        GemmProgram([Gemm(w.float(), x, out)])
