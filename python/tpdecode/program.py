@@ -102,6 +102,8 @@ class GemmProgram(_Program):
         handle = _lib.module.gemm_program()
         reads, writes = [], []
         for i, op in enumerate(ops):
+            if not isinstance(op, (Gemm, Norm)):
+                raise TypeError(f"GemmProgram: op {i} is a {type(op).__name__}; tpdecode.program.Gemm or Norm expected")
             after = -1 if op.after is None else int(op.after)
             if not -1 <= after < i:
                 raise ValueError(f"GemmProgram: op {i}'s after is {op.after}: an earlier op's index or None")
@@ -109,13 +111,11 @@ class GemmProgram(_Program):
                 handle.add_gemm(_detached(op.weight), _detached(op.x), _detached(op.out), after, bool(op.silu_mul))
                 reads += [op.weight, op.x]
                 writes.append(op.out)
-            elif isinstance(op, Norm):
+            else:
                 handle.add_norm(_detached(op.x), after, _detached(op.weight), float(op.eps), _detached(op.residual),
                                 _detached(op.residual_out), _detached(op.out), bool(op.folded))
                 reads += [t for t in (op.x, op.weight, op.residual) if t is not None]
                 writes += [t for t in (op.out, op.residual_out) if t is not None]
-            else:
-                raise TypeError(f"GemmProgram: op {i} is a {type(op).__name__}; tpdecode.program.Gemm or Norm expected")
         rows = ops[0].x.numel() // ops[0].x.shape[-1]
         handle.build(rows)
         self.rows = rows
