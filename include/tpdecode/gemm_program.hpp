@@ -115,9 +115,9 @@ class GemmProgram {
   };
 
   // Checks every op (InvalidArgument naming the op), plans the work for the
-  // current device, packs a copy of every weight in the kernel's tile order (the
-  // program's own memory: the weights themselves are not read again) and uploads
-  // the plan. Host only, before any capture; synchronises the device. The x and
+  // current device, packs a copy of every GEMM's weight in the kernel's tile order
+  // (the program's own memory: those weights, and a folded norm's, are not read
+  // again; a norm op reads its weight at every run) and uploads the plan. Host only, before any capture; synchronises the device. The x and
   // out buffers must outlive the program. With record_timeline, every run also
   // records its RunTimeline (timelines(); about 1 % slower).
   GemmProgram(std::vector<Op> ops, int m, bool record_timeline = false);
@@ -125,9 +125,11 @@ class GemmProgram {
   GemmProgram(const GemmProgram&) = delete;
   GemmProgram& operator=(const GemmProgram&) = delete;
 
-  // Runs every op on `stream` (graph-capturable). With `pdl`, the kernel may start
-  // during the previous kernel's tail (its weights stream at once; its inputs are
-  // read after the previous kernel completes) and lets the next kernel do the same.
+  // Runs every op on `stream` (graph-capturable: a captured run replays on this
+  // object's memory, so keep the object while the graph lives). With `pdl`, the
+  // kernel may start during the previous kernel's tail (its weights stream at once;
+  // its inputs are read after the previous kernel completes) and lets the next
+  // kernel do the same.
   void run(cudaStream_t stream, bool pdl = true) const;
 
   int rows() const;

@@ -11,16 +11,20 @@
 //
 // i.e. an MLP block (norm → gate_up → SiLU·mul → down → residual + next norm) with the
 // attention's output projection before it and the next layer's first projection
-// after it. Each norm is folded into the GEMMs that read it where the program serves
-// that (GemmProgram::Norm::folded: the post norm when o_proj is given, the next norm
-// when qkv is given and the post norm folds), else it runs as a norm op; `fold =
-// false` keeps both as norm ops (the norm ops' bits: reference/program_norm.hpp). The
-// residual stream's bits are bf16(residual + o), then bf16(. + y), either way.
+// after it. Each norm is folded into the GEMMs that read it (GemmProgram::Norm::
+// folded) where the block's form allows it (the post norm when o_proj is given, the
+// next norm when qkv is given and the post norm folds) and the program serves it
+// (where it refuses a fold as Unavailable, both norms run as norm ops);
+// post_norm_folded() and next_norm_folded() say which. `fold = false` keeps both as
+// norm ops (their bits: reference/program_norm.hpp). The residual stream is
+// bf16(residual + o), then bf16(. + y), either way (y's bits depend on the fold).
 //
 // The buffers are fixed when the program is built (a GemmProgram's are), the
-// intermediates (o, h, a, y, h') are the object's own. Everything the GemmProgram
-// contract says holds: every SM of the GPU while it runs, one run at a time, bits
-// repeatable run to run.
+// intermediates (o, h, a, y, h') are the object's own; the GEMM weights (and the
+// folded norms' weights) are copied at build, an unfolded norm's weight is read at
+// every run. Everything the GemmProgram contract says holds: every SM of the GPU
+// while it runs, one run at a time, bits repeatable run to run; a CUDA graph that
+// captured run() replays on this object's memory, so the object must outlive it.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -35,7 +39,7 @@ namespace tpdecode {
 class MlpBlockProgram {
  public:
   struct Weights {
-    TensorView o_proj;     // [H, A] bf16, or none (null data)
+    TensorView o_proj;     // [H, A] bf16 (A a multiple of 64), or none (null data)
     TensorView post_norm;  // [1, H] bf16
     TensorView gate_up;    // [2 I, H] bf16: the gate rows, then the up rows
     TensorView down;       // [H, I] bf16

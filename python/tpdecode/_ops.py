@@ -1,9 +1,10 @@
 """PyTorch custom ops, so torch.compile traces tpdecode calls and CUDA graphs capture
 them. Every op writes into tensors it is given (the fake implementations have nothing
-to infer) and names what runs it by the id ``register`` gave it: a team's runner
-(its method of the op's name: the C++ call, or the fallback), a DecodeGemm's call or
-a program's run (GemmProgram, MlpBlock).
-Eager calls skip the dispatcher and run the same thing directly."""
+to infer; a program's op, whose kernel works on fixed buffers, copies into those it
+is given where they are others) and names what runs it by the id ``register`` gave
+it: a team's runner (its method of the op's name: the C++ call, or the fallback), a
+DecodeGemm's call or a program's runner (GemmProgram, MlpBlock). Eager calls skip
+the dispatcher and run the same thing directly."""
 
 import itertools
 from typing import List, Optional
@@ -58,9 +59,9 @@ def _decode_gemm(x: torch.Tensor, out: torch.Tensor, gemm: int) -> None:
 
 @torch.library.custom_op("tpdecode::program", mutates_args=("writes",))
 def _program(reads: List[torch.Tensor], writes: List[torch.Tensor], program: int, pdl: bool) -> None:
-    # A GemmProgram or MlpBlock runs on the buffers it was built on: these are they,
-    # named so that the compiler orders the call between their writers and readers.
-    objects[program](writes[0].detach(), pdl)
+    # A GemmProgram or MlpBlock runs on the buffers it was built on; the compiler may
+    # hand copies of them (the runner copies values in and out where it does).
+    objects[program](reads, writes, pdl)
 
 
 def _writes_only(*args) -> None:

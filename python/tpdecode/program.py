@@ -17,21 +17,50 @@ def _detached(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
     return None if t is None else t.detach()
 
 
+def _runner(handle, reads: List[torch.Tensor], writes: List[torch.Tensor]):
+    """What the custom op ``tpdecode::program`` runs (holding the handle and detached
+    views of the buffers, not the Python program object). The kernel reads and writes
+    the buffers the program was built on; where the compiler hands other tensors
+    (copies of them, as functionalization makes), their values are copied in before
+    the run and the results out after."""
+    built_reads, built_writes = [t.detach() for t in reads], [t.detach() for t in writes]
+    on = built_writes[0]
+
+    def run(given_reads: List[torch.Tensor], given_writes: List[torch.Tensor], pdl: bool) -> None:
+        # A written buffer may be read too (a residual updated in place): both copied in.
+        for given, built in zip([*given_reads, *given_writes], [*built_reads, *built_writes]):
+            if given.data_ptr() != built.data_ptr():
+                built.copy_(given)
+        handle.run(on, pdl)
+        for given, built in zip(given_writes, built_writes):
+            if given.data_ptr() != built.data_ptr():
+                given.copy_(built)
+
+    return run
+
+
 class _Program:
-    """What a built program's call does: run on the current stream (one kernel; the
-    buffers are those it was built on), or under torch.compile the custom op
-    ``tpdecode::program``, which names the tensors it reads and writes."""
+    """What a built program's call does: run on the current stream (one kernel, on
+    the buffers it was built on), or under torch.compile the custom op
+    ``tpdecode::program``, given the buffers it reads (inputs, a norm op's weight) and
+    writes. The GEMMs' weights (and a folded norm's) are copied at build: updating
+    them later changes nothing; an unfolded norm's weight is read at every run."""
 
     def _bind(self, handle, reads: List[torch.Tensor], writes: List[torch.Tensor]) -> None:
         self._handle = handle
         self._device = handle.device
-        # Each tensor once: a tensor read and written (a residual in place) is a write.
-        written = {id(t): t for t in writes}
+        # Each buffer once (by address and shape): one read and written (a residual
+        # in place, a residual stream) is a write.
+        def key(t):
+            return t.data_ptr(), tuple(t.shape), tuple(t.stride())
+
+        written = {key(t): t for t in writes}
         self._writes = list(written.values())
-        self._reads = list({id(t): t for t in reads if id(t) not in written}.values())
-        self._on = writes[0].detach()  # the extension takes torch's current stream from it
+        self._reads = list({key(t): t for t in reads if key(t) not in written}.values())
+        self._pointers = [t.data_ptr() for t in self._reads + self._writes]
+        self._on = self._writes[0].detach()  # the extension takes torch's current stream from it
         self._run = handle.run
-        self._id = _ops.register(self._run)
+        self._id = _ops.register(_runner(handle, self._reads, self._writes))
 
     def __del__(self):
         _ops.unregister(getattr(self, "_id", 0))
@@ -40,6 +69,10 @@ class _Program:
         if torch.compiler.is_compiling():
             torch.ops.tpdecode.program(self._reads, self._writes, self._id, pdl)
             return
+        if any(t.data_ptr() != p for t, p in zip(self._reads + self._writes, self._pointers)):
+            # Why: the kernel reads and writes the addresses it was built on.
+            raise RuntimeError(f"{type(self).__name__}: a buffer's storage moved (its .data was replaced): build "
+                               "a new program for it, or copy values in place")
         if _current_device() != self._device:
             _capture.check_capture_device(self._device, type(self).__name__)
         self._run(self._on, bool(pdl))
@@ -92,8 +125,12 @@ class GemmProgram(_Program):
 
     It needs every SM of the GPU while it runs (its CTAs wait on each other): do not
     run it beside kernels that hold SMs for good; run one call of a program at a time.
-    Build it outside CUDA-graph capture; calls may be captured. Ops the program does
-    not take raise ValueError naming the op."""
+    Build it outside CUDA-graph capture; calls may be captured (a graph replays on the
+    program's memory: keep the program while the graph lives). The GEMMs' weights
+    (and a folded norm's) are copied at build; a norm op reads its weight at every
+    run. Ops the program does not take raise ValueError naming the op (TypeError for
+    a dtype, ``tpdecode.Unavailable`` for what the GPU or the program's limits do not
+    serve)."""
 
     def __init__(self, ops: Sequence[Union[Gemm, Norm]]):
         _not_capturing("GemmProgram")
@@ -107,15 +144,18 @@ class GemmProgram(_Program):
             after = -1 if op.after is None else int(op.after)
             if not -1 <= after < i:
                 raise ValueError(f"GemmProgram: op {i}'s after is {op.after}: an earlier op's index or None")
+            # The buffers the kernel touches: an x that is an earlier op's out is read
+            # from the program's own copy; a folded norm's out is not written.
+            if after < 0:
+                reads.append(op.x)
             if isinstance(op, Gemm):
                 handle.add_gemm(_detached(op.weight), _detached(op.x), _detached(op.out), after, bool(op.silu_mul))
-                reads += [op.weight, op.x]
                 writes.append(op.out)
             else:
                 handle.add_norm(_detached(op.x), after, _detached(op.weight), float(op.eps), _detached(op.residual),
                                 _detached(op.residual_out), _detached(op.out), bool(op.folded))
-                reads += [t for t in (op.x, op.weight, op.residual) if t is not None]
-                writes += [t for t in (op.out, op.residual_out) if t is not None]
+                reads += [t for t in (op.residual, None if op.folded else op.weight) if t is not None]
+                writes += [t for t in (None if op.folded else op.out, op.residual_out) if t is not None]
         rows = ops[0].x.numel() // ops[0].x.shape[-1]
         handle.build(rows)
         self.rows = rows
@@ -144,11 +184,12 @@ class MlpBlock(_Program):
     The buffers (attn [M, A] or [M, H], residual [M, H] updated in place, out) are
     fixed here, as CUDA graphs want them: write the inputs into ``attn`` and
     ``residual``, call the block, read ``out`` and ``residual``. Every tensor is
-    bfloat16 on one CUDA device; weights [N, K] (gate_up [2I, H], down [H, I]),
-    norm weights [H]; H and I multiples of 64; M from 1 to 64. Each norm is folded
-    into the GEMMs that read it where the program serves that (``post_norm_folded``,
-    ``next_norm_folded``); ``fold=False`` keeps norm ops. What ``GemmProgram`` says
-    of memory, SMs, bits and capture holds."""
+    bfloat16 on one CUDA device; weights [N, K] (o_proj [H, A], gate_up [2I, H],
+    down [H, I], qkv [Q, H]), norm weights [H]; H, I and A multiples of 64; M from 1
+    to 64. Each norm is folded into the GEMMs that read it where the block's form and
+    the program serve that (``post_norm_folded``, ``next_norm_folded``);
+    ``fold=False`` keeps norm ops. What ``GemmProgram`` says of memory, SMs, weights,
+    bits, errors and capture holds."""
 
     def __init__(self, *, post_norm: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor,
                  attn: torch.Tensor, residual: torch.Tensor, out: torch.Tensor,
@@ -162,7 +203,10 @@ class MlpBlock(_Program):
         self.post_norm_folded = handle.post_norm_folded
         self.next_norm_folded = handle.next_norm_folded
         self.attn, self.residual, self.out = attn, residual, out
-        self._bind(handle, [attn, residual] + [w for w in weights if w is not None], [out, residual])
+        norm_weights = [post_norm] if not self.post_norm_folded else []
+        if next_norm is not None and not self.next_norm_folded:
+            norm_weights.append(next_norm)
+        self._bind(handle, [attn] + norm_weights, [out, residual])
 
     def __call__(self, *, pdl: bool = True) -> torch.Tensor:
         """Runs the block on the current stream and returns ``out``. With ``pdl`` the

@@ -21,16 +21,16 @@ MlpBlockWidths check_mlp_block(const MlpBlockProgram::Weights& w, const MlpBlock
   check(given(b.residual), "mlp block: the residual is missing");
   const int64_t hidden = b.residual.cols;
   need(b.residual, m, hidden, "the residual");
-  check(given(w.gate_up) && w.gate_up.rows % 2 == 0, "mlp block: gate_up must have an even number of rows ({})",
+  check(given(w.gate_up), "mlp block: gate_up is missing");
+  check(w.gate_up.rows % 2 == 0, "mlp block: gate_up must have an even number of rows, gate then up ({})",
         w.gate_up.describe());
   const int64_t inter = w.gate_up.rows / 2;
   need(w.gate_up, 2 * inter, hidden, "gate_up");
   need(w.down, hidden, inter, "down");
   need(w.post_norm, 1, hidden, "post_norm");
   if (given(w.o_proj)) {
-    check(given(b.attn), "mlp block: attn is missing");
-    need(w.o_proj, hidden, b.attn.cols, "o_proj");
-    need(b.attn, m, w.o_proj.cols, "attn");
+    need(w.o_proj, hidden, w.o_proj.cols, "o_proj");
+    need(b.attn, m, w.o_proj.cols, "attn ([m, A] with o_proj [H, A])");
   } else {
     need(b.attn, m, hidden, "attn (no o_proj: the block's input, [m, H])");
   }

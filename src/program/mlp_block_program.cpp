@@ -4,6 +4,7 @@
 
 #include "program/mlp_block_ops.hpp"
 #include "tpdecode/device_buffer.hpp"
+#include "tpdecode/error.hpp"
 
 namespace tpdecode {
 
@@ -17,25 +18,35 @@ MlpBlockProgram::MlpBlockProgram(const Weights& weights, const Buffers& buffers,
     : impl_(std::make_unique<Impl>()) {
   const program::MlpBlockWidths widths = program::check_mlp_block(weights, buffers, m);
   const int64_t h = widths.hidden, inter = widths.intermediate;
-  // Each intermediate's rows 16-byte aligned: H and I multiples of 8 (the program's
-  // GEMMs need multiples of 64 and refuse the others by name).
+  // o, h, act, y, h2 back to back, each from a 16-byte boundary.
   const int64_t cols[] = {h, h, inter, h, h};
+  auto padded = [m](int64_t c) { return (m * c + 7) / 8 * 8; };
   int64_t total = 0;
-  for (int64_t c : cols) total += (m * c + 7) / 8 * 8;
+  for (int64_t c : cols) total += padded(c);
   Impl& p = *impl_;
   p.scratch = DeviceBuffer(static_cast<std::size_t>(total) * 2);
   TensorView views[5];
   int64_t at = 0;
   for (int i = 0; i < 5; ++i) {
     views[i] = TensorView::bf16(static_cast<uint16_t*>(p.scratch.get()) + at, m, cols[i]);
-    at += (m * cols[i] + 7) / 8 * 8;
+    at += padded(cols[i]);
   }
-  program::MlpBlockOps ops =
-      program::mlp_block_ops(weights, buffers, {views[0], views[1], views[2], views[3], views[4]}, fold);
-  auto folded = [&](int op) { return op >= 0 && ops.ops[static_cast<std::size_t>(op)].norm.folded; };
-  p.post_folded = folded(ops.post_norm);
-  p.next_folded = folded(ops.next_norm);
-  p.program.emplace(std::move(ops.ops), m);
+  const program::MlpBlockScratch scratch{views[0], views[1], views[2], views[3], views[4]};
+  auto build = [&](bool folds) {
+    program::MlpBlockOps ops = program::mlp_block_ops(weights, buffers, scratch, folds);
+    auto folded = [&](int op) { return op >= 0 && ops.ops[static_cast<std::size_t>(op)].norm.folded; };
+    p.post_folded = folded(ops.post_norm);
+    p.next_folded = folded(ops.next_norm);
+    p.program.emplace(std::move(ops.ops), m);
+  };
+  try {
+    build(fold);
+  } catch (const Unavailable&) {
+    // A fold above what the program serves (GemmProgram refuses it as Unavailable):
+    // the norms as norm ops (Unavailable again where the program itself is not served).
+    if (!fold) throw;
+    build(false);
+  }
 }
 
 MlpBlockProgram::~MlpBlockProgram() = default;
