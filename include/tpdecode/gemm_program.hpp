@@ -81,8 +81,8 @@ class GemmProgram {
     // added in a fixed order) before its one rounding. No stage of the program waits
     // for the norm; the reader's out differs from the unfolded one's by the roundings
     // moved (no bf16(h * rstd * weight) in between; the tests hold it to the exact
-    // norm's FP64 product). Requires: x a window of a plain GEMM's out from a multiple of 64
-    // columns, k a multiple of 64 or reaching that out's end; with a residual or
+    // norm's FP64 product). Requires: x a window of a plain GEMM's out from a
+    // multiple of 64 columns, k a multiple of 64 or reaching that out's end; with a residual or
     // residual_out, no other op reads that GEMM's out; the residual an input or an
     // earlier folded norm's residual_out; every op reading out a GEMM.
     bool folded = false;
@@ -117,9 +117,10 @@ class GemmProgram {
   // Checks every op (InvalidArgument naming the op), plans the work for the
   // current device, packs a copy of every GEMM's weight in the kernel's tile order
   // (the program's own memory: those weights, and a folded norm's, are not read
-  // again; a norm op reads its weight at every run) and uploads the plan. Host only, before any capture; synchronises the device. The x and
-  // out buffers must outlive the program. With record_timeline, every run also
-  // records its RunTimeline (timelines(); about 1 % slower).
+  // again; a norm op reads its weight at every run) and uploads the plan. Host
+  // only, before any capture; synchronises the device. The x and out buffers must
+  // outlive the program. With record_timeline, every run also records its
+  // RunTimeline (timelines(); about 1 % slower).
   GemmProgram(std::vector<Op> ops, int m, bool record_timeline = false);
   ~GemmProgram();
   GemmProgram(const GemmProgram&) = delete;
