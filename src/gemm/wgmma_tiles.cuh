@@ -44,11 +44,12 @@ inline constexpr int kWeightWarp = kConsumerWarps;          // warp 4
 inline constexpr int kActivationWarp = kConsumerWarps + 1;  // warp 5
 inline constexpr int kEpilogueBarrier = 1;                  // named barrier of the consumer warpgroup
 // Independent accumulator chains: step s of every chunk's 4 k16 steps accumulates
-// into chain s, and the chains are added in order 0 + 1 + 2 + 3 once per unit. Why:
-// a wgmma waits for the previous one on the same accumulators, so one chain
-// streams one k16 step per wgmma latency (a CTA measured 32 GB/s at best); the
-// order depends on nothing but K, so every launch shape of a split gives the
-// same bits.
+// into chain s % chains, and the chains are added in order 0 + 1 + ... once per
+// unit. Why: a wgmma waits for the previous one on the same accumulators, so one
+// chain streams one k16 step per wgmma latency (a CTA measured 32 GB/s at best);
+// the order depends on nothing but K and the chain count, so every launch shape of
+// a split gives the same bits. kChains (4) everywhere but where registers are short
+// (a caller's choice: the accumulator array's first extent).
 inline constexpr int kChains = kChunkK / 16;
 
 // Where a consumer thread's accumulator i lies in wgmma's fragment of d[64 rows,
@@ -231,13 +232,15 @@ __device__ __forceinline__ void stream_unit(const Ring& ring, const Unit& u, Cur
 
 // The consumer warpgroup: the products of one unit's steps, accumulated into
 // acc[0][sub][...] (wgmma's fragment of d[64 rows, tokens] per 64-row sub-tile; the
-// other chains are scratch), each stage released as soon as its MMAs completed.
-template <int kWRows, int kTokens, int kDepth>
+// other kChainCount - 1 chains are scratch), each stage released as soon as its MMAs
+// completed.
+template <int kWRows, int kTokens, int kDepth, int kChainCount>
 __device__ __forceinline__ void multiply_unit(const Ring<kWRows, kTokens, kDepth>& ring, const Unit& u, Cursor& cur,
-                                              float (&acc)[kChains][kWRows / kTileRows][kTokens / 2]) {
+                                              float (&acc)[kChainCount][kWRows / kTileRows][kTokens / 2]) {
+  static_assert(kChains % kChainCount == 0, "every chain takes the same k16 steps of a chunk");
   constexpr int kSub = kWRows / kTileRows;
 #pragma unroll
-  for (int chain = 0; chain < kChains; ++chain)
+  for (int chain = 0; chain < kChainCount; ++chain)
 #pragma unroll
     for (int s = 0; s < kSub; ++s) {
 #pragma unroll
@@ -252,12 +255,12 @@ __device__ __forceinline__ void multiply_unit(const Ring<kWRows, kTokens, kDepth
         const uint64_t b = dev::sw128_descriptor(ring.x(st) + d * Ring<kWRows, kTokens, kDepth>::kXChunkBytes, k16);
 #pragma unroll
         for (int s = 0; s < kSub; ++s)
-          dev::wgmma_bf16<kTokens>(acc[k16][s],
+          dev::wgmma_bf16<kTokens>(acc[k16 % kChainCount][s],
                                    dev::sw128_descriptor(ring.w(st) + (d * kSub + s) * kTileBytes, k16), b, 1);
       }
   });
 #pragma unroll
-  for (int chain = 0; chain < kChains; ++chain)
+  for (int chain = 0; chain < kChainCount; ++chain)
 #pragma unroll
     for (int s = 0; s < kSub; ++s) dev::fence_operands(acc[chain][s]);
 #pragma unroll
@@ -266,7 +269,7 @@ __device__ __forceinline__ void multiply_unit(const Ring<kWRows, kTokens, kDepth
     for (int i = 0; i < kTokens / 2; ++i) {
       float sum = acc[0][s][i];
 #pragma unroll
-      for (int chain = 1; chain < kChains; ++chain) sum += acc[chain][s][i];
+      for (int chain = 1; chain < kChainCount; ++chain) sum += acc[chain][s][i];
       acc[0][s][i] = sum;
     }
 }

@@ -217,6 +217,14 @@ __device__ __forceinline__ void empty_other_epoch(const Args& a, uint32_t epoch)
     other[i] = uint4{kEmptyWord, kEmptyWord, kEmptyWord, kEmptyWord};
 }
 
+// Accumulator chains of the consumers (wgmma_tiles.cuh: kChains): 2 at 64 tokens.
+// Why: the kernel's 12 warps cap a thread at 168 registers, and 4 chains of 32
+// accumulators spilled 368 bytes there; an m64n64k16 is long enough that 2 chains
+// keep the tensor cores busy on the stream's 16 KB a stage. Its own summation order
+// (chains over k16 steps 0 + 2 and 1 + 3), other bits than the 32-token kernel's.
+template <int kTokens>
+inline constexpr int kProgramChains = kTokens >= 64 ? 2 : wgmma::kChains;
+
 __device__ __forceinline__ uint32_t read_epoch(const Args& a) {
   return protocol::publish_epoch(Atomic(*a.counters.epoch).load(cuda::memory_order_relaxed));
 }
@@ -305,7 +313,7 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
   const CtaSchedule<kDepth> schedule{units};
   wgmma::Cursor cur;
   HandoffPhases phases;
-  float acc[wgmma::kChains][1][kTokens / 2];
+  float acc[kProgramChains<kTokens>][1][kTokens / 2];
   uint64_t* timeline = nullptr;  // this run's and this CTA's entries, where recorded
   if (a.timeline != nullptr) {
     const uint32_t slot = Atomic(*a.counters.epoch).load(cuda::memory_order_relaxed) % 8;
