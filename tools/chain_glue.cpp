@@ -3,6 +3,7 @@
 #include "comm/kernels.hpp"
 #include "core/check.hpp"
 #include "core/random_fill.hpp"
+#include "core/silu_mul_launch.hpp"
 #include "drafter/kernels_launch.hpp"
 
 namespace tpdecode::cli {
@@ -66,7 +67,7 @@ void ChainGlue::before(std::size_t i, int m, const TensorView& previous_out, cud
   if (!silu_mul_ || position(i) != kDown) return;
   TensorView gate_up = previous_out;
   gate_up.cols = 2 * intermediate_;
-  drafter::launch_silu_mul(stream, gate_up, x(i, m, {}), pdl);
+  launch_silu_mul(stream, gate_up, x(i, m, {}), pdl);
 }
 
 void ChainGlue::after(std::size_t i, int m, const TensorView& out, cudaStream_t stream, bool pdl) const {

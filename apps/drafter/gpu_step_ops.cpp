@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "core/silu_mul_launch.hpp"
 #include "drafter/kernels_launch.hpp"
 #include "tpdecode/error.hpp"
 

@@ -66,11 +66,6 @@ void launch_attention(cudaStream_t stream, const TensorView& q, const TensorView
                 a.v_head, a.kv_lora);
 }
 
-void launch_silu_mul(cudaStream_t stream, const TensorView& gate_up, const TensorView& out, bool pdl) {
-  launch_kernel(kernels::silu_mul_kernel, elementwise(out.rows * out.cols, pdl), stream, rows_of(gate_up),
-                rows_of(out), static_cast<int>(out.rows), static_cast<int>(out.cols));
-}
-
 void launch_add(cudaStream_t stream, const TensorView& a, const TensorView& b, const TensorView& out, bool pdl) {
   launch_kernel(kernels::add_kernel, elementwise(out.rows * out.cols, pdl), stream, rows_of(a), rows_of(b),
                 rows_of(out), static_cast<int>(out.rows), static_cast<int>(out.cols));

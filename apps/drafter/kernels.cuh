@@ -118,15 +118,6 @@ __global__ void attention_kernel(Rows q, Rows kv, Rows k_rope, Rows out, int row
       __float2bfloat16_rn(__fmaf_rn(bf(q.at(m, qh + d)), bf(kv.at(m, latent)), __fmul_rn(s, 0.125f)));
 }
 
-__global__ void silu_mul_kernel(Rows gate_up, Rows out, int rows, int width) {
-  pdl_enter();
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= static_cast<int64_t>(rows) * width) return;
-  const int64_t m = i / width;
-  const int j = static_cast<int>(i % width);
-  out.at(m, j) = dev::silu_mul(bf(gate_up.at(m, j)), bf(gate_up.at(m, width + j)));
-}
-
 __global__ void add_kernel(Rows a, Rows b, Rows out, int rows, int width) {
   pdl_enter();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;

@@ -42,9 +42,6 @@ struct AttentionShape {
 void launch_attention(cudaStream_t stream, const TensorView& q, const TensorView& kv, const TensorView& k_rope,
                       const TensorView& out, const AttentionShape& shape, bool pdl);
 
-// out[:, j] = BF16(SiLU(g) · u), g = gate_up[:, j], u = gate_up[:, I + j], I = out.cols.
-void launch_silu_mul(cudaStream_t stream, const TensorView& gate_up, const TensorView& out, bool pdl);
-
 // out = BF16(a + b).
 void launch_add(cudaStream_t stream, const TensorView& a, const TensorView& b, const TensorView& out, bool pdl);
 

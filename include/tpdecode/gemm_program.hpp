@@ -37,7 +37,7 @@ class GemmProgram {
     kPlain,  // out[m, n] = x W^T, rounded to BF16
     // An MLP's gate_up with its SiLU-mul: the weight's rows are n/2 gate rows, then
     // n/2 up rows; out[m, n/2] = silu(gate) * up of the BF16-rounded products, as the
-    // drafter's SiLU-mul kernel computes it from a stored gate_up (core/silu_mul.cuh).
+    // SiLU-mul kernel computes it from a stored gate_up (core/silu_mul.cuh).
     // The program packs each gate row next to its up row, so one epilogue holds both:
     // nothing else reads gate_up, and a later op (the down projection) reads the
     // activation like any out.

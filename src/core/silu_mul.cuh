@@ -1,5 +1,5 @@
 // SiLU(gate) * up, the gated activation of an MLP block, in one definition that the
-// drafter's SiLU·mul kernel and the GEMM program's activation loaders both use, so
+// SiLU-mul kernel (silu_mul_launch.hpp) and the GEMM program both use, so
 // that folding it into the down projection's x load changes no bit: FP32 from the
 // BF16 inputs, SiLU as gate / (1 + exp(-gate)) with correctly rounded division and
 // product (no contraction), one BF16 rounding.

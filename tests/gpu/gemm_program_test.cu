@@ -2,7 +2,7 @@
 // dependency respected: intermediate buffers start poisoned), against an FP64
 // reference computed from each op's actual input; every element written; bitwise
 // repeatable; the same bits in a CUDA graph, over 10,000 runs back to back and with PDL;
-// the SiLU-mul epilogue gives the drafter's SiLU-mul kernel's bits and feeds a down
+// the SiLU-mul epilogue gives the SiLU-mul kernel's bits and feeds a down
 // projection; norm ops give their CPU reference's bits; refusals.
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/bf16.hpp"
-#include "drafter/kernels_launch.hpp"
+#include "core/silu_mul_launch.hpp"
 #include "gpu/gpu_test_util.hpp"
 #include "gpu/program_runs.hpp"
 #include "reference/program_norm.hpp"
@@ -307,7 +307,7 @@ TEST(GemmProgram, SiluMulEpilogueGivesTheSiluMulKernelsBits) {
           m);
       for (DeviceBuffer* b : {&gate_up, &want, &got}) poison(*b);
       plain.run(nullptr);
-      drafter::launch_silu_mul(nullptr, TensorView::bf16(gate_up.get(), m, 2 * inter),
+      launch_silu_mul(nullptr, TensorView::bf16(gate_up.get(), m, 2 * inter),
                                TensorView::bf16(want.get(), m, inter), false);
       gated.run(nullptr);
       TPD_CUDA(cudaDeviceSynchronize());
