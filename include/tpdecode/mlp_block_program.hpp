@@ -1,5 +1,6 @@
 // MlpBlockProgram: a dense decoder layer's stretch between two attentions at TP 1,
-// built as one GemmProgram (one persistent kernel, gemm_program.hpp):
+// built as one GemmProgram (one persistent kernel, gemm_program.hpp) up to
+// kProgramMaxRows rows:
 //
 //   o = attn · Wo^T                                  (with o_proj; else o = attn)
 //   residual += o;   h = rmsnorm(residual) * post_norm
@@ -19,17 +20,29 @@
 // norm ops (their bits: reference/program_norm.hpp). The residual stream is
 // bf16(residual + o), then bf16(. + y), either way (y's bits depend on the fold).
 //
-// The buffers are fixed when the program is built (a GemmProgram's are), the
+// Above kProgramMaxRows, where the program measured slower than the GEMMs launched
+// one by one (its 32- and 64-token kernels; docs/performance.md), the block runs as launches
+// (form() kLaunches): a DecodeGemm per linear, decided for m rows at build, with the
+// residual add + RMSNorm kernel (ArNorm's norm: its bits) and the SiLU-mul kernel
+// between them, each a programmatic dependent of the one before; no norm folds. Where
+// those kernels do not serve the tensors (H a multiple of 64 up to 16384, the norms'
+// [m, H] inputs and outputs contiguous and 16-byte aligned, the norm weights
+// 16-byte aligned) the program runs at every row count.
+//
+// The buffers are fixed when the block is built (a GemmProgram's are), the
 // intermediates (o, h, a, y, h') are the object's own; the GEMM weights (and the
 // folded norms' weights) are copied at build, an unfolded norm's weight is read at
-// every run. Everything the GemmProgram contract says holds: every SM of the GPU
-// while it runs, one run at a time, bits repeatable run to run; a CUDA graph that
-// captured run() replays on this object's memory, so the object must outlive it.
+// every run. Everything the GemmProgram contract says holds for the program form:
+// every SM of the GPU while it runs, one run at a time, bits repeatable run to run;
+// the launch form's bits are repeatable for the decisions DecodeGemm made at build.
+// A CUDA graph that captured run() replays on this object's memory, so the object
+// must outlive it.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <memory>
+#include <optional>
 
 #include "tpdecode/gemm_program.hpp"
 #include "tpdecode/tensor.hpp"
@@ -53,9 +66,19 @@ class MlpBlockProgram {
     TensorView out;       // [m, Q] with qkv, else [m, H]; overlaps neither attn nor residual
   };
 
+  // The most rows the block runs as one program (above: launches, see above): the
+  // program ran faster up to 16 rows (1-3 % at 8-16 rows, 2-4 % at 1-4), the launches
+  // from 24 (1-17 %; docs/performance.md).
+  static constexpr int kProgramMaxRows = 16;
+  enum class Form { kProgram, kLaunches };
+
   // Checks the shapes (InvalidArgument naming the tensor), then builds the program
-  // (GemmProgram's checks and refusals); host only, before any capture.
-  MlpBlockProgram(const Weights& weights, const Buffers& buffers, int m, bool fold = true);
+  // (GemmProgram's checks and refusals) or the launches (tuning the GEMMs where the
+  // tuner has no decision); host only, before any capture. `form`: the form to build
+  // (none: as above; kLaunches for tensors the launches do not serve:
+  // InvalidArgument).
+  MlpBlockProgram(const Weights& weights, const Buffers& buffers, int m, bool fold = true,
+                  std::optional<Form> form = std::nullopt);
   ~MlpBlockProgram();
   MlpBlockProgram(const MlpBlockProgram&) = delete;
   MlpBlockProgram& operator=(const MlpBlockProgram&) = delete;
@@ -63,8 +86,10 @@ class MlpBlockProgram {
   // Runs the block on `stream` (graph-capturable; pdl as GemmProgram::run).
   void run(cudaStream_t stream, bool pdl = true) const;
 
+  Form form() const;
   bool post_norm_folded() const;
   bool next_norm_folded() const;
+  // The program (InvalidArgument where form() is kLaunches).
   const GemmProgram& program() const;
 
  private:

@@ -2,6 +2,8 @@
 
 #include <optional>
 
+#include "core/check.hpp"
+#include "program/mlp_block_launches.hpp"
 #include "program/mlp_block_ops.hpp"
 #include "tpdecode/device_buffer.hpp"
 #include "tpdecode/error.hpp"
@@ -11,10 +13,12 @@ namespace tpdecode {
 struct MlpBlockProgram::Impl {
   DeviceBuffer scratch;  // o, h, act, y, h2 back to back
   bool post_folded = false, next_folded = false;
-  std::optional<GemmProgram> program;
+  std::optional<GemmProgram> program;              // Form::kProgram
+  std::unique_ptr<program::MlpBlockLaunches> launches;  // Form::kLaunches
 };
 
-MlpBlockProgram::MlpBlockProgram(const Weights& weights, const Buffers& buffers, int m, bool fold)
+MlpBlockProgram::MlpBlockProgram(const Weights& weights, const Buffers& buffers, int m, bool fold,
+                                 std::optional<Form> form)
     : impl_(std::make_unique<Impl>()) {
   const program::MlpBlockWidths widths = program::check_mlp_block(weights, buffers, m);
   const int64_t h = widths.hidden, inter = widths.intermediate;
@@ -32,6 +36,12 @@ MlpBlockProgram::MlpBlockProgram(const Weights& weights, const Buffers& buffers,
     at += padded(cols[i]);
   }
   const program::MlpBlockScratch scratch{views[0], views[1], views[2], views[3], views[4]};
+  const bool launches = form ? *form == Form::kLaunches
+                             : m > kProgramMaxRows && program::launches_serve(weights, buffers);
+  if (launches) {
+    p.launches = std::make_unique<program::MlpBlockLaunches>(weights, buffers, scratch, m);
+    return;
+  }
   auto build = [&](bool folds) {
     program::MlpBlockOps ops = program::mlp_block_ops(weights, buffers, scratch, folds);
     auto folded = [&](int op) { return op >= 0 && ops.ops[static_cast<std::size_t>(op)].norm.folded; };
@@ -51,9 +61,18 @@ MlpBlockProgram::MlpBlockProgram(const Weights& weights, const Buffers& buffers,
 
 MlpBlockProgram::~MlpBlockProgram() = default;
 
-void MlpBlockProgram::run(cudaStream_t stream, bool pdl) const { impl_->program->run(stream, pdl); }
+void MlpBlockProgram::run(cudaStream_t stream, bool pdl) const {
+  if (impl_->launches)
+    impl_->launches->run(stream, pdl);
+  else
+    impl_->program->run(stream, pdl);
+}
+MlpBlockProgram::Form MlpBlockProgram::form() const { return impl_->launches ? Form::kLaunches : Form::kProgram; }
 bool MlpBlockProgram::post_norm_folded() const { return impl_->post_folded; }
 bool MlpBlockProgram::next_norm_folded() const { return impl_->next_folded; }
-const GemmProgram& MlpBlockProgram::program() const { return *impl_->program; }
+const GemmProgram& MlpBlockProgram::program() const {
+  check(impl_->program.has_value(), "mlp block: it runs as launches (form() is kLaunches), not as a program");
+  return *impl_->program;
+}
 
 }  // namespace tpdecode

@@ -1,9 +1,10 @@
 // MlpBlockProgram on the GPU: each form of the block (o_proj or not, next norm or
-// not, qkv or not; folded and unfolded) against an FP64 reference that rounds to
-// BF16 where the unfolded program stores (o, the residual stream, the norms' outs,
-// gate and up, the activation, y): its out and its residual within tolerance, every
-// output written; two runs back to back with PDL give the bits of a run from the
-// first one's residual; a CUDA graph's replays give run 0's bits.
+// not, qkv or not; folded and unfolded), as a program up to 16 rows and as launches
+// above, against an FP64 reference that rounds to BF16 where the unfolded block
+// stores (o, the residual stream, the norms' outs, gate and up, the activation, y):
+// its out and its residual within tolerance, every output written; two runs back to
+// back with PDL give the bits of a run from the first one's residual; a CUDA graph's
+// replays give run 0's bits. Tensors the launches do not serve keep the program.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -84,8 +85,8 @@ TEST(MlpBlockProgram, EveryFormAgainstItsReference) {
                      g1_d = to_device(g1), g2_d = to_device(g2);
   const Form forms[] = {{true, true, true, true},   {true, true, true, false},  {false, true, true, true},
                         {true, true, false, true},  {true, false, false, true}, {false, false, false, false}};
-  for (int m : {1, 5, 28, 64}) {
-    if (quick() && m != 1 && m != 28) continue;
+  for (int m : {1, 5, 16, 17, 28, 64}) {
+    if (quick() && m != 1 && m != 16 && m != 28) continue;
     for (const Form& f : forms) {
       SCOPED_TRACE(testing::Message() << "m " << m << (f.o_proj ? " o_proj" : "") << (f.next_norm ? " next_norm" : "")
                                       << (f.qkv ? " qkv" : "") << (f.fold ? " folded" : " unfolded"));
@@ -105,8 +106,11 @@ TEST(MlpBlockProgram, EveryFormAgainstItsReference) {
                                  v(wd_d, kH, kI), f.next_norm ? v(g2_d, 1, kH) : TensorView{},
                                  f.qkv ? v(wq_d, kQ, kH) : TensorView{}, kEps};
       const MlpBlockProgram block(w, {v(attn_d, m, a), v(res_d, m, kH), v(out_d, m, q)}, m, f.fold);
-      EXPECT_EQ(block.post_norm_folded(), f.fold && f.o_proj);
-      EXPECT_EQ(block.next_norm_folded(), f.fold && f.o_proj && f.qkv);
+      const bool launches = m > MlpBlockProgram::kProgramMaxRows;
+      EXPECT_EQ(block.form(), launches ? MlpBlockProgram::Form::kLaunches : MlpBlockProgram::Form::kProgram);
+      EXPECT_EQ(block.post_norm_folded(), !launches && f.fold && f.o_proj);
+      EXPECT_EQ(block.next_norm_folded(), !launches && f.fold && f.o_proj && f.qkv);
+      if (launches) EXPECT_THROW(block.program(), InvalidArgument);
 
       // The reference, rounded where the unfolded program stores.
       std::vector<uint16_t> residual = r0;
@@ -141,7 +145,7 @@ TEST(MlpBlockProgram, EveryFormAgainstItsReference) {
                     block.run(nullptr, true);
                   }) == second)
           << "two runs back to back differ from a run from the first one's residual";
-      EXPECT_LT(relative_error(out_bits, out_ref), f.fold ? 1.5e-2 : 1e-2) << "out";
+      EXPECT_LT(relative_error(out_bits, out_ref), block.post_norm_folded() ? 1.5e-2 : 1e-2) << "out";
       // The residual's second add takes y, which a folded post norm moves by its
       // roundings (about 1 %: the fold test's bound): 5e-3 measured on the random data.
       EXPECT_LT(relative_error(res_bits, values(residual)), block.post_norm_folded() ? 8e-3 : 3e-3) << "residual";
@@ -198,6 +202,47 @@ TEST(MlpBlockProgram, AFoldTheProgramRefusesRunsAsANormOp) {
             1e-2)
       << "out";
   EXPECT_LT(relative_error(to_host<uint16_t>(res_d, r0.size()), values(residual)), 3e-3) << "residual";
+}
+
+// Above 16 rows a residual the norm kernel cannot take (rows not contiguous) keeps the
+// block a program, with its reference; the launches asked for are refused.
+TEST(MlpBlockProgram, AStridedResidualKeepsTheProgram) {
+  TPD_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  const int m = 40;
+  const int64_t stride = kH + 64;
+  const std::vector<uint16_t> wgu = random_bf16(static_cast<std::size_t>(2 * kI * kH), rng, 0.05f),
+                              wd = random_bf16(static_cast<std::size_t>(kH * kI), rng, 0.05f),
+                              g1 = random_bf16(static_cast<std::size_t>(kH), rng),
+                              attn = random_bf16(static_cast<std::size_t>(m * kH), rng),
+                              r0 = random_bf16(static_cast<std::size_t>(m * stride), rng, 2.0f);
+  const DeviceBuffer wgu_d = to_device(wgu), wd_d = to_device(wd), g1_d = to_device(g1), attn_d = to_device(attn);
+  DeviceBuffer res_d = to_device(r0), out_d(static_cast<std::size_t>(m * kH) * 2);
+  auto v = [](const DeviceBuffer& b, int64_t rows, int64_t cols) { return TensorView::bf16(b.get(), rows, cols); };
+  TensorView residual = v(res_d, m, kH);
+  residual.row_stride = stride;
+  const MlpBlockProgram::Weights weights{{}, v(g1_d, 1, kH), v(wgu_d, 2 * kI, kH), v(wd_d, kH, kI), {}, {}, kEps};
+  const MlpBlockProgram::Buffers buffers{v(attn_d, m, kH), residual, v(out_d, m, kH)};
+  EXPECT_THROW(MlpBlockProgram(weights, buffers, m, true, MlpBlockProgram::Form::kLaunches), InvalidArgument);
+  const MlpBlockProgram block(weights, buffers, m);
+  EXPECT_EQ(block.form(), MlpBlockProgram::Form::kProgram);
+  poison(out_d);
+  block.run(nullptr);
+  TPD_CUDA(cudaDeviceSynchronize());
+  std::vector<uint16_t> packed(static_cast<std::size_t>(m * kH)), got_residual(packed.size());
+  const std::vector<uint16_t> res_bits = to_host<uint16_t>(res_d, r0.size());
+  for (int t = 0; t < m; ++t)
+    for (int64_t c = 0; c < kH; ++c) {
+      packed[static_cast<std::size_t>(t * kH + c)] = r0[static_cast<std::size_t>(t * stride + c)];
+      got_residual[static_cast<std::size_t>(t * kH + c)] = res_bits[static_cast<std::size_t>(t * stride + c)];
+    }
+  const std::vector<uint16_t> hn = add_norm(packed, attn, g1, m);
+  const std::vector<uint16_t> act = silu_mul(rounded(gemm_reference(hn, wgu, m, kH, 2 * kI)), m, kI);
+  EXPECT_LT(relative_error(to_host<uint16_t>(out_d, static_cast<std::size_t>(m * kH)),
+                           gemm_reference(act, wd, m, kI, kH)),
+            1e-2)
+      << "out";
+  EXPECT_LT(relative_error(got_residual, values(packed)), 3e-3) << "residual";
 }
 
 TEST(MlpBlockProgram, Refusals) {

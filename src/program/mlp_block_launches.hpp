@@ -1,0 +1,50 @@
+// An MlpBlockProgram's launch form (mlp_block_program.hpp): the block as a DecodeGemm
+// per linear with the residual add + RMSNorm and SiLU-mul kernels between them, each
+// launch a programmatic dependent of the one before. What the block runs above
+// MlpBlockProgram::kProgramMaxRows, where the program measured slower than these
+// launches (docs/performance.md).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <vector>
+
+#include "program/mlp_block_ops.hpp"
+#include "tpdecode/decode_gemm.hpp"
+#include "tpdecode/device_buffer.hpp"
+#include "tpdecode/mlp_block_program.hpp"
+
+namespace tpdecode::program {
+
+// Whether the launch form serves these tensors: the norm kernel's rows (H a multiple
+// of 64 up to 16384; the [m, H] tensors it reads or writes contiguous and 16-byte
+// aligned, the norms' weights 16-byte aligned). The scratch is the block's own.
+bool launches_serve(const MlpBlockProgram::Weights& w, const MlpBlockProgram::Buffers& b);
+
+class MlpBlockLaunches {
+ public:
+  // Copies the GEMM weights and decides each GEMM's path for m rows (host only,
+  // before any capture; it times the candidates where the tuner has no decision).
+  MlpBlockLaunches(const MlpBlockProgram::Weights& w, const MlpBlockProgram::Buffers& b, const MlpBlockScratch& s,
+                   int m);
+  void run(cudaStream_t stream, bool pdl) const;
+
+ private:
+  // A linear: its weight's copy and the GEMM on it (null: the block has none).
+  struct Linear {
+    DeviceBuffer weight;
+    std::unique_ptr<DecodeGemm> gemm;
+  };
+  Linear linear(const TensorView& w, int m) const;
+
+  MlpBlockProgram::Weights w_;
+  MlpBlockProgram::Buffers b_;
+  MlpBlockScratch s_;
+  int m_;
+  DeviceBuffer gate_up_out_;  // [m, 2 I]
+  std::shared_ptr<CublasContext> cublas_;
+  Linear o_proj_, gate_up_, down_, qkv_;
+};
+
+}  // namespace tpdecode::program
