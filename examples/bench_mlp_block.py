@@ -5,9 +5,11 @@ are far larger than L2, so every block streams them from HBM):
 
   torch       F.linear and torch's elementwise ops
   DecodeGemm  tpdecode.DecodeGemm for every linear, torch's glue
-  MlpBlock    tpdecode.MlpBlock: the whole stretch as one persistent kernel
+  MlpBlock    tpdecode.MlpBlock: the whole stretch as one persistent kernel, or as
+              launches (its form for the rows, or the one --form asks for)
 
     python examples/bench_mlp_block.py [--hidden 4096 --inter 14336 --qkv 6144 --rows 1 8 28 64]
+                                       [--form program|launches]
 """
 
 import argparse
@@ -34,6 +36,7 @@ def main():
     p.add_argument("--inter", type=int, default=14336)
     p.add_argument("--qkv", type=int, default=6144)
     p.add_argument("--rows", type=int, nargs="+", default=[1, 8, 28, 64])
+    p.add_argument("--form", choices=["program", "launches"], help="MlpBlock's form (default: its own choice)")
     p.add_argument("--json", help="write the table here")
     args = p.parse_args()
     H, I, Q = args.hidden, args.inter, args.qkv
@@ -60,7 +63,7 @@ def main():
             y = linear("down", F.silu(gu[:, :I]) * gu[:, I:])
             out.copy_(linear("qkv", add_norm(residual, y, w["next_norm"])))
 
-        block = tpdecode.MlpBlock(**w, attn=attn, residual=residual, out=out, eps=EPS)
+        block = tpdecode.MlpBlock(**w, attn=attn, residual=residual, out=out, eps=EPS, form=args.form)
         residual.copy_(r0)
         layer(lambda k, x: F.linear(x, w[k]))
         want = (out.clone(), residual.clone())
@@ -73,12 +76,12 @@ def main():
              "MlpBlock": in_graph_us(block, ops=8)}
         row = {"rows": m, **{k: round(v, 2) for k, v in t.items()}, "weight_GBps": {
             k: round(weight_bytes / v / 1e3, 1) for k, v in t.items()}, "relative_error_vs_torch": round(err, 5),
-            "folded": [block.post_norm_folded, block.next_norm_folded]}
+            "form": block.form, "folded": [block.post_norm_folded, block.next_norm_folded]}
         rows.append(row)
         print(f"M {m:3d}: torch {t['torch']:8.2f} µs  DecodeGemm {t['DecodeGemm']:8.2f}  MlpBlock "
               f"{t['MlpBlock']:8.2f}  ({t['torch'] / t['MlpBlock']:.3f} × torch, "
               f"{t['DecodeGemm'] / t['MlpBlock']:.3f} × DecodeGemm; weights at "
-              f"{weight_bytes / t['MlpBlock'] / 1e3:.0f} GB/s; rel. error vs torch {err:.4f})")
+              f"{weight_bytes / t['MlpBlock'] / 1e3:.0f} GB/s; {block.form}; rel. error vs torch {err:.4f})")
         del block
     if args.json:
         with open(args.json, "w") as f:

@@ -127,9 +127,9 @@ ffi::ObjectRef gemm_program() { return ffi::ObjectRef(ffi::make_object<GemmProgr
 
 ffi::ObjectRef mlp_block(ffi::Optional<DLView> o_proj, DLView post_norm, DLView gate_up, DLView down,
                          ffi::Optional<DLView> next_norm, ffi::Optional<DLView> qkv, double eps, DLView attn,
-                         DLView residual, DLView out, bool fold) {
+                         DLView residual, DLView out, bool fold, ffi::String form) {
   return ffi::ObjectRef(ffi::make_object<MlpBlockObj>(o_proj, post_norm, gate_up, down, next_norm, qkv, eps, attn,
-                                                      residual, out, fold));
+                                                      residual, out, fold, std::string(form)));
 }
 
 }  // namespace

@@ -8,8 +8,12 @@ namespace tpdecode::python {
 
 MlpBlockObj::MlpBlockObj(tvm::ffi::Optional<DLView> o_proj, DLView post_norm, DLView gate_up, DLView down,
                          tvm::ffi::Optional<DLView> next_norm, tvm::ffi::Optional<DLView> qkv, double eps,
-                         DLView attn, DLView residual, DLView out, bool fold) {
+                         DLView attn, DLView residual, DLView out, bool fold, const std::string& form) {
   translated([&] {
+    std::optional<MlpBlockProgram::Form> wanted;
+    if (form == "program") wanted = MlpBlockProgram::Form::kProgram;
+    else if (form == "launches") wanted = MlpBlockProgram::Form::kLaunches;
+    else if (!form.empty()) raise(kind::kValue, "MlpBlock: form must be None, \"program\" or \"launches\"");
     const DLDevice d = residual.device();
     if (d.device_type != kDLCUDA) raise(kind::kValue, "MlpBlock: residual must be a CUDA tensor");
     device = d.device_id;
@@ -26,9 +30,10 @@ MlpBlockObj::MlpBlockObj(tvm::ffi::Optional<DLView> o_proj, DLView post_norm, DL
                                      matrix(out, "MlpBlock: out")};
     rows = b.residual.rows;
     DeviceScope scope(dev);
-    block_ = std::make_unique<MlpBlockProgram>(w, b, static_cast<int>(rows), fold);
+    block_ = std::make_unique<MlpBlockProgram>(w, b, static_cast<int>(rows), fold, wanted);
     post_norm_folded = block_->post_norm_folded();
     next_norm_folded = block_->next_norm_folded();
+    launches = block_->form() == MlpBlockProgram::Form::kLaunches;
   });
 }
 
@@ -48,6 +53,7 @@ TVM_FFI_STATIC_INIT_BLOCK() {
       .def_ro("rows", &MlpBlockObj::rows)
       .def_ro("post_norm_folded", &MlpBlockObj::post_norm_folded)
       .def_ro("next_norm_folded", &MlpBlockObj::next_norm_folded)
+      .def_ro("launches", &MlpBlockObj::launches)
       .def("run", &MlpBlockObj::run);
 }
 

@@ -170,8 +170,10 @@ class GemmProgram(_Program):
 
 
 class MlpBlock(_Program):
-    """A dense decoder layer's stretch between two attentions at TP 1, run as one
-    kernel on the current torch stream::
+    """A dense decoder layer's stretch between two attentions at TP 1, run on the
+    current torch stream as one kernel up to 16 rows (``form`` "program") and above as
+    a GEMM per linear with the norm and SiLU-mul kernels between them (``form``
+    "launches", which measured faster there)::
 
         o = attn · o_projᵀ                              (with o_proj; else o = attn)
         residual += o;  h = rmsnorm(residual) · post_norm
@@ -189,19 +191,23 @@ class MlpBlock(_Program):
     to 64. Each norm is folded into the GEMMs that read it where the block's form and
     the program serve that (``post_norm_folded``, ``next_norm_folded``);
     ``fold=False`` keeps norm ops. What ``GemmProgram`` says of memory, SMs, weights,
-    bits, errors and capture holds."""
+    bits, errors and capture holds (the launches: weights copied, bits repeatable, the
+    GEMMs' paths decided here). ``form`` asks for one form ("program" or "launches";
+    ValueError where the launches do not serve the tensors)."""
 
     def __init__(self, *, post_norm: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor,
                  attn: torch.Tensor, residual: torch.Tensor, out: torch.Tensor,
                  o_proj: Optional[torch.Tensor] = None, next_norm: Optional[torch.Tensor] = None,
-                 qkv: Optional[torch.Tensor] = None, eps: float = 1e-6, fold: bool = True):
+                 qkv: Optional[torch.Tensor] = None, eps: float = 1e-6, fold: bool = True,
+                 form: Optional[str] = None):
         _not_capturing("MlpBlock")
         weights = [o_proj, post_norm, gate_up, down, next_norm, qkv]
         handle = _lib.module.mlp_block(*map(_detached, weights), float(eps), _detached(attn), _detached(residual),
-                                       _detached(out), bool(fold))
+                                       _detached(out), bool(fold), form or "")
         self.rows = handle.rows
         self.post_norm_folded = handle.post_norm_folded
         self.next_norm_folded = handle.next_norm_folded
+        self.form = "launches" if handle.launches else "program"
         self.attn, self.residual, self.out = attn, residual, out
         norm_weights = [post_norm] if not self.post_norm_folded else []
         if next_norm is not None and not self.next_norm_folded:

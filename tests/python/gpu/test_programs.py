@@ -1,5 +1,5 @@
-"""GemmProgram and MlpBlock on this process's GPU: each MlpBlock form, and a
-GemmProgram built op by op, against a float64 torch reference that rounds to bfloat16
+"""GemmProgram and MlpBlock on this process's GPU: each MlpBlock form (a program up
+to 16 rows, launches above), and a GemmProgram built op by op, against a float64 torch reference that rounds to bfloat16
 where the unfolded program stores; bits repeatable over calls, over a CUDA graph's
 replays and under torch.compile; refusals of ops that do not chain."""
 
@@ -54,7 +54,7 @@ FORMS = [  # o_proj, next_norm, qkv, fold
 
 
 @pytest.mark.parametrize("o_proj,next_norm,qkv,fold", FORMS)
-@pytest.mark.parametrize("m", [1, 7, 28])
+@pytest.mark.parametrize("m", [1, 7, 28, 48])
 def test_mlp_block_matches_its_reference(m, o_proj, next_norm, qkv, fold):
     g = torch.Generator(device="cuda").manual_seed(m * 16 + len(FORMS))
     w = {"o_proj": rand(H, A, scale=0.05, g=g) if o_proj else None, "post_norm": rand(H, g=g),
@@ -65,8 +65,10 @@ def test_mlp_block_matches_its_reference(m, o_proj, next_norm, qkv, fold):
     residual = r0.clone()
     out = torch.empty(m, Q if qkv else H, device="cuda", dtype=torch.bfloat16)
     block = tpdecode.MlpBlock(**w, attn=attn, residual=residual, out=out, eps=EPS, fold=fold)
-    assert block.post_norm_folded == (fold and o_proj)
-    assert block.next_norm_folded == (fold and o_proj and qkv)
+    launches = m > 16
+    assert block.form == ("launches" if launches else "program")
+    assert block.post_norm_folded == (not launches and fold and o_proj)
+    assert block.next_norm_folded == (not launches and fold and o_proj and qkv)
     want_out, want_res = reference(w, attn, r0)
     results = []
     for pdl in (False, True):
@@ -74,7 +76,7 @@ def test_mlp_block_matches_its_reference(m, o_proj, next_norm, qkv, fold):
         out.fill_(float("nan"))
         assert block(pdl=pdl) is out
         results.append((out.clone(), residual.clone()))
-    assert relative(out, want_out) < (1.5e-2 if fold else 1e-2)
+    assert relative(out, want_out) < (1.5e-2 if block.post_norm_folded else 1e-2)
     # y, which the second add takes, moves by a folded post norm's roundings (~1 %).
     assert relative(residual, want_res) < (8e-3 if block.post_norm_folded else 3e-3)
     graph = torch.cuda.CUDAGraph()
@@ -86,6 +88,27 @@ def test_mlp_block_matches_its_reference(m, o_proj, next_norm, qkv, fold):
     results.append((out.clone(), residual.clone()))
     for o, r in results[1:]:
         assert torch.equal(o, results[0][0]) and torch.equal(r, results[0][1])
+
+
+@pytest.mark.parametrize("form", ["program", "launches"])
+def test_mlp_block_in_the_form_asked_for(form):
+    m = 8
+    g = torch.Generator(device="cuda").manual_seed(5)
+    w = {"o_proj": None, "post_norm": rand(H, g=g), "gate_up": rand(2 * I, H, scale=0.05, g=g),
+         "down": rand(H, I, scale=0.05, g=g), "next_norm": None, "qkv": None}
+    attn, r0 = rand(m, H, g=g), rand(m, H, scale=2.0, g=g)
+    residual, out = r0.clone(), torch.empty(m, H, device="cuda", dtype=torch.bfloat16)
+    block = tpdecode.MlpBlock(**w, attn=attn, residual=residual, out=out, eps=EPS, form=form)
+    assert block.form == form
+    out.fill_(float("nan"))
+    block()
+    want_out, want_res = reference(w, attn, r0)
+    assert relative(out, want_out) < 1e-2 and relative(residual, want_res) < 3e-3
+    with pytest.raises(ValueError, match="form must be"):
+        tpdecode.MlpBlock(**w, attn=attn, residual=residual, out=out, form="fused")
+    strided = torch.empty(m, H + 64, device="cuda", dtype=torch.bfloat16)[:, :H]
+    with pytest.raises(ValueError, match="launch form does not serve"):
+        tpdecode.MlpBlock(**w, attn=attn, residual=strided, out=out, form="launches")
 
 
 @pytest.mark.parametrize("backend", ["inductor", "aot_eager"])
