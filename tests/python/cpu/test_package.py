@@ -52,6 +52,8 @@ def test_mlp_block_checks_its_tensors_before_any_gpu_work():
     w = np.zeros((64, 64), np.float32)
     with pytest.raises(ValueError, match="residual must be a CUDA tensor"):
         _lib.module.mlp_block(None, w, w, w, None, None, 1e-6, w, w, w, True, "")
+    with pytest.raises(ValueError, match="form must be"):
+        _lib.module.mlp_block(None, w, w, w, None, None, 1e-6, w, w, w, True, "fused")
 
 
 def test_gemm_program_checks_its_ops_before_any_gpu_work():
