@@ -34,7 +34,8 @@
 // folded norms' weights) are copied at build, an unfolded norm's weight is read at
 // every run. Everything the GemmProgram contract says holds for the program form:
 // every SM of the GPU while it runs, one run at a time, bits repeatable run to run;
-// the launch form's bits are repeatable for the decisions DecodeGemm made at build.
+// the launch form runs one call at a time too, its bits repeatable for the decisions
+// DecodeGemm made at build.
 // A CUDA graph that captured run() replays on this object's memory, so the object
 // must outlive it.
 #pragma once
@@ -67,8 +68,9 @@ class MlpBlockProgram {
   };
 
   // The most rows the block runs as one program (above: launches, see above): the
-  // program ran faster up to 16 rows (1-3 % at 8-16 rows, 2-4 % at 1-4), the launches
-  // from 24 (1-17 %; docs/performance.md).
+  // program ran 2-5 % faster at 1-4 rows and 1-2 % at 8, the two within 3 % at 16,
+  // the launches faster from 24 rows (1-17 %) and 1.5-1.7 x at 40-64, at two MLP
+  // shapes on one H200 (docs/performance.md).
   static constexpr int kProgramMaxRows = 16;
   enum class Form { kProgram, kLaunches };
 

@@ -50,10 +50,18 @@ MlpBlockLaunches::MlpBlockLaunches(const MlpBlockProgram::Weights& w, const MlpB
         "mlp block: the launch form does not serve these tensors (its norm kernel takes H a multiple of 64 up to "
         "16384, the norms' [m, H] inputs and outputs contiguous and 16-byte aligned, their weights 16-byte aligned)");
   gate_up_out_ = DeviceBuffer(static_cast<std::size_t>(m) * static_cast<std::size_t>(w.gate_up.rows) * 2);
+  // The weights may still be written on the caller's streams.
+  TPD_CUDA(cudaDeviceSynchronize());
   o_proj_ = linear(w.o_proj, m);
   gate_up_ = linear(w.gate_up, m);
   down_ = linear(w.down, m);
   qkv_ = linear(w.qkv, m);
+  // Each GEMM's operands as run() hands them (InvalidArgument here, not in a run).
+  const bool next = given(w.next_norm);
+  if (o_proj_.gemm) o_proj_.gemm->path(b.attn, s.o);
+  gate_up_.gemm->path(s.h, TensorView::bf16(gate_up_out_.get(), m, w.gate_up.rows));
+  down_.gemm->path(s.act, next ? s.y : b.out);
+  if (qkv_.gemm) qkv_.gemm->path(s.h2, b.out);
   // The copies (on the legacy stream) before any run on a stream that does not wait for it.
   TPD_CUDA(cudaDeviceSynchronize());
 }
@@ -61,7 +69,7 @@ MlpBlockLaunches::MlpBlockLaunches(const MlpBlockProgram::Weights& w, const MlpB
 void MlpBlockLaunches::run(cudaStream_t stream, bool pdl) const {
   const int64_t hidden = b_.residual.cols;
   for (const Linear* l : {&o_proj_, &gate_up_, &down_, &qkv_})
-    if (l->gemm) l->gemm->set_pdl(pdl);
+    if (l->gemm && l->gemm->pdl() != pdl) l->gemm->set_pdl(pdl);
   // residual += x; out = rmsnorm(residual) * weight (residual in place).
   auto add_norm = [&](const TensorView& x, const TensorView& weight, const TensorView& out) {
     const NormIo io{x.data, ArNormTail{b_.residual.data, weight.data, out.data, b_.residual.data, w_.eps},

@@ -28,6 +28,7 @@ class MlpBlockLaunches {
   // before any capture; it times the candidates where the tuner has no decision).
   MlpBlockLaunches(const MlpBlockProgram::Weights& w, const MlpBlockProgram::Buffers& b, const MlpBlockScratch& s,
                    int m);
+  // One run at a time (the GEMMs' PDL setting is the run's).
   void run(cudaStream_t stream, bool pdl) const;
 
  private:

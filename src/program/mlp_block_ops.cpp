@@ -1,12 +1,23 @@
 #include "program/mlp_block_ops.hpp"
 
+#include <cstdint>
+
 #include "core/check.hpp"
+#include "tpdecode/gemm_decision.hpp"
 
 namespace tpdecode::program {
 
 namespace {
 
 bool given(const TensorView& t) { return t.data != nullptr; }
+
+// The bytes a [rows, cols] bf16 view spans overlap.
+bool overlap(const TensorView& a, const TensorView& b) {
+  auto end = [](const TensorView& t) {
+    return reinterpret_cast<uintptr_t>(t.data) + static_cast<uintptr_t>(((t.rows - 1) * t.row_stride + t.cols) * 2);
+  };
+  return reinterpret_cast<uintptr_t>(a.data) < end(b) && reinterpret_cast<uintptr_t>(b.data) < end(a);
+}
 
 void need(const TensorView& t, int64_t rows, int64_t cols, const char* what) {
   check(given(t), "mlp block: {} is missing", what);
@@ -18,6 +29,7 @@ void need(const TensorView& t, int64_t rows, int64_t cols, const char* what) {
 }  // namespace
 
 MlpBlockWidths check_mlp_block(const MlpBlockProgram::Weights& w, const MlpBlockProgram::Buffers& b, int m) {
+  check(m >= 1 && m <= kGemmMaxRows, "mlp block: {} rows (1 to {})", m, kGemmMaxRows);
   check(given(b.residual), "mlp block: the residual is missing");
   const int64_t hidden = b.residual.cols;
   need(b.residual, m, hidden, "the residual");
@@ -38,6 +50,10 @@ MlpBlockWidths check_mlp_block(const MlpBlockProgram::Weights& w, const MlpBlock
   check(!given(w.qkv) || given(w.next_norm), "mlp block: qkv reads the next norm's out: give next_norm");
   if (given(w.qkv)) need(w.qkv, w.qkv.rows, hidden, "qkv");
   need(b.out, m, given(w.qkv) ? w.qkv.rows : hidden, given(w.qkv) ? "out ([m, Q])" : "out ([m, H])");
+  // The block writes out and the residual while it reads attn (either form).
+  check(!overlap(b.out, b.residual), "mlp block: out overlaps the residual");
+  check(!overlap(b.out, b.attn), "mlp block: out overlaps attn");
+  check(!overlap(b.residual, b.attn), "mlp block: the residual overlaps attn");
   return {hidden, inter};
 }
 

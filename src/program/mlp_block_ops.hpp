@@ -31,7 +31,8 @@ struct MlpBlockWidths {
 };
 
 // Checks the weights and buffers against each other (InvalidArgument naming the
-// tensor) and returns the widths the scratch needs.
+// tensor; m from 1 to 64; out, the residual and attn pairwise disjoint) and returns
+// the widths the scratch needs.
 MlpBlockWidths check_mlp_block(const MlpBlockProgram::Weights& w, const MlpBlockProgram::Buffers& b, int m);
 
 // The block's ops in program order; the norms fold where `fold` and the program

@@ -1,10 +1,12 @@
 // The ops an MlpBlockProgram runs: which op reads which, where the residual stream
 // goes, which norms fold (the post norm behind o_proj, the next norm before qkv and
-// only behind a folded post norm), and the refusals of shapes that do not chain.
+// only behind a folded post norm), the refusals of shapes that do not chain or
+// buffers that overlap, and what the launch form serves.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 
+#include "program/mlp_block_launches.hpp"
 #include "program/mlp_block_ops.hpp"
 #include "tpdecode/error.hpp"
 
@@ -134,8 +136,52 @@ TEST(MlpBlockOps, Refusals) {
   refused([](Block& k) { k.b.out = at(8, kM, kH); });                       // out is [m, Q] with qkv
   refused([](Block& k) { k.b.residual = at(7, kM - 1, kH); });
   refused([](Block& k) { k.w.down.dtype = DType::kF32; });
+  refused([](Block& k) { k.b.out = at(7, kM, kQ); });                       // out over the residual
+  refused([](Block& k) { k.b.attn = TensorView::bf16(static_cast<uint16_t*>(k.b.out.data) + 8, kM, kA); });  // in out
+  refused([](Block& k) {  // the residual's last row over attn's first
+    k.b.attn = TensorView::bf16(static_cast<uint16_t*>(k.b.residual.data) + (kM - 1) * kH + kH / 2, kM, kA);
+  });
   Block k;
   EXPECT_THROW(check_mlp_block(k.w, k.b, kM + 1), InvalidArgument) << "m is not the buffers' rows";
+  Block wide;  // 65 rows: above what either form serves
+  wide.b = {at(6, 65, kA), at(7, 65, kH), at(8, 65, kQ)};
+  EXPECT_THROW(check_mlp_block(wide.w, wide.b, 65), InvalidArgument);
+  wide.b = {at(6, 64, kA), at(7, 64, kH), at(8, 64, kQ)};
+  EXPECT_NO_THROW(check_mlp_block(wide.w, wide.b, 64));
+}
+
+// What the launch form serves: the norm kernel's H and its rows, contiguous and
+// 16-byte aligned; the GEMMs take anything.
+TEST(MlpBlockOps, TheLaunchesServeTheNormKernelsTensorsOnly) {
+  EXPECT_TRUE(launches_serve(Block{}.w, Block{}.b));
+  auto refused = [](auto change) {
+    Block k;
+    change(k);
+    EXPECT_FALSE(launches_serve(k.w, k.b));
+  };
+  refused([](Block& k) { k.b.residual.row_stride = kH + 64; });
+  refused([](Block& k) { k.b.residual.data = static_cast<uint16_t*>(k.b.residual.data) + 4; });  // 8-byte aligned
+  refused([](Block& k) { k.w.post_norm.data = static_cast<uint16_t*>(k.w.post_norm.data) + 1; });
+  refused([](Block& k) { k.w.next_norm.data = static_cast<uint16_t*>(k.w.next_norm.data) + 2; });
+  refused([](Block& k) {  // H not a multiple of 64
+    k.b.residual = at(7, kM, kH - 8);
+    k.w.post_norm = at(1, 1, kH - 8);
+  });
+  refused([](Block& k) { k.b.residual = at(7, kM, 16384 + 64); });
+  refused([](Block& k) {  // no o_proj: the post norm reads attn
+    k.w.o_proj = {};
+    k.b.attn = at(6, kM, kH);
+    k.b.attn.row_stride = kH + 8;
+  });
+  refused([](Block& k) {  // no qkv: the next norm writes out
+    k.w.qkv = {};
+    k.b.out = at(8, kM, kH);
+    k.b.out.row_stride = kH + 8;
+  });
+  Block k;  // with o_proj and qkv, attn and out go to GEMMs, which take strided rows
+  k.b.attn.row_stride = kA + 8;
+  k.b.out.row_stride = kQ + 8;
+  EXPECT_TRUE(launches_serve(k.w, k.b));
 }
 
 }  // namespace
