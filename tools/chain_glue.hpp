@@ -1,8 +1,9 @@
 // bench chain's layer glue (--silu-mul, --norms): what runs between a drafter layer's
 // GEMMs (layer_shapes: qkv_a, q_b, o_proj, gate_up, down) at TP 1, in the launch
 // forms as the drafter's kernels and in the program form as ops of the program:
-//  - --silu-mul: down reads silu(gate) * up of gate_up's out: the drafter's SiLU-mul
-//    kernel between the two; in the program, gate_up's SiLU-mul epilogue;
+//  - --silu-mul: down reads silu(gate) * up of gate_up's out: the SiLU-mul kernel
+//    (core/silu_mul_launch.hpp) between the two; in the program, gate_up's SiLU-mul
+//    epilogue;
 //  - --norms: after qkv_a its q_a and kv norms (the drafter's two-norm kernel), which
 //    q_b reads; after o_proj and after down the residual add + RMSNorm (the TP 1
 //    ArNorm kernel, launch_add_rms_norm) on one residual stream, which gate_up and

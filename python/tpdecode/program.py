@@ -1,6 +1,7 @@
 """Persistent programs (TP 1): ``GemmProgram``, a chain of decode GEMMs and RMSNorms
 as one kernel (the C++ GemmProgram), and ``MlpBlock``, a decoder layer's MLP block
-with the projections beside it built as one (the C++ MlpBlockProgram)."""
+with the projections beside it built as one, or above 16 rows as launches (the C++
+MlpBlockProgram)."""
 
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Union
@@ -40,8 +41,8 @@ def _runner(handle, reads: List[torch.Tensor], writes: List[torch.Tensor]):
 
 
 class _Program:
-    """What a built program's call does: run on the current stream (one kernel, on
-    the buffers it was built on), or under torch.compile the custom op
+    """What a built program's call does: run on the current stream (one kernel, or an
+    MlpBlock's launches, on the buffers it was built on), or under torch.compile the custom op
     ``tpdecode::program``, given the buffers it reads (inputs, a norm op's weight) and
     writes. The GEMMs' weights (and a folded norm's) are copied at build: updating
     them later changes nothing; an unfolded norm's weight is read at every run."""
@@ -216,7 +217,8 @@ class MlpBlock(_Program):
 
     def __call__(self, *, pdl: bool = True) -> torch.Tensor:
         """Runs the block on the current stream and returns ``out``. With ``pdl`` the
-        kernel's weights start streaming during the previous kernel's tail (its inputs
-        are read after that kernel completes)."""
+        first kernel's weights start streaming during the previous kernel's tail (its
+        inputs are read after that kernel completes), and each of the launches form's
+        kernels is a dependent of the one before."""
         self._launch(pdl)
         return self.out
