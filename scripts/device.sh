@@ -199,6 +199,8 @@ if [[ " $steps " == *" python "* ]]; then
   step pytest-1gpu 240 python3 -m pytest -q -rs tests/python
   [[ $GPUS -ge 2 ]] && step pytest-2gpu 240 torchrun --nproc-per-node 2 -m pytest -q -rs tests/python/gpu
   step install-decode 180 python3 examples/install_decode.py
+  step bench-mlp-block 150 python3 examples/bench_mlp_block.py --rows 1 4 8 16 24 32 40 48 64 \
+    --json "$LOG/bench_mlp_block.json"
   if [[ $GPUS -ge 2 ]]; then
     step llama-tp-layer 180 torchrun --nproc-per-node 2 examples/llama_tp_layer.py
     step bench-ops-2gpu 120 torchrun --nproc-per-node 2 examples/bench_ops.py
