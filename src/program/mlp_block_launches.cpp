@@ -50,6 +50,8 @@ MlpBlockLaunches::MlpBlockLaunches(const MlpBlockProgram::Weights& w, const MlpB
         "mlp block: the launch form does not serve these tensors (its norm kernel takes H a multiple of 64 up to "
         "16384, the norms' [m, H] inputs and outputs contiguous and 16-byte aligned, their weights 16-byte aligned)");
   gate_up_out_ = DeviceBuffer(static_cast<std::size_t>(m) * static_cast<std::size_t>(w.gate_up.rows) * 2);
+  gate_up_view_ = TensorView::bf16(gate_up_out_.get(), m, w.gate_up.rows);
+  down_out_ = given(w.next_norm) ? s.y : b.out;
   // The weights may still be written on the caller's streams.
   TPD_CUDA(cudaDeviceSynchronize());
   o_proj_ = linear(w.o_proj, m);
@@ -57,10 +59,9 @@ MlpBlockLaunches::MlpBlockLaunches(const MlpBlockProgram::Weights& w, const MlpB
   down_ = linear(w.down, m);
   qkv_ = linear(w.qkv, m);
   // Each GEMM's operands as run() hands them (InvalidArgument here, not in a run).
-  const bool next = given(w.next_norm);
   if (o_proj_.gemm) o_proj_.gemm->path(b.attn, s.o);
-  gate_up_.gemm->path(s.h, TensorView::bf16(gate_up_out_.get(), m, w.gate_up.rows));
-  down_.gemm->path(s.act, next ? s.y : b.out);
+  gate_up_.gemm->path(s.h, gate_up_view_);
+  down_.gemm->path(s.act, down_out_);
   if (qkv_.gemm) qkv_.gemm->path(s.h2, b.out);
   // The copies (on the legacy stream) before any run on a stream that does not wait for it.
   TPD_CUDA(cudaDeviceSynchronize());
@@ -76,14 +77,12 @@ void MlpBlockLaunches::run(cudaStream_t stream, bool pdl) const {
                     static_cast<int>(hidden)};
     launch_add_rms_norm(stream, io, m_, pdl);
   };
-  const TensorView gate_up = TensorView::bf16(gate_up_out_.get(), m_, w_.gate_up.rows);
   if (o_proj_.gemm) o_proj_.gemm->run(b_.attn, s_.o, stream);
   add_norm(o_proj_.gemm ? s_.o : b_.attn, w_.post_norm, s_.h);
-  gate_up_.gemm->run(s_.h, gate_up, stream);
-  launch_silu_mul(stream, gate_up, s_.act, pdl);
-  const bool next = given(w_.next_norm);
-  down_.gemm->run(s_.act, next ? s_.y : b_.out, stream);
-  if (!next) return;
+  gate_up_.gemm->run(s_.h, gate_up_view_, stream);
+  launch_silu_mul(stream, gate_up_view_, s_.act, pdl);
+  down_.gemm->run(s_.act, down_out_, stream);
+  if (!given(w_.next_norm)) return;
   add_norm(s_.y, w_.next_norm, qkv_.gemm ? s_.h2 : b_.out);
   if (qkv_.gemm) qkv_.gemm->run(s_.h2, b_.out, stream);
 }

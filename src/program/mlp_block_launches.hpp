@@ -44,6 +44,8 @@ class MlpBlockLaunches {
   MlpBlockScratch s_;
   int m_;
   DeviceBuffer gate_up_out_;  // [m, 2 I]
+  TensorView gate_up_view_;   // of gate_up_out_
+  TensorView down_out_;       // y with the next norm, else the block's out
   std::shared_ptr<CublasContext> cublas_;
   Linear o_proj_, gate_up_, down_, qkv_;
 };
