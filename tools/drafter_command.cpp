@@ -22,6 +22,7 @@
 #include "read_ceiling.hpp"
 #include "tpdecode/device_info.hpp"
 #include "drafter/cpu_checks.hpp"
+#include "drafter/gpu_drafter.hpp"
 #include "drafter/step.hpp"
 #include "tpdecode/error.hpp"
 #include "tpdecode/local_team.hpp"
@@ -134,12 +135,15 @@ void print_run(const TeamRun& t, const bench::ReadCeiling& ceiling) {
                r.repeat_bitwise && r.ranks_identical ? "yes" : "NO");
   }
   if (t.rows.empty() || t.rows.front().program.step_us <= 0) return;
-  fmt::print("the program path (the step's GEMMs, norms, residual adds and SiLU-muls as GemmPrograms, the rest "
-             "as the specialised path's kernels):\n");
-  fmt::print("{:>4} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>6}\n", "M", "prog us", "step/floor", "stock/prog",
-             "spec/prog", "tokens", "near-tie", "bitwise");
+  fmt::print("the program path (form programs: the step's GEMMs, norms, residual adds and SiLU-muls as "
+             "GemmPrograms, the rest as the specialised path's kernels; launches: above {} rows, the specialised "
+             "path's kernels):\n",
+             drafter::GpuDrafter::kProgramMaxRows);
+  fmt::print("{:>4} {:>9} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>6}\n", "M", "form", "prog us", "step/floor",
+             "stock/prog", "spec/prog", "tokens", "near-tie", "bitwise");
   for (const DrafterRow& r : t.rows)
-    fmt::print("{:>4} {:>10.1f} {:>10.2f} {:>10} {:>10} {:>4}/{:<4} {:>9} {:>6}\n", r.m, r.program.step_us,
+    fmt::print("{:>4} {:>9} {:>10.1f} {:>10.2f} {:>10} {:>10} {:>4}/{:<4} {:>9} {:>6}\n", r.m, r.program.form,
+               r.program.step_us,
                r.program.step_us / floor, ratio(r.stock.step_us, r.program.step_us),
                ratio(r.specialised.step_us, r.program.step_us), r.m - r.program.token_disagreements, r.m,
                fmt::format("{}/{}", r.program.disagreements_near_tie, r.program.token_disagreements),
@@ -179,7 +183,8 @@ void write_json(const std::string& path, const std::vector<TeamRun>& runs, const
                             {"repeat_bitwise", r.repeat_bitwise},
                             {"ranks_identical", r.ranks_identical}});
       if (r.program.step_us > 0)
-        jt["rows"].back()["program"] = {{"step_us", r.program.step_us},
+        jt["rows"].back()["program"] = {{"form", r.program.form},
+                                        {"step_us", r.program.step_us},
                                         {"step_over_floor", r.program.step_us / floor},
                                         {"token_disagreements", r.program.token_disagreements},
                                         {"disagreements_near_tie", r.program.disagreements_near_tie},

@@ -79,7 +79,8 @@ void measure_drafter(Team& team, const drafter::DrafterConfig& config, const Dra
     r.specialised = time_path(d, DrafterPath::kSpecialised, m, o.replays);
     r.repeat_bitwise = d.logits(0, m) == spec;
     if (d.serves_programs()) {
-      say(fmt::format("M = {}: the program path, eager and timed", m));
+      r.program.form = drafter::form_name(drafter::GpuDrafter::program_form(m));
+      say(fmt::format("M = {}: the program path ({}), eager and timed", m, r.program.form));
       const std::vector<uint16_t> prog = eager_logits(d, DrafterPath::kProgram, m);
       const drafter::TokenAgreement agreement = drafter::compare_tokens(stock, stock_tokens, d.tokens(0, m), config.vocab);
       r.program.token_disagreements = agreement.disagreements;

@@ -31,9 +31,11 @@ struct DrafterRow {
   bool repeat_bitwise = false;     // specialised logits: eager run == graph replay, bit for bit
   bool ranks_identical = false;    // every driven rank's specialised logits identical
   uint64_t logits_hash = 0;        // FNV-1a of the specialised logits (ranks of an NCCL team compare it)
-  // The program path (TP 1 only; step_us 0 where it did not run): its step, its
-  // tokens against the stock path's, its logits eager == graph replay.
+  // The program path (TP 1 only; step_us 0 where it did not run): the form it ran
+  // in, its step, its tokens against the stock path's, its logits eager == graph
+  // replay.
   struct Program {
+    std::string form;  // drafter::form_name
     double step_us = 0;
     int token_disagreements = 0;
     int disagreements_near_tie = 0;

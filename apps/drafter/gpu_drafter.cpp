@@ -18,6 +18,8 @@ const char* path_name(DrafterPath p) {
   return p == DrafterPath::kStock ? "stock" : p == DrafterPath::kSpecialised ? "specialised" : "program";
 }
 
+const char* form_name(ProgramForm f) { return f == ProgramForm::kPrograms ? "programs" : "launches"; }
+
 namespace {
 
 bool is_linear(Tensor t) {
@@ -115,7 +117,7 @@ void GpuDrafter::prepare(int m) {
     for (auto& [key, g] : r->gemms) g->prepare(m, r->stream);
   }
   for (auto& op : oprojs_) op->prepare(m);
-  if (serves_programs() && !programs_.count(m)) build_programs(m);
+  if (serves_programs() && program_form(m) == ProgramForm::kPrograms && !programs_.count(m)) build_programs(m);
 }
 
 // Records the step's segments (the launches of the other ops go nowhere) and builds
@@ -173,10 +175,12 @@ void GpuDrafter::set_oproj_kind(std::optional<OprojKind> kind) {
 void GpuDrafter::enqueue_step(DrafterPath path, int m, const OpFilter& filter) {
   require(m >= 1 && m <= rows_cap_, fmt::format("drafter: {} rows (1 .. {})", m, rows_cap_));
   const auto built = programs_.find(m);
+  const bool programs = path == DrafterPath::kProgram && program_form(m) == ProgramForm::kPrograms;
   if (path == DrafterPath::kProgram) {
     require(serves_programs(), "drafter: the program path runs at TP 1 only (no collective runs in a program yet)");
     require(filter.gemm && filter.collective && filter.other, "drafter: the program path runs whole steps only");
-    require(built != programs_.end(), fmt::format("drafter: the program path for {} rows needs prepare({})", m, m));
+    require(!programs || built != programs_.end(),
+            fmt::format("drafter: the program path for {} rows needs prepare({})", m, m));
   }
   std::vector<cudaStream_t> others;
   for (std::size_t i = 1; i < ranks_.size(); ++i) others.push_back(ranks_[i]->stream);
@@ -184,7 +188,7 @@ void GpuDrafter::enqueue_step(DrafterPath path, int m, const OpFilter& filter) {
   comm_->set_algorithm(path == DrafterPath::kStock ? CommAlgorithm::kStock : CommAlgorithm::kAuto);
   const DrafterPath launches = path == DrafterPath::kProgram ? DrafterPath::kSpecialised : path;
   GpuStepOps ops(config_, shapes_, ranks_, *comm_, oprojs_, launches, m, shared_gpu_);
-  if (path == DrafterPath::kProgram) {
+  if (programs) {
     run_segmented_step(config_, shapes_, ops, [&](int index, const Segment&) {
       built->second.programs.at(static_cast<std::size_t>(index))->run(stream());
     });

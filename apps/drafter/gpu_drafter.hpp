@@ -11,11 +11,13 @@
 //    each layer's o_proj + all-reduce + post-attention norm as one PreparedOproj
 //    call where its rule table (or set_oproj_kind) picks a fused kind for the
 //    step's rows, else the two ops.
-//  - program (TP 1 only): the step's runs of GEMMs, norms, residual adds and
-//    SiLU-muls as GemmPrograms (program_segments.hpp; built by prepare(m), their
-//    own copy of the weights), the other ops as the specialised path's kernels.
-//    Its norms sum in the program's order (reference/program_norm.hpp) and its
-//    GEMMs split K their own way: other bits than either path, repeatable.
+//  - program (TP 1 only): up to kProgramMaxRows rows, the step's runs of GEMMs,
+//    norms, residual adds and SiLU-muls as GemmPrograms (program_segments.hpp;
+//    built by prepare(m), their own copy of the weights), the other ops as the
+//    specialised path's kernels. Its norms sum in the program's order
+//    (reference/program_norm.hpp) and its GEMMs split K their own way: other bits
+//    than either path, repeatable. Above kProgramMaxRows the step runs as launches
+//    (program_form): the specialised path's kernels, its bits.
 // At TP 1 the stock and specialised paths run the all-reduce as its RMSNorm alone
 // (the separate add-RMSNorm kernel) and have no gathers: they differ in the GEMMs
 // and PDL.
@@ -44,6 +46,11 @@ namespace tpdecode::drafter {
 enum class DrafterPath { kStock, kSpecialised, kProgram };
 const char* path_name(DrafterPath p);  // "stock" / "specialised" / "program"
 
+// How the program path runs a step of m rows: GemmPrograms, or (above
+// GpuDrafter::kProgramMaxRows) the specialised path's launches.
+enum class ProgramForm { kPrograms, kLaunches };
+const char* form_name(ProgramForm f);  // "programs" / "launches"
+
 struct GpuRank;  // one driven rank's weights, buffers and GEMMs (src/drafter/gpu_rank.hpp)
 
 class GpuDrafter {
@@ -69,10 +76,16 @@ class GpuDrafter {
   std::size_t weight_bytes() const { return weight_bytes_; }
 
   // Host preparation for steps of m rows (DecodeGemm engines, the fused
-  // o-projections; at TP 1 the program path's programs); before capture.
+  // o-projections; at TP 1 and up to kProgramMaxRows the program path's
+  // programs); before capture.
   void prepare(int m);
   // Whether the program path serves this team (TP 1).
   bool serves_programs() const { return ranks_.size() == 1 && team_.size() == 1; }
+  // The most rows the program path runs as GemmPrograms: above, the programs' 32-
+  // and 64-token kernels measured slower than the launches (the step at 28 rows 1.34
+  // x its floor against the launches' 1.24; MlpBlockProgram's threshold, docs/performance.md).
+  static constexpr int kProgramMaxRows = 16;
+  static ProgramForm program_form(int m) { return m <= kProgramMaxRows ? ProgramForm::kPrograms : ProgramForm::kLaunches; }
   // Forces the fused o-projection's kind on the specialised path (benchmarks,
   // tests); empty: its rule table. Host only, never under capture.
   void set_oproj_kind(std::optional<OprojKind> kind);

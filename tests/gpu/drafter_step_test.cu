@@ -107,8 +107,10 @@ TEST_P(DrafterStepGpu, SpecialisedMatchesStockRepeatsAndReference) {
 }
 
 // The program path at TP 1 (the step's GEMMs, norms, residual adds and SiLU-muls as
-// GemmPrograms): the stock path's tokens except near ties, bitwise repeats (eager
-// and graph replay), the logits against the CPU reference; refused on a team of 2.
+// GemmPrograms up to kProgramMaxRows rows, the specialised path's launches above):
+// the stock path's tokens except near ties, bitwise repeats (eager and graph
+// replay), the logits against the CPU reference, and above the threshold the
+// specialised path's bits; refused on a team of 2.
 TEST(DrafterProgramPath, MatchesStockRepeatsAndReference) {
   TPD_REQUIRE_GPU();
   const DrafterConfig c = DrafterConfig::reduced_gpu();
@@ -117,13 +119,17 @@ TEST(DrafterProgramPath, MatchesStockRepeatsAndReference) {
   ASSERT_TRUE(d.serves_programs());
   EXPECT_THROW(d.enqueue_step(DrafterPath::kProgram, 1), InvalidArgument) << "before prepare";
   // One row too: the finisher's threads that do not sum run ahead of those that do.
-  for (int m : {1, rows_under_test()}) {
+  // Both sides of the threshold: the largest programs and the first launches.
+  for (int m : {1, rows_under_test(), GpuDrafter::kProgramMaxRows, GpuDrafter::kProgramMaxRows + 1}) {
     SCOPED_TRACE(testing::Message() << "M " << m);
+    const bool launches = m > GpuDrafter::kProgramMaxRows;
+    EXPECT_EQ(GpuDrafter::program_form(m), launches ? ProgramForm::kLaunches : ProgramForm::kPrograms);
     d.prepare(m);
     const std::vector<uint16_t> stock = eager(d, DrafterPath::kStock, m);
     const std::vector<int32_t> stock_tokens = d.tokens(0, m);
     const std::vector<uint16_t> prog = eager(d, DrafterPath::kProgram, m);
     const std::vector<int32_t> prog_tokens = d.tokens(0, m);
+    if (launches) EXPECT_EQ(eager(d, DrafterPath::kSpecialised, m), prog) << "the launches: the specialised bits";
     EXPECT_EQ(eager(d, DrafterPath::kProgram, m), prog);
     EXPECT_EQ(graph_replay(d, DrafterPath::kProgram, m, test::quick() ? 2 : 20), prog);
     EXPECT_THROW(d.enqueue_step(DrafterPath::kProgram, m, OpFilter::only(OpKind::kGemm)), InvalidArgument);
@@ -132,7 +138,8 @@ TEST(DrafterProgramPath, MatchesStockRepeatsAndReference) {
     EXPECT_EQ(disagree, near_tie) << "token disagreements beyond a near tie";
     const double err = test::relative_error(prog, cpu_reference(m).buffer(Buf::kLogits));
     EXPECT_LT(err, kCpuTolerance);
-    std::cout << "[ drafter ] program path, TP 1, M " << m << ": stock/program tokens disagree on " << disagree
+    std::cout << "[ drafter ] program path (" << form_name(GpuDrafter::program_form(m)) << "), TP 1, M " << m
+              << ": stock/program tokens disagree on " << disagree
               << " rows (" << near_tie << " near ties); relative logit error vs CPU " << err << "\n";
   }
 
