@@ -81,10 +81,10 @@ class GpuDrafter {
   void prepare(int m);
   // Whether the program path serves this team (TP 1).
   bool serves_programs() const { return ranks_.size() == 1 && team_.size() == 1; }
-  // The most rows the program path runs as GemmPrograms: above, the programs' 32-
-  // and 64-token kernels measured slower than the launches (the step at 28 rows 1.34
-  // x its floor against the launches' 1.24; MlpBlockProgram's threshold, docs/performance.md).
-  static constexpr int kProgramMaxRows = 16;
+  // The most rows the program path runs as GemmPrograms (their 8-token kernel): the
+  // step's programs ran 2 % faster than the launches at 1 row, level at 7, 2 % slower
+  // at 14 and 16 (the 16-token kernel) and 8 % at 28 (docs/performance.md).
+  static constexpr int kProgramMaxRows = 8;
   static ProgramForm program_form(int m) { return m <= kProgramMaxRows ? ProgramForm::kPrograms : ProgramForm::kLaunches; }
   // Forces the fused o-projection's kind on the specialised path (benchmarks,
   // tests); empty: its rule table. Host only, never under capture.
