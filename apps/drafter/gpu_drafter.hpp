@@ -85,7 +85,9 @@ class GpuDrafter {
   // step's programs ran 2 % faster than the launches at 1 row, level at 7, 2 % slower
   // at 14 and 16 (the 16-token kernel) and 8 % at 28 (docs/performance.md).
   static constexpr int kProgramMaxRows = 8;
-  static ProgramForm program_form(int m) { return m <= kProgramMaxRows ? ProgramForm::kPrograms : ProgramForm::kLaunches; }
+  static ProgramForm program_form(int m) {
+    return m <= kProgramMaxRows ? ProgramForm::kPrograms : ProgramForm::kLaunches;
+  }
   // Forces the fused o-projection's kind on the specialised path (benchmarks,
   // tests); empty: its rule table. Host only, never under capture.
   void set_oproj_kind(std::optional<OprojKind> kind);
