@@ -112,6 +112,7 @@ constexpr bool shape_built(int sub_tiles, int tokens) {
 // (use n of a stage is its barrier's phase n / stages). With cap <= stages the
 // barrier has not been armed for a later use yet (that is use issued - cap +
 // stages >= issued), so the parity names this use. No wait for the first cap uses.
+// The cap may change from one use to the next (each wait is on an earlier use).
 struct LandedWait {
   bool wait = false;
   int stage = 0;

@@ -143,11 +143,15 @@ __device__ __forceinline__ void load_step(uint8_t* smem, const CUtensorMap* map,
 
 // A cap on the weight stages in flight (issued, not landed): the stages' copies
 // complete on `landed` (one barrier per stage, one arrival: the producer's) and at
-// most `stages` (<= the ring's) are in flight at once (landed_wait). Null
+// most `stages` (<= the ring's) are in flight at once (landed_wait); while the
+// shared counter `low_while` is above 0 (null: never), at most `low_stages`. Null
 // `landed`: no cap, the copies complete on the ring's full barriers.
 struct InFlightCap {
   uint64_t* landed = nullptr;
   int stages = 0;
+  const volatile int* low_while = nullptr;
+  int low_stages = 0;
+  __device__ int now() const { return low_while != nullptr && *low_while > 0 ? low_stages : stages; }
 };
 
 // The weight producer (one thread): every unit's steps, in order, each as soon as
@@ -165,7 +169,7 @@ __device__ __forceinline__ void produce_weights(const Ring<kWRows, kXRows, kDept
       dev::mbar_wait(ring.empty + cur.stage, cur.parity ^ 1);
       uint64_t* bar = ring.full + cur.stage;
       if (cap.landed != nullptr) {
-        const LandedWait w = landed_wait(issued, cap.stages, ring.stages);
+        const LandedWait w = landed_wait(issued, cap.now(), ring.stages);
         if (w.wait) dev::mbar_wait(cap.landed + w.stage, w.parity);
         bar = cap.landed + cur.stage;
       }

@@ -336,6 +336,7 @@ GemmProgram::GemmProgram(std::vector<Op> ops, int m, bool record_timeline) : imp
   p.args.m = m;
   p.args.stages = p.shape.stages;
   p.args.inflight_stages = p.shape.inflight_stages;
+  p.args.polling_inflight_stages = p.shape.polling_inflight_stages;
   p.args.timeline = nullptr;
   if (record_timeline) {
     const std::size_t bytes = std::size_t{8} * static_cast<std::size_t>(p.grid * (1 + 3 * p.op_count)) * 8;

@@ -112,6 +112,7 @@ struct ActivationLoader {
   const CtaUnits& units;
   const Ring& ring;
   uint64_t* landed;  // per stage: its weights are in (the kernel's cap on them in flight)
+  int* polling;      // the loader warps polling now (the weight producer's cap is lower meanwhile)
   uint32_t epoch;
   int warp;  // of the loaders
   int lane;
@@ -192,7 +193,9 @@ struct ActivationLoader {
                                    policy);
         }
       } else {
+        if (lane == 0) atomicAdd(polling, 1);
         poll_stage(at, op);
+        if (lane == 0) atomicSub(polling, 1);
       }
       for (int w = 0; w < kLoaderWarps; ++w) at.next(units, ring.stages);
     }

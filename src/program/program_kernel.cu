@@ -241,7 +241,9 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
   auto* bars = reinterpret_cast<uint64_t*>(base + a.stages * Ring::kStageBytes);
   const Ring ring{base, a.stages, bars, bars + a.stages};
   uint64_t* landed = bars + 2 * a.stages;  // a stage's weights are in (kernel_shape: why a cap)
-  uint64_t* handoff_bars = landed + a.stages + (a.stages & 1);  // `pre` 16-byte aligned
+  // The loader warps polling a stage now (the weight producer's lower cap meanwhile).
+  int* polling = reinterpret_cast<int*>(landed + a.stages + (a.stages & 1));
+  uint64_t* handoff_bars = landed + a.stages + (a.stages & 1) + 2;  // `pre` 16-byte aligned
   float* pre = reinterpret_cast<float*>(handoff_bars + kHandoffBarriers);
   const Handoff handoff{pre,
                         handoff_bars,
@@ -259,6 +261,7 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
     dev::mbar_init(ring.empty + tid, wgmma::kConsumerWarps);
   }
   if (tid == 0) {
+    *polling = 0;
     dev::mbar_init(handoff.pre_full, summing_warps(a.m));
     dev::mbar_init(handoff.pre_empty, wgmma::kConsumerWarps);
     dev::mbar_init(handoff.pub_full, wgmma::kConsumerWarps);
@@ -278,7 +281,9 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
   const int warp = tid / 32;
   if (warp == wgmma::kWeightWarp) {
     wgmma::Cursor cur;
-    if (tid % 32 == 0) wgmma::produce_weights(ring, CtaSchedule<kDepth>{units}, cur, {landed, a.inflight_stages});
+    if (tid % 32 == 0)
+      wgmma::produce_weights(ring, CtaSchedule<kDepth>{units}, cur,
+                             {landed, a.inflight_stages, polling, a.polling_inflight_stages});
     return;
   }
   // The program's inputs, the previous run's mailbox, scratch and counters: the
@@ -286,7 +291,8 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
   dev::pdl_wait();
   if (warp > wgmma::kWeightWarp && warp < kFinisherWarp) {
     if (units.count() > 0)
-      ActivationLoader<kTokens, kDepth>{a, units, ring, landed, read_epoch(a), warp - wgmma::kWeightWarp - 1, tid % 32}
+      ActivationLoader<kTokens, kDepth>{
+          a, units, ring, landed, polling, read_epoch(a), warp - wgmma::kWeightWarp - 1, tid % 32}
           .run();
     return;
   }
@@ -408,8 +414,9 @@ KernelShape kernel_shape(int m) {
   // Shared memory: the aligned ring, its barriers and the finisher's handoff.
   const int stage = s.depth * (wgmma::kTileBytes + s.tokens * wgmma::kChunkK * 2);
   const int handoff = kHandoffBarriers * 8 + handoff_floats(s.tokens) * 4;
-  // The ring's full, empty and landed barriers, one padding word for `pre`.
-  auto bytes = [&](int stages) { return stages * stage + (3 * stages + 1) * 8 + handoff + wgmma::kAlign; };
+  // The ring's full, empty and landed barriers, one padding word for `pre`, the
+  // polling count (16 bytes).
+  auto bytes = [&](int stages) { return stages * stage + (3 * stages + 3) * 8 + handoff + wgmma::kAlign; };
   s.stages = 0;
   while (s.stages < wgmma::kMaxStages && bytes(s.stages + 1) <= kSmemPerCtaMax) ++s.stages;
   s.smem_bytes = bytes(s.stages);
@@ -420,6 +427,11 @@ KernelShape kernel_shape(int m) {
   // ceiling. The chains ran 4-6 % faster at 1 and 8 rows, 2 % at 16 (32 KB
   // starved the stream; docs/performance.md).
   s.inflight_stages = std::clamp(kInFlightBytes / (s.depth * wgmma::kTileBytes), 1, s.stages);
+  // Why fewer while a loader polls: the polls queue behind the weights in flight
+  // (one 32 KB stage in flight throughout measured 2-2.5 % faster at TP 8 and 5 %
+  // slower at TP 4 M 1, where the stream starved; docs/performance.md), and the
+  // loaders poll only in the first stages after an op boundary.
+  s.polling_inflight_stages = std::clamp(kPollingInFlightBytes / (s.depth * wgmma::kTileBytes), 1, s.inflight_stages);
   return s;
 }
 

@@ -93,6 +93,7 @@ struct Args {
   int m;
   int stages;
   int inflight_stages;  // weight stages issued and not landed, at most
+  int polling_inflight_stages;  // the same while a loader warp polls the mailbox
   // With a timeline: [8 runs][ctas][1 + 3 ops] u64, run r's in slot r % 8: per
   // CTA its SM, then per op the three times of GemmProgram::OpTimes. Else null.
   uint64_t* timeline;
@@ -106,10 +107,12 @@ struct KernelShape {
   int depth = 4;
   int stages = 0;
   int inflight_stages = 0;  // the weight producer's cap on stages in flight
+  int polling_inflight_stages = 0;  // its cap while a loader warp polls
   int smem_bytes = 0;
 };
 // The weight bytes a CTA keeps in flight, at most (kernel_shape: why).
 inline constexpr int kInFlightBytes = 64 * 1024;
+inline constexpr int kPollingInFlightBytes = 32 * 1024;  // while a loader polls
 KernelShape kernel_shape(int m);
 
 // The weight [n, k] packed for the kernel at `depth` chunks per step: per 64-row
