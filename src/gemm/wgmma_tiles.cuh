@@ -143,9 +143,10 @@ __device__ __forceinline__ void load_step(uint8_t* smem, const CUtensorMap* map,
 
 // A cap on the weight stages in flight (issued, not landed): the stages' copies
 // complete on `landed` (one barrier per stage, one arrival: the producer's) and at
-// most `stages` (<= the ring's) are in flight at once (landed_wait); while the
-// shared counter `low_while` is above 0 (null: never), at most `low_stages`. Null
-// `landed`: no cap, the copies complete on the ring's full barriers.
+// most `stages` (<= the ring's) are in flight at once (landed_wait); a copy issued
+// while the shared counter `low_while` is above 0 (null: never) waits instead for
+// the use `low_stages` before it (as few in flight once the earlier ones landed).
+// Null `landed`: no cap, the copies complete on the ring's full barriers.
 struct InFlightCap {
   uint64_t* landed = nullptr;
   int stages = 0;
