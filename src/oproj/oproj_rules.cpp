@@ -26,7 +26,7 @@ const char* oproj_kind_name(OprojKind k) {
 
 std::span<const OprojRule> oproj_rule_table() {
   // Empty: every mailbox kind measured slower than the unfused path (NCCL TP 2 with
-  // ArNorm 1.37-1.42 x at M 1-8, with AttnRes 1.8-2.1 x; local TP 8 producer-consumer
+  // ArNorm 1.37-1.67 x at M 1-8, with AttnRes 1.8-2.1 x; local TP 8 producer-consumer
   // 1.51 x at M 1: docs/oproj.md, docs/performance.md), so every call runs unfused
   // unless a kind is forced. A row needs a `tpdecode bench oproj` run measuring its
   // kind at least kOprojRuleGain faster than unfused.
