@@ -82,9 +82,10 @@ class GemmProgram {
     // for the norm; the reader's out differs from the unfolded one's by the roundings
     // moved (no bf16(h * rstd * weight) in between; the tests hold it to the exact
     // norm's FP64 product). Requires: x a window of a plain GEMM's out from a
-    // multiple of 64 columns, k a multiple of 64 or reaching that out's end; with a residual or
-    // residual_out, no other op reads that GEMM's out; the residual an input or an
-    // earlier folded norm's residual_out; every op reading out a GEMM.
+    // multiple of 64 columns, k a multiple of 64 or reaching that out's end; with a
+    // residual or residual_out, x all of that GEMM's out and no other op reading it;
+    // the residual an input or an earlier folded norm's residual_out; every op
+    // reading out a GEMM.
     bool folded = false;
   };
   struct Op {

@@ -84,6 +84,13 @@ std::vector<Fold> fold_norms(const std::vector<GemmProgram::Op>& ops, const std:
           "norm's residual is an input or a folded norm's residual_out)",
           f, stream);
     const bool adds = norm.residual.data != nullptr || norm.residual_out.data != nullptr;
+    // Why: the producer's epilogue adds the residual at its own columns, to every
+    // block it stores; a narrower window would read and write the residual views
+    // past their columns.
+    check(!adds || (fold.column == 0 && k == n),
+          "gemm program: folded norm op {} adds a residual, so its x must be all of op {}'s out (columns [0, {})), "
+          "not columns [{}, {})",
+          f, producer, n, fold.column, fold.column + k);
     for (std::size_t j = 0; j < count; ++j) {
       if (j == f) continue;
       check(!adds || after[j] != producer,

@@ -177,6 +177,21 @@ TEST(GemmProgramFold, Refusals) {
     const GemmProgram::Gemm r{v(w, n, 256), v(out, m, 256), v(z, m, n), 1};
     EXPECT_THROW(GemmProgram({producer, f, r}, m), InvalidArgument);
   }
+  // A window of the producer's out folds without a residual; with one it must be the
+  // whole out (the producer adds the residual at its own columns).
+  for (const int64_t column : {int64_t{0}, int64_t{256}}) {
+    SCOPED_TRACE(testing::Message() << "window from column " << column);
+    TensorView part = TensorView::bf16(static_cast<uint16_t*>(p.get()) + column, m, 256);
+    part.row_stride = n;
+    const GemmProgram::Gemm r{v(w, n, 256), v(out, m, 256), v(z, m, n), 1};
+    const GemmProgram::Norm plain{part, 0, v(g, 1, 256), 1e-6f, {}, {}, v(out, m, 256), true};
+    EXPECT_NO_THROW(GemmProgram({producer, plain, r}, m));
+    const GemmProgram::Norm adds{part, 0, v(g, 1, 256), 1e-6f, v(res, m, 256), v(h, m, 256), v(out, m, 256), true};
+    EXPECT_THROW(GemmProgram({producer, adds, r}, m), InvalidArgument);
+    GemmProgram::Norm stream_only = adds;
+    stream_only.residual = {};
+    EXPECT_THROW(GemmProgram({producer, stream_only, r}, m), InvalidArgument);
+  }
   {  // the producer has the SiLU-mul epilogue
     GemmProgram::Gemm gated = producer;
     gated.epilogue = GemmProgram::Epilogue::kSiluMul;
