@@ -172,7 +172,8 @@ class TpComm {
   void set_algorithm(CommAlgorithm a) { config_.algorithm = a; }
 
   // One call for every driven rank: io[i] and streams[i] belong to driven rank i.
-  // Throws InvalidArgument (shapes, dtype, alignment: checked before anything is
+  // Throws InvalidArgument (shapes, dtype, alignment, an output overlapping another
+  // operand but for the in-place forms above: checked before anything is
   // launched), CapacityError (rows above the stock path's buffers) and TimeoutError
   // (the team is aborted: every rank must reset() it).
   CommResult all_reduce(std::span<const AllReduceIo> io, std::span<const cudaStream_t> streams);

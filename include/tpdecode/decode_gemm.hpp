@@ -73,7 +73,8 @@ class DecodeGemm {
   // out[M, N] = x[M, K] * W^T on `stream`. x: [M, K] bf16, out: [M, N] bf16 (any
   // row stride >= cols; strided or misaligned operands run on cuBLAS). An eager
   // call prepares a new bucket (see prepare); a call under stream capture never
-  // does. Returns the path taken.
+  // does. out may not overlap x or the weight (InvalidArgument). Returns the path
+  // taken.
   GemmPath run(const TensorView& x, const TensorView& out, cudaStream_t stream);
 
   // Programmatic dependent launch for the engines (default on): each engine kernel

@@ -159,8 +159,9 @@ class PreparedOproj {
   int producer_split(int m) const;
 
   // One call for every driven rank (io[i], streams[i]: driven rank i). Throws
-  // InvalidArgument (shapes, dtypes, alignment, the wrong epilogue, m not prepared
-  // under capture), TimeoutError (the team is aborted: every rank must reset()).
+  // InvalidArgument (shapes, dtypes, alignment, an output over another operand but
+  // for the in-place forms above, the wrong epilogue, m not prepared under
+  // capture), TimeoutError (the team is aborted: every rank must reset()).
   OprojResult run(std::span<const OprojArNormIo> io, std::span<const cudaStream_t> streams);
   OprojResult run(std::span<const OprojAttnResIo> io, std::span<const cudaStream_t> streams);
   OprojResult run(const OprojArNormIo& io, cudaStream_t stream) { return run({&io, 1}, {&stream, 1}); }

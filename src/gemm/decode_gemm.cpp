@@ -6,6 +6,7 @@
 #include <map>
 
 #include "core/check.hpp"
+#include "core/tensor_overlap.hpp"
 #include "gemm/adjacent_links.hpp"
 #include "gemm/chain_timing.hpp"
 #include "gemm/gemm_paths.hpp"
@@ -346,6 +347,9 @@ void DecodeGemm::check_operands(const TensorView& x, const TensorView& out) cons
   require_matrix(x, k(), "x");
   require_matrix(out, n(), "out");
   check(out.rows == x.rows, "decode_gemm: out has {} rows, x has {}", out.rows, x.rows);
+  // Why: every CTA reads all of x while others store their tiles of out.
+  check_apart("decode_gemm", out, "out", x, "x");
+  check_apart("decode_gemm", out, "out", weight_, "the weight");
 }
 
 bool DecodeGemm::engine_takes(const TensorView& x) const { return engine_eligible() && engine_activations_ok(x); }

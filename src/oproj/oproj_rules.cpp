@@ -7,6 +7,7 @@
 #include "comm/kernels.hpp"
 #include "comm/rules.hpp"
 #include "core/check.hpp"
+#include "core/tensor_overlap.hpp"
 #include "gemm/gemm_tactic.hpp"
 #include "oproj/oproj_kernels.hpp"
 
@@ -83,6 +84,13 @@ void check_oproj_io(const OprojArNormIo& io, int64_t hidden, int64_t k) {
   check_bf16(io.weight, 1, hidden, "norm weight");
   check_bf16(io.out, m, hidden, "output");
   check_bf16(io.residual_out, m, hidden, "residual output");
+  // The outputs apart from every other operand; the new residual may be the residual.
+  for (const auto& [written, name] : {std::pair{&io.out, "output"}, std::pair{&io.residual_out, "residual output"}}) {
+    check_apart("oproj", *written, name, io.x, "x");
+    check_apart("oproj", *written, name, io.weight, "norm weight");
+    check_apart("oproj", *written, name, io.residual, "residual", written == &io.residual_out);
+  }
+  check_apart("oproj", io.out, "output", io.residual_out, "residual output");
 }
 
 void check_oproj_io(const OprojAttnResIo& io, int64_t hidden, int64_t k) {
@@ -90,7 +98,8 @@ void check_oproj_io(const OprojAttnResIo& io, int64_t hidden, int64_t k) {
   check_norm_eps(io.eps, "oproj");
   if (!io.new_block) check_bf16(io.partial, m, hidden, "partial");
   check_bf16(io.partial_out, m, hidden, "partial output");
-  check(io.blocks.rows % m == 0, "oproj: saved blocks of {} rows for calls of {} rows", io.blocks.rows, m);
+  check(io.blocks.rows >= 0 && io.blocks.rows % m == 0, "oproj: saved blocks of {} rows for calls of {} rows",
+        io.blocks.rows, m);
   const int64_t nb = io.blocks.rows / m;
   check(nb <= kAttnResMaxBlocks, "oproj: {} saved blocks, the AttnRes epilogue takes at most {}", nb,
         kAttnResMaxBlocks);
@@ -106,6 +115,30 @@ void check_oproj_io(const OprojAttnResIo& io, int64_t hidden, int64_t k) {
     check_bf16(io.ahead->query, 1, hidden, "next pseudo-query");
     check_f32(io.ahead->stats, m, 2, 8, "ahead statistics");
     check_f32(io.ahead->mixture, m, hidden, 16, "ahead mixture");
+  }
+  // What the call writes apart from what it reads and from each other; p' may be p.
+  const TensorView none{};
+  const TensorView& stats = io.ahead ? io.ahead->stats : none;
+  const TensorView& mixture = io.ahead ? io.ahead->mixture : none;
+  const std::pair<const TensorView*, const char*> reads[] = {
+      {&io.x, "x"},
+      {&io.blocks, "saved blocks"},
+      {&io.key_norm, "key norm weight"},
+      {&io.query, "pseudo-query"},
+      {&io.out_norm, "output norm weight"},
+      {io.ahead ? &io.ahead->key_norm : &none, "next key norm weight"},
+      {io.ahead ? &io.ahead->query : &none, "next pseudo-query"}};
+  const std::pair<const TensorView*, const char*> writes[] = {
+      {&io.out, "output"},
+      {&io.partial_out, "partial output"},
+      {&stats, "ahead statistics"},
+      {&mixture, "ahead mixture"}};
+  for (std::size_t i = 0; i < std::size(writes); ++i) {
+    const auto& [written, name] = writes[i];
+    for (const auto& [read, what] : reads) check_apart("oproj", *written, name, *read, what);
+    check_apart("oproj", *written, name, io.new_block ? none : io.partial, "partial", written == &io.partial_out);
+    for (std::size_t j = i + 1; j < std::size(writes); ++j)
+      check_apart("oproj", *written, name, *writes[j].first, writes[j].second);
   }
 }
 

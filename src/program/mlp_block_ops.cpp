@@ -1,8 +1,10 @@
 #include "program/mlp_block_ops.hpp"
 
+#include <cmath>
 #include <cstdint>
 
 #include "core/check.hpp"
+#include "core/tensor_overlap.hpp"
 #include "tpdecode/gemm_decision.hpp"
 
 namespace tpdecode::program {
@@ -10,14 +12,6 @@ namespace tpdecode::program {
 namespace {
 
 bool given(const TensorView& t) { return t.data != nullptr; }
-
-// The bytes a [rows, cols] bf16 view spans overlap.
-bool overlap(const TensorView& a, const TensorView& b) {
-  auto end = [](const TensorView& t) {
-    return reinterpret_cast<uintptr_t>(t.data) + static_cast<uintptr_t>(((t.rows - 1) * t.row_stride + t.cols) * 2);
-  };
-  return reinterpret_cast<uintptr_t>(a.data) < end(b) && reinterpret_cast<uintptr_t>(b.data) < end(a);
-}
 
 void need(const TensorView& t, int64_t rows, int64_t cols, const char* what) {
   check(given(t), "mlp block: {} is missing", what);
@@ -40,6 +34,9 @@ MlpBlockWidths check_mlp_block(const MlpBlockProgram::Weights& w, const MlpBlock
   need(w.gate_up, 2 * inter, hidden, "gate_up");
   need(w.down, hidden, inter, "down");
   need(w.post_norm, 1, hidden, "post_norm");
+  // Why here: the launch form's norm kernels take eps as given (the program checks
+  // its own).
+  check(std::isfinite(w.eps) && w.eps >= 0, "mlp block: eps {} (a finite number >= 0 is required)", w.eps);
   if (given(w.o_proj)) {
     need(w.o_proj, hidden, w.o_proj.cols, "o_proj");
     need(b.attn, m, w.o_proj.cols, "attn ([m, A] with o_proj [H, A])");
@@ -51,9 +48,9 @@ MlpBlockWidths check_mlp_block(const MlpBlockProgram::Weights& w, const MlpBlock
   if (given(w.qkv)) need(w.qkv, w.qkv.rows, hidden, "qkv");
   need(b.out, m, given(w.qkv) ? w.qkv.rows : hidden, given(w.qkv) ? "out ([m, Q])" : "out ([m, H])");
   // The block writes out and the residual while it reads attn (either form).
-  check(!overlap(b.out, b.residual), "mlp block: out overlaps the residual");
-  check(!overlap(b.out, b.attn), "mlp block: out overlaps attn");
-  check(!overlap(b.residual, b.attn), "mlp block: the residual overlaps attn");
+  check(!spans_overlap(b.out, b.residual), "mlp block: out overlaps the residual");
+  check(!spans_overlap(b.out, b.attn), "mlp block: out overlaps attn");
+  check(!spans_overlap(b.residual, b.attn), "mlp block: the residual overlaps attn");
   return {hidden, inter};
 }
 

@@ -22,6 +22,9 @@ using test::tp8_limits;
 using test::with_two_shot;
 
 alignas(16) uint16_t host_rows[8 * 128];
+// Distinct fake device addresses, 1 MB apart (the checks read the views' fields,
+// never their memory).
+void* fake_at(int region) { return reinterpret_cast<void*>(static_cast<uintptr_t>(region) << 20); }
 
 template <class E, class F>
 std::string message_of(F&& f) {
@@ -182,35 +185,35 @@ TEST(CommRules, ArNormAndGatherArgumentsNameTheProblem) {
   // FP8 epilogues: an e4m3 output; a static scale of one f32; group scales [rows, hidden / 128] f32, at
   // hidden sizes of whole groups per CTA (multiples of 1024).
   ArNormIo q = a;
-  q.x = TensorView::bf16(host_rows, 2, 1024);
-  q.weight = TensorView::bf16(host_rows, 1, 1024);
-  q.residual_out = TensorView::bf16(host_rows, 2, 1024);
-  q.out = TensorView::e4m3(host_rows, 2, 1024);
+  q.x = TensorView::bf16(fake_at(1), 2, 1024);
+  q.weight = TensorView::bf16(fake_at(2), 1, 1024);
+  q.residual_out = TensorView::bf16(fake_at(3), 2, 1024);
+  q.out = TensorView::e4m3(fake_at(4), 2, 1024);
   q.quant = ArNormQuant::kStatic;
-  q.scale = TensorView::f32(host_rows, 1, 1);
+  q.scale = TensorView::f32(fake_at(5), 1, 1);
   EXPECT_NO_THROW(check_ar_norm(q));
   q.quant = ArNormQuant::kGroup;
   EXPECT_TRUE(mentions(message_of<InvalidArgument>([&] { check_ar_norm(q); }), "group scales is [1, 1], [2, 8]"));
-  q.scale = TensorView::f32(host_rows, 2, 8);
+  q.scale = TensorView::f32(fake_at(5), 2, 8);
   EXPECT_NO_THROW(check_ar_norm(q));
   q.quant = ArNormQuant::kGroupUe8m0;
   EXPECT_NO_THROW(check_ar_norm(q));
   ArNormIo wrong = q;
-  wrong.out = TensorView::bf16(host_rows, 2, 1024);
+  wrong.out = TensorView::bf16(fake_at(4), 2, 1024);
   EXPECT_TRUE(mentions(message_of<InvalidArgument>([&] { check_ar_norm(wrong); }), "has dtype bf16, e4m3 is required"));
   wrong = q;
   wrong.scale.data = nullptr;
   EXPECT_TRUE(mentions(message_of<InvalidArgument>([&] { check_ar_norm(wrong); }), "group scales is null"));
   wrong = q;
-  wrong.residual_out = TensorView::e4m3(host_rows, 2, 1024);
+  wrong.residual_out = TensorView::e4m3(fake_at(3), 2, 1024);
   EXPECT_TRUE(mentions(message_of<InvalidArgument>([&] { check_ar_norm(wrong); }), "residual output has dtype e4m3"));
   wrong = a;  // hidden 128: not whole groups per CTA
-  wrong.out = TensorView::e4m3(host_rows, 2, 128);
+  wrong.out = TensorView::e4m3(a.out.data, 2, 128);
   wrong.quant = ArNormQuant::kGroup;
-  wrong.scale = TensorView::f32(host_rows, 2, 1);
+  wrong.scale = TensorView::f32(fake_at(5), 2, 1);
   EXPECT_TRUE(mentions(message_of<InvalidArgument>([&] { check_ar_norm(wrong); }), "multiples of 1024"));
   wrong.quant = ArNormQuant::kStatic;  // the static scale takes any hidden size
-  wrong.scale = TensorView::f32(host_rows, 1, 1);
+  wrong.scale = TensorView::f32(fake_at(5), 1, 1);
   EXPECT_NO_THROW(check_ar_norm(wrong));
   for (int64_t h : {1024, 2048, 5120, 7168, 16384}) EXPECT_TRUE(ar_norm_group_quant_served(h)) << h;
   for (int64_t h : {128, 1536, 2560, 3584, 17408}) EXPECT_FALSE(ar_norm_group_quant_served(h)) << h;
@@ -222,6 +225,65 @@ TEST(CommRules, ArNormAndGatherArgumentsNameTheProblem) {
   odd.shard = TensorView::bf16(host_rows, 2, 3);
   odd.out = TensorView::bf16(host_rows + 64, 2, 6);
   EXPECT_TRUE(mentions(message_of<InvalidArgument>([&] { check_gather(odd, 2); }), "multiple of 4"));
+}
+
+// An output over another operand is refused (the kernels' threads read and write
+// them in no common order; the stock and mailbox paths would differ), but for the
+// in-place forms the calls document: all_reduce's out as x, ar_norm's residual_out
+// as its residual, each the same view.
+TEST(CommRules, OutputsOverOtherOperandsAreRefusedButTheDocumentedInPlaceForms) {
+  auto all_reduce_message = [](const AllReduceIo& io) {
+    return message_of<InvalidArgument>([&] { check_all_reduce(io); });
+  };
+  const TensorView x = TensorView::bf16(fake_at(1), 4, 256);
+  EXPECT_EQ(all_reduce_message({x, x}), "<no exception>");
+  const TensorView shifted = TensorView::bf16(static_cast<uint16_t*>(fake_at(1)) + 256, 4, 256);  // a row on
+  EXPECT_TRUE(mentions(all_reduce_message({x, shifted}), "output")) << all_reduce_message({x, shifted});
+  EXPECT_TRUE(mentions(all_reduce_message({x, shifted}), "overlaps input"));
+
+  ArNormIo a;
+  a.x = x;
+  a.residual = TensorView::bf16(fake_at(2), 4, 256);
+  a.weight = TensorView::bf16(fake_at(3), 1, 256);
+  a.out = TensorView::bf16(fake_at(4), 4, 256);
+  a.residual_out = a.residual;  // in place
+  EXPECT_NO_THROW(check_ar_norm(a));
+  auto refused = [&](auto change, const char* what) {
+    ArNormIo bad = a;
+    change(bad);
+    const std::string m = message_of<InvalidArgument>([&] { check_ar_norm(bad); });
+    EXPECT_TRUE(mentions(m, "overlaps")) << what << ": " << m;
+  };
+  // The paths store out and the residual output in different orders.
+  refused([&](ArNormIo& b) { b.out = b.residual_out; }, "out as the residual output");
+  refused([&](ArNormIo& b) { b.out = shifted; }, "out a row into x");
+  refused([&](ArNormIo& b) { b.residual_out = x; }, "residual output as x (not a documented in-place form)");
+  refused([&](ArNormIo& b) { b.out = TensorView::bf16(fake_at(3), 4, 256); }, "out over the weight");
+  refused([&](ArNormIo& b) { b.residual_out = TensorView::bf16(static_cast<uint16_t*>(fake_at(2)) + 8, 4, 256); },
+          "residual output shifted from the residual");
+  ArNormIo q = a;  // FP8: an e4m3 out at x's address is not x's view
+  q.x = TensorView::bf16(fake_at(1), 4, 1024);
+  q.residual = q.residual_out = TensorView::bf16(fake_at(2), 4, 1024);
+  q.weight = TensorView::bf16(fake_at(3), 1, 1024);
+  q.out = TensorView::e4m3(fake_at(4), 4, 1024);
+  q.quant = ArNormQuant::kGroup;
+  q.scale = TensorView::f32(fake_at(5), 4, 8);
+  EXPECT_NO_THROW(check_ar_norm(q));
+  ArNormIo bad = q;
+  bad.out = TensorView::e4m3(fake_at(1), 4, 1024);
+  EXPECT_TRUE(mentions(message_of<InvalidArgument>([&] { check_ar_norm(bad); }), "overlaps input"));
+  bad = q;
+  bad.scale = TensorView::f32(fake_at(3), 4, 8);  // group scales (written) over the weight
+  EXPECT_TRUE(mentions(message_of<InvalidArgument>([&] { check_ar_norm(bad); }), "group scales"));
+  bad = q;
+  bad.quant = ArNormQuant::kStatic;  // a static scale is read: an output over it is refused
+  bad.scale = TensorView::f32(static_cast<uint8_t*>(fake_at(4)) + 64, 1, 1);
+  EXPECT_TRUE(mentions(message_of<InvalidArgument>([&] { check_ar_norm(bad); }), "static scale"));
+
+  GatherIo g{TensorView::bf16(fake_at(1), 2, 64), TensorView::bf16(fake_at(2), 2, 128)};
+  EXPECT_NO_THROW(check_gather(g, 2));
+  g.out = TensorView::bf16(static_cast<uint16_t*>(fake_at(1)) + 64, 2, 128);
+  EXPECT_TRUE(mentions(message_of<InvalidArgument>([&] { check_gather(g, 2); }), "overlaps shard"));
 }
 
 TEST(CommRules, ErrorRecordsAreDescribedAndReadOnlyWhenComplete) {

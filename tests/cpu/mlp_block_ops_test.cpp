@@ -4,6 +4,8 @@
 // buffers that overlap, and what the launch form serves.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <cstdint>
 
 #include "program/mlp_block_launches.hpp"
@@ -136,6 +138,8 @@ TEST(MlpBlockOps, Refusals) {
   refused([](Block& k) { k.b.out = at(8, kM, kH); });                       // out is [m, Q] with qkv
   refused([](Block& k) { k.b.residual = at(7, kM - 1, kH); });
   refused([](Block& k) { k.w.down.dtype = DType::kF32; });
+  for (float eps : {-1e-6f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()})
+    refused([eps](Block& k) { k.w.eps = eps; });  // the launch form's norms take it as given
   refused([](Block& k) { k.b.out = at(7, kM, kQ); });                       // out over the residual
   refused([](Block& k) { k.b.attn = TensorView::bf16(static_cast<uint16_t*>(k.b.out.data) + 8, kM, kA); });  // in out
   refused([](Block& k) {  // the residual's last row over attn's first

@@ -155,19 +155,20 @@ TensorView fake(int64_t rows, int64_t cols, uintptr_t at = 0x10000) {
 }
 
 TEST(OprojRules, ArgumentChecksNameTheProblem) {
-  OprojArNormIo a{fake(4, 1536), fake(4, 7168), fake(1, 7168), 1e-6f, fake(4, 7168), fake(4, 7168)};
+  OprojArNormIo a{fake(4, 1536, 1 << 20), fake(4, 7168, 2 << 20), fake(1, 7168, 3 << 20), 1e-6f,
+                  fake(4, 7168, 4 << 20), fake(4, 7168, 2 << 20)};  // residual in place
   EXPECT_NO_THROW(check_oproj_io(a, 7168, 1536));
   OprojArNormIo bad = a;
-  bad.x = fake(4, 1024);
+  bad.x = fake(4, 1024, 1 << 20);
   EXPECT_THROW(check_oproj_io(bad, 7168, 1536), InvalidArgument);
   bad = a;
-  bad.out = fake(3, 7168);
+  bad.out = fake(3, 7168, 4 << 20);
   EXPECT_THROW(check_oproj_io(bad, 7168, 1536), InvalidArgument);
   bad = a;
-  bad.residual_out = fake(4, 7168, 0x10008);  // not 16-byte aligned
+  bad.residual_out = fake(4, 7168, (5 << 20) + 8);  // not 16-byte aligned
   EXPECT_THROW(check_oproj_io(bad, 7168, 1536), InvalidArgument);
   bad = a;
-  bad.x = fake(65, 1536);
+  bad.x = fake(65, 1536, 1 << 20);
   EXPECT_THROW(check_oproj_io(bad, 7168, 1536), InvalidArgument);
   bad = a;
   bad.residual = {};
@@ -179,16 +180,17 @@ TEST(OprojRules, ArgumentChecksNameTheProblem) {
   }
 
   OprojAttnResIo r;
-  r.x = fake(2, 1536);
-  r.partial = r.partial_out = r.out = fake(2, 7168);
-  r.blocks = fake(10, 7168);  // 5 saved blocks of 2 rows
-  r.key_norm = r.query = r.out_norm = fake(1, 7168);
+  r.x = fake(2, 1536, 1 << 20);
+  r.partial = r.partial_out = fake(2, 7168, 2 << 20);  // in place
+  r.out = fake(2, 7168, 3 << 20);
+  r.blocks = fake(10, 7168, 4 << 20);  // 5 saved blocks of 2 rows
+  r.key_norm = r.query = r.out_norm = fake(1, 7168, 5 << 20);  // read only: may be one
   EXPECT_NO_THROW(check_oproj_io(r, 7168, 1536));
   OprojAttnResIo rb = r;
-  rb.blocks = fake(3, 7168);  // not whole blocks
+  rb.blocks = fake(3, 7168, 4 << 20);  // not whole blocks
   EXPECT_THROW(check_oproj_io(rb, 7168, 1536), InvalidArgument);
   rb = r;
-  rb.blocks = fake(2 * (kAttnResMaxBlocks + 1), 7168);
+  rb.blocks = fake(2 * (kAttnResMaxBlocks + 1), 7168, 4 << 20);
   EXPECT_THROW(check_oproj_io(rb, 7168, 1536), InvalidArgument);
   rb = r;
   rb.blocks = {};
@@ -208,6 +210,52 @@ TEST(OprojRules, ArgumentChecksNameTheProblem) {
   rb.eps = 1e-6f;
   rb.blocks = {};
   EXPECT_THROW(check_oproj_io(rb, 7168, 1536), InvalidArgument);  // bind_ahead without saved blocks
+  rb = r;
+  rb.blocks = fake(-2, 7168, 4 << 20);  // -1 blocks of 2 rows
+  EXPECT_THROW(check_oproj_io(rb, 7168, 1536), InvalidArgument);
+}
+
+// An output over another operand is refused, but the documented in-place forms
+// (residual_out as residual, partial_out as partial, each the same view).
+TEST(OprojRules, OutputsOverOtherOperandsAreRefused) {
+  const OprojArNormIo a{fake(4, 1536, 1 << 20), fake(4, 7168, 2 << 20), fake(1, 7168, 3 << 20), 1e-6f,
+                        fake(4, 7168, 4 << 20), fake(4, 7168, 2 << 20)};
+  EXPECT_NO_THROW(check_oproj_io(a, 7168, 1536));
+  auto refused = [&](auto change, const char* what) {
+    OprojArNormIo bad = a;
+    change(bad);
+    EXPECT_THROW(check_oproj_io(bad, 7168, 1536), InvalidArgument) << what;
+  };
+  refused([](OprojArNormIo& b) { b.out = b.residual_out; }, "out as the residual output");
+  refused([](OprojArNormIo& b) { b.residual_out = fake(4, 7168, (2 << 20) + 16); }, "residual output shifted");
+  refused([](OprojArNormIo& b) { b.out = fake(4, 7168, (1 << 20) + 1024); }, "out over x");
+  refused([](OprojArNormIo& b) { b.residual_out = fake(4, 7168, 3 << 20); }, "residual output over the weight");
+
+  OprojAttnResIo r;
+  r.x = fake(2, 1536, 1 << 20);
+  r.partial = r.partial_out = fake(2, 7168, 2 << 20);
+  r.out = fake(2, 7168, 3 << 20);
+  r.blocks = fake(10, 7168, 4 << 20);
+  r.key_norm = r.query = r.out_norm = fake(1, 7168, 5 << 20);
+  r.ahead = AttnResAhead{fake(1, 7168, 5 << 20), fake(1, 7168, 5 << 20), 1e-6f,
+                         TensorView::f32(reinterpret_cast<void*>(6 << 20), 2, 2),
+                         TensorView::f32(reinterpret_cast<void*>(7 << 20), 2, 7168)};
+  EXPECT_NO_THROW(check_oproj_io(r, 7168, 1536));
+  auto attn_refused = [&](auto change, const char* what) {
+    OprojAttnResIo bad = r;
+    change(bad);
+    EXPECT_THROW(check_oproj_io(bad, 7168, 1536), InvalidArgument) << what;
+  };
+  attn_refused([](OprojAttnResIo& b) { b.out = b.partial_out; }, "out as the partial output");
+  attn_refused([](OprojAttnResIo& b) { b.partial_out = fake(2, 7168, (4 << 20) + 2 * 7168 * 2); },
+               "the partial output over a saved block");
+  attn_refused([](OprojAttnResIo& b) { b.ahead->mixture = TensorView::f32(reinterpret_cast<void*>(3 << 20), 2, 7168); },
+               "the ahead mixture over out");
+  attn_refused([](OprojAttnResIo& b) { b.out = fake(2, 7168, 5 << 20); }, "out over the norm weights");
+  OprojAttnResIo fresh = r;  // a new block reads no partial: partial_out may then lie anywhere but over a read
+  fresh.new_block = true;
+  fresh.partial = fake(2, 7168, 3 << 20);  // over out, but not read
+  EXPECT_NO_THROW(check_oproj_io(fresh, 7168, 1536));
 }
 
 }  // namespace

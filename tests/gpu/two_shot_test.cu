@@ -105,13 +105,16 @@ TEST(TwoShot, ServesTheRowsTheOneShotRefusesAndTheChoiceTakesOnlyServedPaths) {
   TPD_REQUIRE_GPU();
   test::for_each_team([&](Team& team) {
     TpComm comm(team);  // hidden 7168, 64 rows
-    DeviceBuffer rows_buffer(64 * 7168 * 2), weight(7168 * 2);
+    DeviceBuffer rows_buffer(64 * 7168 * 2), out_buffer(64 * 7168 * 2), residual_buffer(64 * 7168 * 2),
+        weight(7168 * 2);
     for (int rows : row_counts()) {
       SCOPED_TRACE(testing::Message() << "TP " << team.size() << " rows " << rows);
       const TensorView v = TensorView::bf16(rows_buffer.get(), rows, 7168);
       const AllReduceIo a{v, v};
       ArNormIo n;
-      n.x = n.residual = n.out = n.residual_out = v;
+      n.x = v;
+      n.out = TensorView::bf16(out_buffer.get(), rows, 7168);
+      n.residual = n.residual_out = TensorView::bf16(residual_buffer.get(), rows, 7168);
       n.weight = TensorView::bf16(weight.get(), 1, 7168);
       const auto plan = [&](CommAlgorithm algorithm, bool norm) {
         comm.set_algorithm(algorithm);
