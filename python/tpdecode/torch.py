@@ -68,6 +68,8 @@ def _rows_served(gemm: Optional[DecodeGemm], x: torch.Tensor, weight: torch.Tens
 def _run(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], batch_invariant: bool) -> torch.Tensor:
     if batch_invariant:
         rows = x.reshape(-1, x.shape[-1])
+        if rows.shape[0] == 0:  # no row to keep invariant (and nothing for torch.cat)
+            return F.linear(x, weight, bias)
         gemm = _gemm_for(weight, True)
         if _rows_served(gemm, rows[:1], weight, bias):
             # The batch-invariant DecodeGemm: one summation order at every row count,

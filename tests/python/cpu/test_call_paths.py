@@ -81,6 +81,7 @@ def test_batch_invariant_forward_runs_linear_batch_invariant():
     assert torch.equal(forward(x), want)  # each row its own one-row F.linear
     assert torch.equal(forward(x[2:3]), want[2:3])
     assert torch.equal(forward(x.view(1, 5, 64)), want.view(1, 5, 32))
+    assert forward(x[:0]).shape == (0, 32)  # no rows: F.linear's empty result
 
 
 class FakeRunner:
