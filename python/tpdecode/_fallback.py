@@ -26,10 +26,32 @@ def add_rms_norm(reduced, residual, weight, eps, out, residual_out, kind="none",
         scales.copy_(group_scales)
 
 
+def _require(ok: bool, message: str):
+    if not ok:
+        raise ValueError(f"tpdecode fallback: {message}")
+
+
 class TorchFallback:
+    """The extension refuses a call (NotServed) before it has checked every tensor, so
+    the fallback checks what its torch math would otherwise broadcast or copy across:
+    the local team's leading rank dimension, the outputs' and operands' shapes,
+    dtypes and devices."""
+
     def __init__(self, group, ranks: int):
         self.group = group  # None: a local team, whose tensors lead with `ranks` blocks
         self.ranks = ranks
+
+    def _check_rows(self, x, what):
+        if self.group is None and self.ranks > 1:
+            _require(x.dim() >= 2 and x.shape[0] == self.ranks,
+                     f"{what} {tuple(x.shape)} must lead with the local team's {self.ranks} ranks")
+
+    @staticmethod
+    def _check_like(t, x, what, dtype=None):
+        dtype = x.dtype if dtype is None else dtype
+        _require(tuple(t.shape) == tuple(x.shape), f"{what} {tuple(t.shape)} must have x's shape {tuple(x.shape)}")
+        _require(t.dtype == dtype, f"{what} is {t.dtype}, not {dtype}")
+        _require(t.device == x.device, f"{what} is on {t.device}, x on {x.device}")
 
     def _reduced(self, x):
         if self.ranks == 1:
@@ -41,12 +63,25 @@ class TorchFallback:
         return y
 
     def all_reduce(self, x, out):
+        self._check_rows(x, "x")
+        self._check_like(out, x, "out")
         out.copy_(self._reduced(x))
 
     def ar_norm(self, x, residual, weight, eps, out, residual_out, kind="none", scale=None, scales=None):
+        self._check_rows(x, "x")
+        if residual is not None:
+            self._check_like(residual, x, "residual")
+        self._check_like(residual_out, x, "residual_out")
+        self._check_like(out, x, "out", x.dtype if kind == "none" else torch.float8_e4m3fn)
+        _require(weight.numel() == x.shape[-1] and weight.device == x.device,
+                 f"weight of {weight.numel()} values on {weight.device} for rows of {x.shape[-1]} on {x.device}")
         add_rms_norm(self._reduced(x), residual, weight, eps, out, residual_out, kind, scale, scales)
 
     def gather(self, shard, out):
+        self._check_rows(shard, "shard")
+        want = (*shard.shape[:-1], shard.shape[-1] * self.ranks)
+        _require(tuple(out.shape) == want and out.dtype == shard.dtype and out.device == shard.device,
+                 f"out {tuple(out.shape)} {out.dtype} on {out.device}: {want} {shard.dtype} on {shard.device} needed")
         if self.ranks == 1:
             out.copy_(shard)
             return

@@ -305,3 +305,36 @@ def test_the_runner_falls_back_or_raises_what_the_extension_refused(monkeypatch)
     with pytest.raises(tpdecode.NotServed, match="all_reduce: not served"):
         bare.all_reduce(x, x)
     assert bare.path == "none"
+
+
+def test_the_torch_fallback_refuses_what_its_math_would_broadcast():
+    # The extension's NotServed can come before its tensor checks; the fallback checks
+    # what torch would otherwise broadcast or copy across (a local team of 2 on CPU).
+    from tpdecode._fallback import TorchFallback
+
+    local = TorchFallback(None, 2)
+    x = torch.randn(2, 3, 64).to(torch.bfloat16)  # the 2 ranks' [3, 64]
+    out = torch.empty_like(x)
+    local.all_reduce(x, out)
+    assert torch.equal(out[0], (x[0].float() + x[1].float()).to(torch.bfloat16)) and torch.equal(out[0], out[1])
+    with pytest.raises(ValueError, match="2 ranks"):  # no rank dimension: its rows would be summed
+        local.all_reduce(x[0], torch.empty_like(x[0]))
+    with pytest.raises(ValueError, match="shape"):
+        local.all_reduce(x, torch.empty(2, 1, 64, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="float32"):
+        local.all_reduce(x, torch.empty(2, 3, 64))
+    residual, weight = torch.randn(2, 3, 64).to(torch.bfloat16), torch.ones(64, dtype=torch.bfloat16)
+    out, residual_out = torch.empty_like(x), torch.empty_like(x)
+    local.ar_norm(x, residual, weight, 1e-6, out, residual_out)
+    reduced = (x[0].float() + x[1].float()).to(torch.bfloat16)
+    assert torch.equal(residual_out[0], (reduced.float() + residual[0].float()).to(torch.bfloat16))
+    with pytest.raises(ValueError, match="residual"):  # one row, broadcast over three
+        local.ar_norm(x, residual[:, :1], weight, 1e-6, out, residual_out)
+    with pytest.raises(ValueError, match="weight"):
+        local.ar_norm(x, residual, weight[:1], 1e-6, out, residual_out)
+    shard = torch.randn(2, 3, 16).to(torch.bfloat16)
+    gathered = torch.empty(2, 3, 32, dtype=torch.bfloat16)
+    local.gather(shard, gathered)
+    assert torch.equal(gathered[1], torch.cat([shard[0], shard[1]], dim=-1))
+    with pytest.raises(ValueError, match="needed"):
+        local.gather(shard, torch.empty(2, 3, 16, dtype=torch.bfloat16))
