@@ -57,34 +57,12 @@ void check_all_reduce(const AllReduceIo& io) {
   check(io.x.cols >= 8 && io.x.cols % 8 == 0, "all_reduce: {} columns, must be a positive multiple of 8", io.x.cols);
   check_bf16_rows(io.x, io.x.rows, io.x.cols, "all_reduce", "input");
   check_bf16_rows(io.out, io.x.rows, io.x.cols, "all_reduce", "output");
-  check_apart("all_reduce", io.out, "output", io.x, "input", true);
+  check_writes_apart("all_reduce", {{&io.out, "output", &io.x}}, {{&io.x, "input"}});
 }
 
 namespace {
 
-// ar_norm's outputs apart from every other operand; the new residual may be the
-// residual itself (in place).
-void check_ar_norm_apart(const ArNormIo& io) {
-  const char* op = "ar_norm";
-  const bool scales_written = io.quant == ArNormQuant::kGroup || io.quant == ArNormQuant::kGroupUe8m0;
-  const TensorView none{};
-  const TensorView& scales = scales_written ? io.scale : none;
-  const TensorView& static_scale = scales_written ? none : io.scale;
-  for (const auto& [written, name] : {std::pair{&io.out, "output"}, std::pair{&io.residual_out, "residual output"},
-                                      std::pair{&scales, "group scales"}}) {
-    check_apart(op, *written, name, io.x, "input");
-    check_apart(op, *written, name, io.weight, "weight");
-    check_apart(op, *written, name, static_scale, "static scale");
-    check_apart(op, *written, name, io.residual, "residual", written == &io.residual_out);
-  }
-  check_apart(op, io.out, "output", io.residual_out, "residual output");
-  check_apart(op, io.out, "output", scales, "group scales");
-  check_apart(op, io.residual_out, "residual output", scales, "group scales");
-}
-
-}  // namespace
-
-void check_ar_norm(const ArNormIo& io) {
+void check_ar_norm_shapes(const ArNormIo& io) {
   const int64_t rows = io.x.rows;
   const int64_t hidden = io.x.cols;
   check_rows(rows, "ar_norm");
@@ -98,12 +76,10 @@ void check_ar_norm(const ArNormIo& io) {
   switch (io.quant) {
     case ArNormQuant::kNone:
       check_bf16_rows(io.out, rows, hidden, "ar_norm", "output");
-      check_ar_norm_apart(io);
       return;
     case ArNormQuant::kStatic:
       check_rows_of(io.out, DType::kE4M3, rows, hidden, 16, "ar_norm", "fp8 output");
       check_rows_of(io.scale, DType::kF32, 1, 1, 4, "ar_norm", "static scale");
-      check_ar_norm_apart(io);
       return;
     case ArNormQuant::kGroup:
     case ArNormQuant::kGroupUe8m0:
@@ -113,10 +89,27 @@ void check_ar_norm(const ArNormIo& io) {
             hidden, 8 * kArNormQuantGroup, kArNormQuantGroup);
       check_rows_of(io.out, DType::kE4M3, rows, hidden, 16, "ar_norm", "fp8 output");
       check_rows_of(io.scale, DType::kF32, rows, hidden / kArNormQuantGroup, 4, "ar_norm", "group scales");
-      check_ar_norm_apart(io);
       return;
   }
   check(false, "ar_norm: quantisation {} unknown", static_cast<int>(io.quant));
+}
+
+}  // namespace
+
+void check_ar_norm(const ArNormIo& io) {
+  check_ar_norm_shapes(io);
+  // The new residual may be the residual itself (in place); a static scale is read,
+  // group scales are written.
+  const bool group = io.quant == ArNormQuant::kGroup || io.quant == ArNormQuant::kGroupUe8m0;
+  const TensorView none{};
+  check_writes_apart("ar_norm",
+                     {{&io.out, "output"},
+                      {&io.residual_out, "residual output", &io.residual},
+                      {group ? &io.scale : &none, "group scales"}},
+                     {{&io.x, "input"},
+                      {&io.weight, "weight"},
+                      {&io.residual, "residual"},
+                      {group ? &none : &io.scale, "static scale"}});
 }
 
 void check_gather(const GatherIo& io, int team_size) {
@@ -134,7 +127,7 @@ void check_gather(const GatherIo& io, int team_size) {
         "gather: output {} for shard {} of a team of {} (needs {}[{}, {}])", io.out.describe(), s.describe(),
         team_size, dtype_name(s.dtype), s.rows, s.cols * team_size);
   check(io.out.contiguous() && starts_aligned(io.out), "gather: output must be contiguous and start 16-byte aligned");
-  check_apart("gather", io.out, "output", s, "shard");
+  check_writes_apart("gather", {{&io.out, "output"}}, {{&s, "shard"}});
 }
 
 std::string one_shot_refusal(const CommLimits& limits, int64_t rows, int64_t width) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "core/check.hpp"
 #include "tpdecode/tensor.hpp"
@@ -44,6 +45,25 @@ inline void check_apart(const char* op, const TensorView& written, const char* w
   if (!spans_overlap(written, other) || (alias_ok && same_view(written, other))) return;
   check(false, "{}: {} ({}) overlaps {} ({}){}", op, written_name, written.describe(), other_name, other.describe(),
         alias_ok ? ": only the same view may be both" : "");
+}
+
+// An operand of a call, for check_writes_apart. A written one may name the read
+// operand it may be the same view as (`may_be`: an in-place form the call documents).
+struct Operand {
+  const TensorView* view;
+  const char* name;
+  const TensorView* may_be = nullptr;
+};
+
+// Every written operand apart from every read one (but the same view as its
+// `may_be`) and from every other written one; null views take no memory.
+inline void check_writes_apart(const char* op, std::initializer_list<Operand> writes,
+                               std::initializer_list<Operand> reads) {
+  for (auto w = writes.begin(); w != writes.end(); ++w) {
+    for (const Operand& r : reads) check_apart(op, *w->view, w->name, *r.view, r.name, r.view == w->may_be);
+    for (auto later = w + 1; later != writes.end(); ++later)
+      check_apart(op, *w->view, w->name, *later->view, later->name);
+  }
 }
 
 }  // namespace tpdecode

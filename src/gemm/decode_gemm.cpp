@@ -348,8 +348,7 @@ void DecodeGemm::check_operands(const TensorView& x, const TensorView& out) cons
   require_matrix(out, n(), "out");
   check(out.rows == x.rows, "decode_gemm: out has {} rows, x has {}", out.rows, x.rows);
   // Why: every CTA reads all of x while others store their tiles of out.
-  check_apart("decode_gemm", out, "out", x, "x");
-  check_apart("decode_gemm", out, "out", weight_, "the weight");
+  check_writes_apart("decode_gemm", {{&out, "out"}}, {{&x, "x"}, {&weight_, "the weight"}});
 }
 
 bool DecodeGemm::engine_takes(const TensorView& x) const { return engine_eligible() && engine_activations_ok(x); }

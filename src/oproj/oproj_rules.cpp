@@ -84,13 +84,9 @@ void check_oproj_io(const OprojArNormIo& io, int64_t hidden, int64_t k) {
   check_bf16(io.weight, 1, hidden, "norm weight");
   check_bf16(io.out, m, hidden, "output");
   check_bf16(io.residual_out, m, hidden, "residual output");
-  // The outputs apart from every other operand; the new residual may be the residual.
-  for (const auto& [written, name] : {std::pair{&io.out, "output"}, std::pair{&io.residual_out, "residual output"}}) {
-    check_apart("oproj", *written, name, io.x, "x");
-    check_apart("oproj", *written, name, io.weight, "norm weight");
-    check_apart("oproj", *written, name, io.residual, "residual", written == &io.residual_out);
-  }
-  check_apart("oproj", io.out, "output", io.residual_out, "residual output");
+  // The new residual may be the residual itself (in place).
+  check_writes_apart("oproj", {{&io.out, "output"}, {&io.residual_out, "residual output", &io.residual}},
+                     {{&io.x, "x"}, {&io.weight, "norm weight"}, {&io.residual, "residual"}});
 }
 
 void check_oproj_io(const OprojAttnResIo& io, int64_t hidden, int64_t k) {
@@ -116,30 +112,22 @@ void check_oproj_io(const OprojAttnResIo& io, int64_t hidden, int64_t k) {
     check_f32(io.ahead->stats, m, 2, 8, "ahead statistics");
     check_f32(io.ahead->mixture, m, hidden, 16, "ahead mixture");
   }
-  // What the call writes apart from what it reads and from each other; p' may be p.
+  // p' may be p (in place); a new block reads no partial.
   const TensorView none{};
-  const TensorView& stats = io.ahead ? io.ahead->stats : none;
-  const TensorView& mixture = io.ahead ? io.ahead->mixture : none;
-  const std::pair<const TensorView*, const char*> reads[] = {
-      {&io.x, "x"},
-      {&io.blocks, "saved blocks"},
-      {&io.key_norm, "key norm weight"},
-      {&io.query, "pseudo-query"},
-      {&io.out_norm, "output norm weight"},
-      {io.ahead ? &io.ahead->key_norm : &none, "next key norm weight"},
-      {io.ahead ? &io.ahead->query : &none, "next pseudo-query"}};
-  const std::pair<const TensorView*, const char*> writes[] = {
-      {&io.out, "output"},
-      {&io.partial_out, "partial output"},
-      {&stats, "ahead statistics"},
-      {&mixture, "ahead mixture"}};
-  for (std::size_t i = 0; i < std::size(writes); ++i) {
-    const auto& [written, name] = writes[i];
-    for (const auto& [read, what] : reads) check_apart("oproj", *written, name, *read, what);
-    check_apart("oproj", *written, name, io.new_block ? none : io.partial, "partial", written == &io.partial_out);
-    for (std::size_t j = i + 1; j < std::size(writes); ++j)
-      check_apart("oproj", *written, name, *writes[j].first, writes[j].second);
-  }
+  const AttnResAhead* ahead = io.ahead ? &*io.ahead : nullptr;
+  check_writes_apart("oproj",
+                     {{&io.out, "output"},
+                      {&io.partial_out, "partial output", &io.partial},
+                      {ahead ? &ahead->stats : &none, "ahead statistics"},
+                      {ahead ? &ahead->mixture : &none, "ahead mixture"}},
+                     {{&io.x, "x"},
+                      {io.new_block ? &none : &io.partial, "partial"},
+                      {&io.blocks, "saved blocks"},
+                      {&io.key_norm, "key norm weight"},
+                      {&io.query, "pseudo-query"},
+                      {&io.out_norm, "output norm weight"},
+                      {ahead ? &ahead->key_norm : &none, "next key norm weight"},
+                      {ahead ? &ahead->query : &none, "next pseudo-query"}});
 }
 
 std::string oproj_refusal(const OprojLimits& l, const OprojShape& s, OprojKind kind) {

@@ -48,9 +48,7 @@ MlpBlockWidths check_mlp_block(const MlpBlockProgram::Weights& w, const MlpBlock
   if (given(w.qkv)) need(w.qkv, w.qkv.rows, hidden, "qkv");
   need(b.out, m, given(w.qkv) ? w.qkv.rows : hidden, given(w.qkv) ? "out ([m, Q])" : "out ([m, H])");
   // The block writes out and the residual while it reads attn (either form).
-  check(!spans_overlap(b.out, b.residual), "mlp block: out overlaps the residual");
-  check(!spans_overlap(b.out, b.attn), "mlp block: out overlaps attn");
-  check(!spans_overlap(b.residual, b.attn), "mlp block: the residual overlaps attn");
+  check_writes_apart("mlp block", {{&b.out, "out"}, {&b.residual, "the residual"}}, {{&b.attn, "attn"}});
   return {hidden, inter};
 }
 
