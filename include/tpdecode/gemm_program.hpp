@@ -11,9 +11,10 @@
 // The kernel needs every SM of the device at once (its CTAs wait on each other):
 // run it on a GPU that no concurrent kernel holds for good (a CTA that cannot
 // become resident makes the others' waits trap after 10 s). Buffers: outs may not
-// overlap each other nor any input x; nothing else may read or write an out while
-// the program runs (the program reads an earlier op's outputs from its own copy,
-// so the out buffers are written for the caller only). One program object runs one
+// overlap each other (disjoint column windows of one buffer do not) nor any input
+// x; nothing else may read or write an out while the program runs (the program
+// reads an earlier op's outputs from its own copy, so the out buffers are written
+// for the caller only). One program object runs one
 // call at a time: its counters, scratch and mailbox are its own, so do not run it
 // on two streams at once, and every kernel launched between two of its runs must
 // complete before the second starts (a kernel with programmatic dependent launch

@@ -10,26 +10,41 @@
 
 namespace tpdecode {
 
-// Two non-null views share a byte. Exact for views of one row stride (e.g. column
-// windows of one buffer: disjoint windows do not overlap); for views of different
-// strides, whether their spans (first element to the end of the last row) overlap.
-inline bool spans_overlap(const TensorView& a, const TensorView& b) {
-  if (a.data == nullptr || b.data == nullptr || a.rows < 1 || b.rows < 1) return false;
-  const auto begin_a = static_cast<int64_t>(reinterpret_cast<std::uintptr_t>(a.data));
-  const auto begin_b = static_cast<int64_t>(reinterpret_cast<std::uintptr_t>(b.data));
-  const auto size_a = static_cast<int64_t>(a.element_size()), size_b = static_cast<int64_t>(b.element_size());
-  const int64_t width_a = a.cols * size_a, width_b = b.cols * size_b;  // bytes of a row
-  const int64_t stride = a.row_stride * size_a;
-  const bool spans = begin_a < begin_b + (b.rows - 1) * b.row_stride * size_b + width_b &&
-                     begin_b < begin_a + (a.rows - 1) * stride + width_a;
-  if (!spans || stride != b.row_stride * size_b || width_a > stride || width_b > stride) return spans;
-  // Row r of a and row r - k of b meet where b's start lies within (k S - width_b,
-  // k S + width_a) of a's, for some k in (-b.rows, a.rows): only k next to d / S can.
-  const int64_t d = begin_b - begin_a;
+// `rows` rows of `width` bytes, `stride` bytes apart, from byte address `begin`.
+struct ByteRows {
+  int64_t begin = 0;
+  int64_t rows = 0;
+  int64_t width = 0;
+  int64_t stride = 0;
+};
+
+// Whether two sets of rows (rows >= 1) share a byte. Exact for one row stride
+// (e.g. column windows of one buffer: disjoint windows do not overlap); for
+// different strides, whether their spans (first byte to the end of the last row)
+// overlap.
+inline bool rows_overlap(const ByteRows& a, const ByteRows& b) {
+  const bool spans = a.begin < b.begin + (b.rows - 1) * b.stride + b.width &&
+                     b.begin < a.begin + (a.rows - 1) * a.stride + a.width;
+  const int64_t stride = a.stride;
+  if (!spans || stride != b.stride || a.width > stride || b.width > stride) return spans;
+  // Row r of a and row r - k of b meet where b's start lies within (k S - b.width,
+  // k S + a.width) of a's, for some k in (-b.rows, a.rows): only k next to d / S can.
+  const int64_t d = b.begin - a.begin;
   const int64_t near = d >= 0 ? d / stride : -((-d + stride - 1) / stride);  // floor(d / S)
   for (int64_t k = near - 1; k <= near + 1; ++k)
-    if (k > -b.rows && k < a.rows && k * stride - width_b < d && d < k * stride + width_a) return true;
+    if (k > -b.rows && k < a.rows && k * stride - b.width < d && d < k * stride + a.width) return true;
   return false;
+}
+
+// Two non-null views share a byte (rows_overlap).
+inline bool spans_overlap(const TensorView& a, const TensorView& b) {
+  if (a.data == nullptr || b.data == nullptr || a.rows < 1 || b.rows < 1) return false;
+  auto bytes = [](const TensorView& v) {
+    const auto size = static_cast<int64_t>(v.element_size());
+    return ByteRows{static_cast<int64_t>(reinterpret_cast<std::uintptr_t>(v.data)), v.rows, v.cols * size,
+                    v.row_stride * size};
+  };
+  return rows_overlap(bytes(a), bytes(b));
 }
 
 // The same elements: address, dtype, shape and stride.

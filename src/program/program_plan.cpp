@@ -3,11 +3,18 @@
 #include <algorithm>
 
 #include "core/check.hpp"
+#include "core/tensor_overlap.hpp"
 
 namespace tpdecode::program {
 
 std::vector<int64_t> check_buffers(const std::vector<OpBuffers>& ops) {
-  auto overlap = [](const Matrix& a, const Matrix& b) { return a.data < b.end() && b.data < a.end(); };
+  // Exact for one row stride: ops may write disjoint column windows of one buffer.
+  auto overlap = [](const Matrix& a, const Matrix& b) {
+    auto bytes = [](const Matrix& m) {
+      return ByteRows{static_cast<int64_t>(m.data), m.rows, m.cols * 2, m.row_stride * 2};
+    };
+    return a.rows >= 1 && b.rows >= 1 && rows_overlap(bytes(a), bytes(b));
+  };
   auto same = [](const Matrix& a, const Matrix& b) {
     return a.data == b.data && a.rows == b.rows && a.cols == b.cols && a.row_stride == b.row_stride;
   };

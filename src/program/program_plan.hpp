@@ -54,7 +54,6 @@ struct Matrix {
   int64_t rows = 0;
   int64_t cols = 0;
   int64_t row_stride = 0;  // elements
-  uintptr_t end() const { return data + static_cast<uintptr_t>(((rows - 1) * row_stride + cols) * 2); }
 };
 
 // An op's x and out, and the op whose out x is a window of (-1: x is an input of
@@ -74,9 +73,10 @@ struct OpBuffers {
 
 // InvalidArgument where the ops cannot run as one program: an x of op `after` that
 // is not a window of its out (the same rows and row stride, columns from a multiple
-// of 8 inside it), outs (residual_outs too) that overlap, or an out over an input x
-// or residual (the inputs are read while ops write), but for a residual_out that is
-// its own op's residual. The window's first column per op (0 for an input).
+// of 8 inside it), outs (residual_outs too) that share a byte (disjoint column
+// windows of one buffer do not), or an out over an input x or residual (the inputs
+// are read while ops write), but for a residual_out that is its own op's residual.
+// The window's first column per op (0 for an input).
 std::vector<int64_t> check_buffers(const std::vector<OpBuffers>& ops);
 
 // Where the ops that other ops read publish their outputs (the program's mailbox):

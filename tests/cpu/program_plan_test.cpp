@@ -139,12 +139,23 @@ TEST(ProgramBuffers, WindowsOfEarlierOutsPass) {
   EXPECT_NO_THROW(check_buffers({{mat(0, 1, 64), mat(1000, 1, 128), -1}, {mat(1016, 1, 64, 64), mat(3000, 1, 8), 0}}));
   // Independent ops on their own buffers; two ops reading one input.
   EXPECT_NO_THROW(check_buffers({{mat(0, 2, 64), mat(1000, 2, 64), -1}, {mat(0, 2, 64), mat(2000, 2, 64), -1}}));
+  // Two ops writing disjoint column windows of one [4, 2048] buffer (bytes 10000 ..),
+  // a third reading the first one's window; an input x in another column window of it.
+  const std::vector<OpBuffers> fused = {{mat(0, 4, 64), mat(10000, 4, 1536, 2048), -1},
+                                        {mat(0, 4, 64), mat(10000 + 1536 * 2, 4, 448, 2048), -1},
+                                        {mat(10000, 4, 1536, 2048), mat(40000, 4, 64), 0},
+                                        {mat(10000 + 1984 * 2, 4, 64, 2048), mat(50000, 4, 64), -1}};
+  EXPECT_EQ(check_buffers(fused), (std::vector<int64_t>{0, 0, 0, 0}));
 }
 
 TEST(ProgramBuffers, RacesAndForeignWindowsAreRefused) {
   auto refused = [](const std::vector<OpBuffers>& ops) { EXPECT_THROW(check_buffers(ops), InvalidArgument); };
   refused({{mat(0, 4, 64), mat(64, 4, 64), -1}});                                    // out over its own x
   refused({{mat(0, 4, 64), mat(1000, 4, 64), -1}, {mat(0, 4, 64), mat(1100, 4, 64), -1}});  // outs overlap
+  // Column windows of one [4, 2048] buffer that share a column (1535), and an out's
+  // window over an input x's window of it.
+  refused({{mat(0, 4, 64), mat(10000, 4, 1536, 2048), -1}, {mat(0, 4, 64), mat(10000 + 1535 * 2, 4, 64, 2048), -1}});
+  refused({{mat(10000 + 1500 * 2, 4, 64, 2048), mat(10000, 4, 1536, 2048), -1}});
   // Op 1 writes op 0's input x (even where op 1 depends on op 0).
   refused({{mat(0, 4, 64), mat(1000, 4, 64), -1}, {mat(1000, 4, 64), mat(0, 4, 64), 0}});
   // Op 1 reads op 0's out as an input.

@@ -288,6 +288,81 @@ std::vector<uint16_t> host_bits(DeviceBuffer& d, int m, int64_t n) {
 // for bit: with K 128 no block's K steps are split, so each gate and up value is the
 // same sum in both programs (a split K sums each block's parts in an order of its own,
 // and the gated blocks are other rows). I 1048: the last block holds 24 gate rows.
+// Two ops write disjoint column windows of one [m, 2048] buffer (as a fused q / kv
+// output would be), a column gap and the tail left alone; later ops read each window.
+// Every op agrees with the reference, the gaps stay as they were, the bits repeat.
+TEST(GemmProgram, OutsInColumnWindowsOfOneBuffer) {
+  TPD_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  constexpr int64_t kWidth = 2048, kK0 = 1024;
+  for (int m : {1, 7, 24}) {
+    SCOPED_TRACE(testing::Message() << "m " << m);
+    struct Op {
+      int64_t n, k;
+      int after;
+      int64_t col;  // x: the column of its window of op `after`'s out; out (after -1): its column in the buffer
+    };
+    // Ops 0 and 1 write columns [0, 1536) and [1600, 1984) of the buffer; 2 and 3 read them.
+    const std::vector<Op> ops = {{1536, kK0, -1, 0}, {384, kK0, -1, 1600}, {256, 1536, 0, 0}, {320, 384, 1, 0}};
+    const std::vector<uint16_t> x0 = random_bf16(static_cast<std::size_t>(m * kK0), rng);
+    DeviceBuffer x0d = to_device(x0), fused(static_cast<std::size_t>(m * kWidth) * 2);
+    std::vector<std::vector<uint16_t>> w;
+    std::vector<DeviceBuffer> wd, outs;  // outs: ops 2 and 3
+    std::vector<GemmProgram::Gemm> gemms;
+    for (const Op& op : ops) {
+      w.push_back(random_bf16(static_cast<std::size_t>(op.n * op.k), rng, 0.05f));
+      wd.push_back(to_device(w.back()));
+      GemmProgram::Gemm g;
+      g.weight = TensorView::bf16(wd.back().get(), op.n, op.k);
+      g.after = op.after;
+      if (op.after < 0) {
+        g.x = TensorView::bf16(x0d.get(), m, kK0);
+        g.out = TensorView::bf16(static_cast<uint16_t*>(fused.get()) + op.col, m, op.n);
+        g.out.row_stride = kWidth;
+      } else {
+        g.x = TensorView::bf16(static_cast<uint16_t*>(fused.get()) + ops[static_cast<std::size_t>(op.after)].col + op.col,
+                               m, op.k);
+        g.x.row_stride = kWidth;
+        outs.emplace_back(static_cast<std::size_t>(m * op.n) * 2);
+        g.out = TensorView::bf16(outs.back().get(), m, op.n);
+      }
+      gemms.push_back(g);
+    }
+    GemmProgram program({gemms.begin(), gemms.end()}, m);
+    std::vector<uint16_t> bits;
+    for (int run = 0; run < 3; ++run) {
+      poison(fused);
+      for (DeviceBuffer& o : outs) poison(o);
+      program.run(nullptr, run > 0);
+      TPD_CUDA(cudaDeviceSynchronize());
+      const std::vector<uint16_t> all = to_host<uint16_t>(fused, static_cast<std::size_t>(m * kWidth));
+      auto window = [&](int64_t col, int64_t n) {
+        std::vector<uint16_t> v;
+        for (int t = 0; t < m; ++t)
+          v.insert(v.end(), all.begin() + t * kWidth + col, all.begin() + t * kWidth + col + n);
+        return v;
+      };
+      for (int t = 0; t < m; ++t)
+        for (int64_t c : {int64_t{1536}, int64_t{1599}, int64_t{1984}, kWidth - 1})
+          ASSERT_EQ(all[static_cast<std::size_t>(t * kWidth + c)], kPoison16) << "token " << t << ", column " << c;
+      std::vector<uint16_t> got_bits = all;
+      for (std::size_t i = 0; i < ops.size(); ++i) {
+        SCOPED_TRACE(testing::Message() << "op " << i << ", run " << run);
+        const Op& op = ops[i];
+        if (op.after < 0) {
+          check_op(x0, op.k, w[i], window(op.col, op.n), op.n, m);
+        } else {
+          const std::vector<uint16_t> got = to_host<uint16_t>(outs[i - 2], static_cast<std::size_t>(m * op.n));
+          check_op(all, op.k, w[i], got, op.n, m, kWidth, ops[static_cast<std::size_t>(op.after)].col);
+          got_bits.insert(got_bits.end(), got.begin(), got.end());
+        }
+      }
+      if (run == 0) bits = got_bits;
+      else EXPECT_TRUE(got_bits == bits) << "run " << run << " differs";
+    }
+  }
+}
+
 TEST(GemmProgram, SiluMulEpilogueGivesTheSiluMulKernelsBits) {
   TPD_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
