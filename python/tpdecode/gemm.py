@@ -10,6 +10,24 @@ from . import _capture, _lib, _ops
 _current_device = _capture.current_device_query()
 
 
+def _check_storage(weight, data_ptr: int) -> None:
+    """RuntimeError where a held weight's storage was replaced (a weak reference, as
+    tpdecode.torch's objects hold, is looked up by its address and never refused).
+    Why: the C++ object reads the address it was made with, which the replaced
+    storage may have left to another tensor."""
+    if isinstance(weight, torch.Tensor) and weight.data_ptr() != data_ptr:
+        raise RuntimeError("DecodeGemm: the weight's storage moved (weight.data was replaced): make a new "
+                           "DecodeGemm for it, or copy new values in place (weight.copy_)")
+
+
+def _checked(run, weight, data_ptr: int):
+    """The call torch.compile's op runs (by id): the eager call's storage check, then run."""
+    def call(x: torch.Tensor, out: torch.Tensor) -> None:
+        _check_storage(weight, data_ptr)
+        run(x, out)
+    return call
+
+
 class DecodeGemm:
     """``out[M, N] = x[M, K] · weight[N, K]ᵀ`` (BF16 operands, FP32 accumulation, one
     BF16 rounding) on the current torch stream.
@@ -22,8 +40,8 @@ class DecodeGemm:
     decision, else the static rule).
 
     weight: [N, K] bfloat16 on a CUDA device (kept referenced by this object). Update
-    it in place (``weight.copy_``): an eager call whose weight's storage was replaced
-    (``weight.data = ...``) raises RuntimeError.
+    it in place (``weight.copy_``): a call whose weight's storage was replaced
+    (``weight.data = ...``) raises RuntimeError (under torch.compile, when the op runs).
     shared_cublas: use the device's shared cuBLAS context (one 32 MB workspace for
     all DecodeGemms; they must not run concurrently on different streams), else a
     private one.
@@ -51,7 +69,8 @@ class DecodeGemm:
         # Why detach: DLPack does not export tensors that require grad (parameters).
         self._handle = _lib.module.decode_gemm(weight.detach(), shared_cublas)
         self._run = self._handle.decode_gemm
-        self._id = _ops.register(self._run)
+        # Why not self._run: a compiled graph's op would skip the eager call's check.
+        self._id = _ops.register(_checked(self._run, self._weight, self._data_ptr))
         self.n, self.k = self._handle.n, self._handle.k
         self._device = self._handle.device  # read once: a field of the C++ object costs a call
         self.device_index = self._device  # the CUDA device's index (torch's Tensor.get_device())
@@ -138,12 +157,7 @@ class DecodeGemm:
         if torch.compiler.is_compiling():
             torch.ops.tpdecode.decode_gemm(x, out, self._id)
         else:
-            w = self._weight
-            if isinstance(w, torch.Tensor) and w.data_ptr() != self._data_ptr:
-                # Why: the C++ object reads the address it was made with, which the
-                # replaced storage may have left to another tensor.
-                raise RuntimeError("DecodeGemm: the weight's storage moved (weight.data was replaced): make a new "
-                                   "DecodeGemm for it, or copy new values in place (weight.copy_)")
+            _check_storage(self._weight, self._data_ptr)
             if _current_device() != self._device:
                 _capture.check_capture_device(self._device, "DecodeGemm")
             self._run(x, out)

@@ -277,6 +277,23 @@ def test_a_gemm_refuses_a_weight_whose_storage_moved(monkeypatch):
     assert len(ran) == 2
 
 
+def test_the_compiled_op_checks_the_weights_storage_too():
+    from tpdecode import gemm as gemm_module
+
+    weight = torch.zeros(16, 128, dtype=torch.bfloat16)
+    ran = []
+    call = gemm_module._checked(lambda x, out: ran.append(x), weight, weight.data_ptr())
+    x = torch.zeros(2, 128, dtype=torch.bfloat16)
+    call(x, None)
+    weight.data = torch.ones(16, 128, dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="storage moved"):
+        call(x, None)
+    assert len(ran) == 1
+    held_weakly = gemm_module._checked(lambda x, out: ran.append(x), weakref.ref(weight), 0)
+    held_weakly(x, None)  # tpdecode.torch's objects: looked up by the address, never refused
+    assert len(ran) == 2
+
+
 def test_the_runner_falls_back_or_raises_what_the_extension_refused(monkeypatch):
     from tpdecode import team as team_module
 
