@@ -18,11 +18,12 @@ struct ByteRows {
   int64_t stride = 0;
 };
 
-// Whether two sets of rows (rows >= 1) share a byte. Exact for one row stride
-// (e.g. column windows of one buffer: disjoint windows do not overlap); for
-// different strides, whether their spans (first byte to the end of the last row)
-// overlap.
+// Whether two sets of rows share a byte (none where either has no row). Exact for
+// one row stride (e.g. column windows of one buffer: disjoint windows do not
+// overlap); for different strides, whether their spans (first byte to the end of
+// the last row) overlap.
 inline bool rows_overlap(const ByteRows& a, const ByteRows& b) {
+  if (a.rows < 1 || b.rows < 1) return false;
   const bool spans = a.begin < b.begin + (b.rows - 1) * b.stride + b.width &&
                      b.begin < a.begin + (a.rows - 1) * a.stride + a.width;
   const int64_t stride = a.stride;
@@ -37,8 +38,8 @@ inline bool rows_overlap(const ByteRows& a, const ByteRows& b) {
 }
 
 // Two non-null views share a byte (rows_overlap).
-inline bool spans_overlap(const TensorView& a, const TensorView& b) {
-  if (a.data == nullptr || b.data == nullptr || a.rows < 1 || b.rows < 1) return false;
+inline bool views_overlap(const TensorView& a, const TensorView& b) {
+  if (a.data == nullptr || b.data == nullptr) return false;
   auto bytes = [](const TensorView& v) {
     const auto size = static_cast<int64_t>(v.element_size());
     return ByteRows{static_cast<int64_t>(reinterpret_cast<std::uintptr_t>(v.data)), v.rows, v.cols * size,
@@ -57,7 +58,7 @@ inline bool same_view(const TensorView& a, const TensorView& b) {
 // and `alias_ok` (an in-place form the call documents).
 inline void check_apart(const char* op, const TensorView& written, const char* written_name, const TensorView& other,
                         const char* other_name, bool alias_ok = false) {
-  if (!spans_overlap(written, other) || (alias_ok && same_view(written, other))) return;
+  if (!views_overlap(written, other) || (alias_ok && same_view(written, other))) return;
   check(false, "{}: {} ({}) overlaps {} ({}){}", op, written_name, written.describe(), other_name, other.describe(),
         alias_ok ? ": only the same view may be both" : "");
 }

@@ -43,8 +43,8 @@ TEST(TensorOverlap, OneStrideIsExactAndOtherStridesAreCoarse) {
     const int64_t stride_b = same_stride ? stride : pick(1, 12);
     const TensorView b = at(pick(0, 200), dtype, pick(1, 5), pick(1, static_cast<int>(stride_b)), stride_b);
     const bool truth = shares_a_byte(a, b);
-    const bool got = spans_overlap(a, b);
-    ASSERT_EQ(got, spans_overlap(b, a));
+    const bool got = views_overlap(a, b);
+    ASSERT_EQ(got, views_overlap(b, a));
     if (same_stride) {
       ASSERT_EQ(got, truth) << a.describe() << " at " << a.data << ", " << b.describe() << " at " << b.data;
       disjoint_windows += !truth && a.rows > 1 && b.rows > 1;
@@ -54,9 +54,9 @@ TEST(TensorOverlap, OneStrideIsExactAndOtherStridesAreCoarse) {
   }
   EXPECT_GT(disjoint_windows, 100) << "the random layouts exercise interleaved disjoint rows";
   // Column windows of one [4, 128] bf16 buffer: [0, 64) and [64, 128) do not meet.
-  EXPECT_FALSE(spans_overlap(at(0, DType::kBF16, 4, 64, 128), at(128, DType::kBF16, 4, 64, 128)));
-  EXPECT_TRUE(spans_overlap(at(0, DType::kBF16, 4, 65, 128), at(128, DType::kBF16, 4, 64, 128)));
-  EXPECT_FALSE(spans_overlap({}, at(0, DType::kBF16, 4, 64, 128)));
+  EXPECT_FALSE(views_overlap(at(0, DType::kBF16, 4, 64, 128), at(128, DType::kBF16, 4, 64, 128)));
+  EXPECT_TRUE(views_overlap(at(0, DType::kBF16, 4, 65, 128), at(128, DType::kBF16, 4, 64, 128)));
+  EXPECT_FALSE(views_overlap({}, at(0, DType::kBF16, 4, 64, 128)));
 }
 
 TEST(TensorOverlap, TheRefusalNamesBothViewsAndTakesTheSameViewWhereAsked) {
