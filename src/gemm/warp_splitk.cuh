@@ -109,7 +109,23 @@ __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s
 
   const auto* w = static_cast<const __nv_bfloat16*>(p.w);
   const auto* x = static_cast<const __nv_bfloat16*>(p.x);
+  // Why every lane's shared-memory slots and source offsets are computed once here:
+  // with one warp per scheduler the CTA runs at one warp's issue rate, and the copies'
+  // address arithmetic was most of a chunk's instructions (ncu: ~300 per 4 KB chunk).
+  // W copy j of a lane goes to w_slot[j % 4] + 128 (j / 4) of its warp's stage (rows
+  // 2 j + 8 and 2 j are 8 rows apart: one piece row of 4 x 32 further).
   const __nv_bfloat16* w_lane = w + (tile_row + lane / 16) * p.k + 8 * (lane % 16);  // copy 0's piece
+  int w_slot[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) w_slot[j] = w_piece_slot(j, lane);
+  // x piece q = gtid + kGroupThreads i of a slice is token gtid / 16 + kXTokenStep i,
+  // columns 8 (gtid % 16) ..: a thread's copies step by whole token rows.
+  constexpr int kXCopies = kXPieces / kGroupThreads;
+  constexpr int kXTokenStep = kGroupThreads / 16;
+  static_assert(kXPieces % kGroupThreads == 0, "every thread copies the same number of x pieces");
+  const int x_token = gtid / 16;
+  const __nv_bfloat16* x_thread = x + x_token * p.k + 8 * (gtid % 16);
+  const int x_slot = ((gtid % 16) / 4 * kTokens + x_token) * 4 + gtid % 4;
   uint4* my_ring = ring_w + warp * kWPieces * 32;
   uint4* group_ring_x = ring_x + group * kWarpStages * kXPieces;
   const uint64_t policy = dev::evict_first_policy();
@@ -138,19 +154,17 @@ __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s
   auto slot_x = [&](int c) { return group_ring_x + (c % kWarpStages) * kXPieces; };
   auto issue_w = [&](int c) {
     if (!active) return;
-    const int64_t kb = column(c);
+    const __nv_bfloat16* src = w_lane + column(c);
     uint4* sl = slot_w(c);
 #pragma unroll
-    for (int j = 0; j < kWPieces; ++j) dev::copy16_async(sl + w_piece_slot(j, lane), w_lane + 2 * j * p.k + kb, policy);
+    for (int j = 0; j < kWPieces; ++j) dev::copy16_async(sl + w_slot[j % 4] + 128 * (j / 4), src + 2 * j * p.k, policy);
   };
   auto issue_x = [&](int c) {  // rows >= m stay zero (set once below)
-    const int64_t kb = column(c);
-    uint4* sl = slot_x(c);
-    for (int q = gtid; q < p.m * 16; q += kGroupThreads) {
-      const int token = q / 16;
-      const int col16 = q % 16;
-      dev::copy16_async(sl + ((col16 / 4) * kTokens + token) * 4 + col16 % 4, x + token * p.k + kb + 8 * col16);
-    }
+    const __nv_bfloat16* src = x_thread + column(c);
+    uint4* sl = slot_x(c) + x_slot;
+#pragma unroll
+    for (int i = 0; i < kXCopies; ++i)
+      if (x_token + kXTokenStep * i < p.m) dev::copy16_async(sl + 4 * kXTokenStep * i, src + kXTokenStep * i * p.k);
   };
 
   // Why: the weights do not depend on the previous kernel, so their copies start
@@ -196,11 +210,25 @@ __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s
 #pragma unroll
       for (int i = 0; i < 4; ++i) ws[r][i] = dev::load_shared16(sw + (r * 4 + i) * 32 + (lane ^ (4 * i)));
     if (!active) continue;
+    // Why the x pieces of column group i + 1 are loaded before group i's MMAs: the
+    // loads are ordered as written, and an MMA right behind its own load waits for it.
+    uint4 xs[kTiles];  // token 8 j + g, columns 32 i + 8 t
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < kTiles; ++j) xs[j] = dev::load_shared16(sx + (8 * j) * 4 + lane);
 #pragma unroll
-      for (int j = 0; j < kTiles; ++j)  // token 8 j + g
-        dev::mma_bf16_piece(acc[j], ws[0][i], ws[1][i], dev::load_shared16(sx + (i * kTokens + 8 * j + g) * 4 + t));
+    for (int i = 0; i < 4; ++i) {
+      uint4 next[kTiles];
+      if (i + 1 < 4) {
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) next[j] = dev::load_shared16(sx + ((i + 1) * kTokens + 8 * j) * 4 + lane);
+      }
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) dev::mma_bf16_piece(acc[j], ws[0][i], ws[1][i], xs[j]);
+      if (i + 1 < 4) {
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) xs[j] = next[j];
+      }
+    }
   }
   dev::copy_wait<0>();
 
