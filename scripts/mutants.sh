@@ -3,10 +3,11 @@
 # copy of src/, include/ and tests/ in a temporary directory, never to the working
 # tree; the protocol's tests are built there and run, and a table per protocol says
 # which tests failed. A mutant that fails no test is a finding (docs/protocol.md
-# keeps the last tables). Not run by CI. Two protocols: the mailbox collectives'
+# keeps the last tables). Not run by CI. Three protocols: the mailbox collectives'
 # (src/comm; Protocol.*, TwoShotProtocol.*) and the GEMM program's rules
 # (src/program/program_protocol.hpp; ProgramProtocol.*, which runs them under host
-# threads).
+# threads) and the team program's all-reduce (src/program/program_team.hpp;
+# ProgramTeam.*).
 #   bash scripts/mutants.sh [mutant-name...]   (default: every mutant; ~15-20 min on 2 cores)
 # Why not the whole cpu_tests target: it links the library, whose CUDA objects
 # include the mutated headers (minutes per mutant on 2 cores). The protocol tests
@@ -56,6 +57,14 @@ PROGRAM_MUTANTS=(
   "parts-share-a-slot|program_protocol.hpp|s/(static_cast<int64_t>(part) \* m + token)/(static_cast<int64_t>(part) * 0 * m + token)/|the parts of a split block share one scratch slot"
   "half-emptied|program_protocol.hpp|s/return {pieces \* cta \/ ctas, pieces \* (cta + 1) \/ ctas};/return {pieces * cta \/ ctas, pieces * cta \/ ctas + (pieces \/ ctas) \/ 2};/|each CTA empties half its share of the next run's epoch"
 )
+# name|file under src/program|sed script|what the bug is
+TEAM_MUTANTS=(
+  "team-skip-rearm|program_team.hpp|/lamport::rearm<kRanks>(mem, own);/d|team program: the reader never re-arms its slots"
+  "team-rearm-before-read|program_team.hpp|/lamport::rearm<kRanks>(mem, own);/d;s/^  const lamport::Poll result = lamport::wait_all/  lamport::rearm<kRanks>(mem, own);\n&/|team program: the reader re-arms its slots before polling them"
+  "team-wrong-slot|program_team.hpp|s/static_cast<int>(parity), team.rank, token, fragment)/static_cast<int>(parity), (team.rank + 1) % kRanks, token, fragment)/|team program: a rank pushes into its neighbour's slot"
+  "team-no-advance|program_team.hpp|s/lamport::advance_if_last(mem, team, box, epoch, lamport::take_ticket(mem, team, box), ctas);/(void)epoch, (void)ctas;/|team program: the run's epoch never advances (one parity)"
+  "team-silent-failure|program_team.hpp|/lamport::report_poll(mem, team/,+1d|team program: a failed poll is neither recorded nor aborts the team"
+)
 
 SELECTED=("$@")
 selected() {
@@ -80,6 +89,12 @@ build_program() {
   "$CXX" -std=c++20 -O2 -pthread -DFMT_HEADER_ONLY -I"$dir/src" -I"$dir/include" -I"$dir/tests" \
     "$dir/tests/cpu/program_protocol_test.cpp" "$dir/src/program/program_plan.cpp" -lgtest -lgtest_main -pthread \
     -o "$dir/bin" 2> "$dir/build.log"
+}
+# The team program's all-reduce (header-only over src/comm and the program's rules).
+build_team() {
+  local dir=$1
+  "$CXX" -std=c++20 -O2 -pthread -I"$dir/src" -I"$dir/include" -I"$dir/tests" "$dir/tests/cpu/program_team_test.cpp" \
+    -lgtest -lgtest_main -pthread -o "$dir/bin" 2> "$dir/build.log"
 }
 
 # run DIR FILTER: the failed tests, one per line (or a line saying how the run ended).
@@ -144,5 +159,6 @@ mutate() {
 
 mutate mailbox comm build_comm "Protocol=one-shot_and_gather_tests_that_fail TwoShotProtocol=two-shot_tests_that_fail" COMM_MUTANTS
 mutate program program build_program "ProgramProtocol=program_tests_that_fail" PROGRAM_MUTANTS
+mutate team program build_team "ProgramTeam=team_program_tests_that_fail" TEAM_MUTANTS
 echo "$uncaught mutant(s) not caught; $((SECONDS - start)) s" >&2
 exit $((uncaught > 0))

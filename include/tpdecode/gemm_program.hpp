@@ -31,6 +31,10 @@
 
 namespace tpdecode {
 
+namespace program {
+struct TeamBinding;  // a TeamProgram's rank (private to the library)
+}
+
 class GemmProgram {
  public:
   // What an op stores as its out.
@@ -88,6 +92,12 @@ class GemmProgram {
     // the residual an input or an earlier folded norm's residual_out; every op
     // reading out a GEMM.
     bool folded = false;
+    // x is this rank's partial (a row-parallel GEMM's out): the op first sums every
+    // rank's x, FP32 in rank order from rank 0's, rounded once to BF16 (the one-shot
+    // all-reduce's bits: reference/all_reduce.hpp), then adds the residual and
+    // normalises as above. Served in a TeamProgram (team_program.hpp) only; not with
+    // `folded`.
+    bool all_reduce = false;
   };
   struct Op {
     Op(const Gemm& g) : gemm(g) {}  // NOLINT: implicit, so a list of Gemm is a list of Op
@@ -137,7 +147,7 @@ class GemmProgram {
 
   int rows() const;
   int ops() const;
-  int ctas() const;        // one per SM
+  int ctas() const;        // one per SM (in a TeamProgram, the SMs its rank owns)
   int ring_stages() const;
   int64_t bytes() const;   // of the GEMMs' weights (their packed copies are as large, plus padding to 64 rows)
 
@@ -146,6 +156,8 @@ class GemmProgram {
   std::vector<RunTimeline> timelines() const;
 
  private:
+  friend class TeamProgram;
+  GemmProgram(std::vector<Op> ops, int m, bool record_timeline, const program::TeamBinding* team);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -1,6 +1,6 @@
 // tpdecode: decode-time tensor-parallel building blocks. The one header an engine
 // includes: teams, the comm object, DecodeGemm and its tuner, GemmProgram and
-// MlpBlockProgram, PreparedOproj, the drafter's logits path, tensors, errors,
+// MlpBlockProgram, TeamProgram, PreparedOproj, the drafter's logits path, tensors, errors,
 // device buffers.
 #pragma once
 
@@ -19,5 +19,6 @@
 #include "tpdecode/nccl_team.hpp"
 #include "tpdecode/oproj.hpp"
 #include "tpdecode/team.hpp"
+#include "tpdecode/team_program.hpp"
 #include "tpdecode/tensor.hpp"
 #include "tpdecode/version.hpp"

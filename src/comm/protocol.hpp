@@ -79,7 +79,17 @@ struct alignas(16) ControlBlock {
 };
 
 // Which collective a poll belonged to (recorded on timeout).
-enum class Op : int32_t { kNone = 0, kAllReduce, kArNorm, kGather, kTwoShotReduce, kTwoShotGather, kOproj, kTest };
+enum class Op : int32_t {
+  kNone = 0,
+  kAllReduce,
+  kArNorm,
+  kGather,
+  kTwoShotReduce,
+  kTwoShotGather,
+  kOproj,
+  kTest,
+  kProgram,
+};
 
 // The record a failed call leaves for the host, one per rank in host-mapped
 // memory. Written once, by the first failing thread of the rank: flag 0 -> 2 by

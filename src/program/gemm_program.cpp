@@ -8,6 +8,7 @@
 #include "core/check.hpp"
 #include "gemm/wgmma_launch.hpp"
 #include "program/program_launch.hpp"
+#include "program/team_binding.hpp"
 #include "tpdecode/device_buffer.hpp"
 
 namespace tpdecode {
@@ -112,7 +113,11 @@ std::vector<Fold> fold_norms(const std::vector<GemmProgram::Op>& ops, const std:
 
 }  // namespace
 
-GemmProgram::GemmProgram(std::vector<Op> ops, int m, bool record_timeline) : impl_(std::make_unique<Impl>()) {
+GemmProgram::GemmProgram(std::vector<Op> ops, int m, bool record_timeline)
+    : GemmProgram(std::move(ops), m, record_timeline, nullptr) {}
+
+GemmProgram::GemmProgram(std::vector<Op> ops, int m, bool record_timeline, const program::TeamBinding* team)
+    : impl_(std::make_unique<Impl>()) {
   check(m >= 1 && m <= kMaxRows, "gemm program: {} rows where 1 to {} are served", m, kMaxRows);
   check(!ops.empty(), "gemm program: no ops");
   Impl& p = *impl_;
@@ -145,6 +150,9 @@ GemmProgram::GemmProgram(std::vector<Op> ops, int m, bool record_timeline) : imp
       require_bf16(g.out, m, k, false, i, "out");
       rows_aligned(g.out, i, "out");
       check(std::isfinite(g.eps) && g.eps >= 0, "gemm program: norm op {}'s eps is {}", i, g.eps);
+      check(!g.all_reduce || team != nullptr,
+            "gemm program: norm op {} all-reduces its x over a team: build it in a TeamProgram", i);
+      check(!g.all_reduce || !g.folded, "gemm program: norm op {} all-reduces its x, so it cannot be folded", i);
       program::OpBuffers b{matrix(g.x), matrix(g.out), g.after};
       b.folded = g.folded;
       if (g.residual.data != nullptr) {
@@ -187,6 +195,10 @@ GemmProgram::GemmProgram(std::vector<Op> ops, int m, bool record_timeline) : imp
   }
   TPD_CUDA(cudaGetDevice(&p.device));
   TPD_CUDA(cudaDeviceGetAttribute(&p.grid, cudaDevAttrMultiProcessorCount, p.device));
+  if (team != nullptr) {
+    check(team->ctas >= 1 && team->ctas <= p.grid, "gemm program: {} CTAs on a GPU of {} SMs", team->ctas, p.grid);
+    p.grid = team->ctas;
+  }
   std::vector<int64_t> window = program::check_buffers(buffers);
   const std::vector<Fold> folds = fold_norms(ops, buffers, after, window);
   for (const Fold& f : folds) {
@@ -218,6 +230,8 @@ GemmProgram::GemmProgram(std::vector<Op> ops, int m, bool record_timeline) : imp
   TPD_CUDA(cudaMemset(p.mailbox.get(), 0xff, mailbox_bytes));  // both epochs empty
   auto* epochs = static_cast<uint16_t*>(p.mailbox.get());
   std::vector<program::OpDesc> descs(ops.size());
+  int64_t team_fragments = 0;
+  const std::vector<int64_t> team_window = program::team_windows(ops, &team_fragments);
   // An op that reads folded norm `stream`'s residual stream: where its producer
   // published it, once that op's count is acquired (its epilogues stored
   // residual_out from other CTAs).
@@ -251,6 +265,8 @@ GemmProgram::GemmProgram(std::vector<Op> ops, int m, bool record_timeline) : imp
                      return b.residual_after == static_cast<int>(i);
                    });
       d.eps = g.eps;
+      d.all_reduce = g.all_reduce ? 1 : 0;
+      d.team_fragment = team_window[i];
       d.norm_weight = g.weight.data;
       d.x_input = g.x.data;
       d.x_input_stride = g.x.row_stride;
@@ -345,6 +361,11 @@ GemmProgram::GemmProgram(std::vector<Op> ops, int m, bool record_timeline) : imp
   p.args.inflight_stages = p.shape.inflight_stages;
   p.args.polling_inflight_stages = p.shape.polling_inflight_stages;
   p.args.timeline = nullptr;
+  p.args.team_ops = team_fragments > 0 ? 1 : 0;
+  if (team != nullptr) {
+    p.args.team = team->team;
+    p.args.team_box = team->box;
+  }
   if (record_timeline) {
     const std::size_t bytes = std::size_t{8} * static_cast<std::size_t>(p.grid * (1 + 3 * p.op_count)) * 8;
     p.timeline = DeviceBuffer(bytes);

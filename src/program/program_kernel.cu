@@ -311,6 +311,12 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
         Atomic runs(*a.counters.epoch);
         runs.store(runs.load(cuda::memory_order_relaxed) + 1, cuda::memory_order_relaxed);
       }
+      // The team mailbox's epoch: after every finisher thread's last read of it
+      // (the barrier above).
+      if (a.team_ops != 0) {
+        lamport::Memory mem(a.team.timeout_ns);
+        team::end_run(mem, a.team, a.team_box, gridDim.x);
+      }
     }
     return;
   }

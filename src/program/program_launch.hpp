@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "comm/protocol.hpp"
 #include "program/program_plan.hpp"
 
 namespace tpdecode::program {
@@ -70,6 +71,10 @@ struct OpDesc {     // aligned as CUtensorMap (64 bytes or more)
   // 1: GemmProgram::Epilogue::kSiluMul: every block's rows are 32 gate rows and their
   // 32 up rows (pack_weight's gated order) and out (n columns) is silu(gate) * up.
   int32_t silu_mul;
+  // A norm whose x is this rank's partial: first summed over the team (program_team.hpp),
+  // its pieces at fragments team_fragment + column / 8 of the team mailbox's rows.
+  int32_t all_reduce;
+  int64_t team_fragment;
 };
 
 // The counters the kernel keeps in device memory. op_done and ctas_done are zero
@@ -97,6 +102,11 @@ struct Args {
   // With a timeline: [8 runs][ctas][1 + 3 ops] u64, run r's in slot r % 8: per
   // CTA its SM, then per op the three times of GemmProgram::OpTimes. Else null.
   uint64_t* timeline;
+  // A TeamProgram's rank (team_ops 1: some norm all-reduces; program_team.hpp): the
+  // team as this rank sees it and the program's team mailbox.
+  int team_ops;
+  lamport::TeamRef team;
+  lamport::MailboxRef team_box;
 };
 
 // The kernel's shape for a program of m rows: the token tile (wgmma's N), the

@@ -1,9 +1,10 @@
 // The GEMM program's RMSNorm op, run by the finisher warps of every CTA on its
 // share of the k columns (protocol::norm_share), in this order:
 //  1. each thread loads its pieces (8 columns of one token) of x (polled from the
-//     mailbox where x is an earlier op's out, else the input) and the residual; h =
-//     x, or bf16(x + residual), stored to residual_out where asked (the weight is
-//     loaded during step 3's round trip);
+//     mailbox where x is an earlier op's out, else the input) and the residual; with
+//     all_reduce, x is first summed over the team (program_team.hpp); h = x, or
+//     bf16(x + residual), stored to residual_out where asked (the weight is loaded
+//     during step 3's round trip);
 //  2. the share's sum of squares per token: per piece an fma chain over its 8
 //     values from 0, the pieces added in column order; stored into the norm's stats
 //     (mailbox words that start empty, so each shows its own arrival);
@@ -24,6 +25,7 @@
 #include "program/program_fold.cuh"
 #include "program/program_launch.hpp"
 #include "program/program_protocol.hpp"
+#include "program/program_team.hpp"
 
 namespace tpdecode::program {
 
@@ -71,6 +73,49 @@ struct NormShare {
 
   __device__ void sync() const { dev::named_barrier_sync(kNormBarrier, kFinisherThreads); }
 
+  // x summed over the team: this share's pieces (token e / pieces, piece first + e %
+  // pieces) pushed to every rank, then every rank's polled and summed in rank order
+  // (program_team.hpp). Not inlined, as run().
+  template <int kRanks>
+  __device__ __noinline__ void team_sum(uint4 (&x)[kItems], int64_t first, int pieces) const {
+    lamport::Memory mem(a.team.timeout_ns);
+    const uint32_t parity = team::run_parity(mem, a.team, a.team_box);
+    const int items = a.m * pieces;
+    auto fragment = [&](int e) { return op.team_fragment + first + e % pieces; };
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      const int e = thread + kFinisherThreads * i;
+      if (e >= items) continue;
+      if (parity == lamport::kAbortedEntry) {
+        x[i] = as_uint4(lamport::poisoned());
+        continue;
+      }
+      team::push_piece<kRanks>(mem, a.team, a.team_box, parity, e / pieces, fragment(e), as_fragment(x[i]));
+    }
+    if (parity == lamport::kAbortedEntry) return;
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      const int e = thread + kFinisherThreads * i;
+      if (e < items)
+        x[i] = as_uint4(team::reduce_piece<kRanks>(mem, a.team, a.team_box, parity, e / pieces, fragment(e)));
+    }
+  }
+  __device__ void team_sum(uint4 (&x)[kItems], int64_t first, int pieces) const {
+    switch (a.team.size) {
+      case 1: return team_sum<1>(x, first, pieces);
+      case 2: return team_sum<2>(x, first, pieces);
+      case 4: return team_sum<4>(x, first, pieces);
+      case 8: return team_sum<8>(x, first, pieces);
+      default: return team_sum<16>(x, first, pieces);  // the host builds teams of these sizes only
+    }
+  }
+  static __device__ __forceinline__ lamport::Fragment as_fragment(const uint4& v) {
+    return lamport::Fragment{{v.x, v.y, v.z, v.w}};
+  }
+  static __device__ __forceinline__ uint4 as_uint4(const lamport::Fragment& f) {
+    return uint4{f.w[0], f.w[1], f.w[2], f.w[3]};
+  }
+
   // Not inlined: its registers stay out of the kernel's other roles (inlined, the
   // 64-token kernel spilled).
   __device__ __noinline__ void run(uint32_t* op_done) const {
@@ -109,6 +154,7 @@ struct NormShare {
       else if (op.residual_mailbox >= 0) r[i] = load_relaxed16(polled_residual(i));
     }
     if (polls) poll_until_published(h, mine, polled);
+    if (op.all_reduce != 0) team_sum(h, share.begin, pieces);
     if (op.residual_mailbox >= 0) poll_until_published(r, mine, polled_residual);
     // 2. h, its pieces' sums of squares, the share's per token.
 #pragma unroll

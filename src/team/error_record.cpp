@@ -17,6 +17,7 @@ const char* op_name(lamport::Op op) {
     case lamport::Op::kTwoShotGather: return "two_shot (gather)";
     case lamport::Op::kOproj: return "oproj";
     case lamport::Op::kTest: return "protocol_test";
+    case lamport::Op::kProgram: return "team program (all-reduce + norm)";
   }
   return "unknown";
 }
