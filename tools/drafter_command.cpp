@@ -135,9 +135,9 @@ void print_run(const TeamRun& t, const bench::ReadCeiling& ceiling) {
                r.repeat_bitwise && r.ranks_identical ? "yes" : "NO");
   }
   if (t.rows.empty() || t.rows.front().program.step_us <= 0) return;
-  fmt::print("the program path (form programs: the step's GEMMs, norms, residual adds and SiLU-muls as "
-             "GemmPrograms, the rest as the specialised path's kernels; launches: above {} rows, the specialised "
-             "path's kernels):\n",
+  fmt::print("the program path (form programs: the step's GEMMs, norms, residual adds, all-reduce + norms and "
+             "SiLU-muls as programs, one per rank, the rest as the specialised path's kernels; launches: above {} "
+             "rows, the specialised path's kernels):\n",
              drafter::GpuDrafter::kProgramMaxRows);
   fmt::print("{:>4} {:>9} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>6}\n", "M", "form", "prog us", "step/floor",
              "stock/prog", "spec/prog", "tokens", "near-tie", "bitwise");

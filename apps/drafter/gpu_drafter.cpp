@@ -121,7 +121,7 @@ void GpuDrafter::prepare(int m) {
 }
 
 // Records the step's segments (the launches of the other ops go nowhere) and builds
-// a program per segment on rank 0's buffers and weights.
+// a TeamProgram per segment: every driven rank's ops on its buffers and weights.
 void GpuDrafter::build_programs(int m) {
   class Nothing final : public StepOps {
    public:
@@ -135,10 +135,10 @@ void GpuDrafter::build_programs(int m) {
     void add(const Slice&, const Slice&, const Slice&) override {}
     void argmax(const Slice&) override {}
   } nothing;
-  const GpuRank& r = *ranks_.at(0);
-  TPD_CUDA(cudaSetDevice(r.device));
+  TPD_CUDA(cudaSetDevice(ranks_.at(0)->device));
   Programs built;
-  run_segmented_step(config_, shapes_, nothing, [&](int, const Segment& segment) {
+  // Rank r's ops of a segment.
+  auto rank_ops = [&](const GpuRank& r, const Segment& segment) {
     std::vector<GemmProgram::Op> ops;
     std::vector<TensorView> outs;  // per op: where the program writes its out
     for (const SegmentOp& s : segment) {
@@ -160,10 +160,17 @@ void GpuDrafter::build_programs(int m) {
         continue;
       }
       const TensorView residual = r.view({Buf::kResidual, 0, config_.hidden}, m);
-      ops.push_back(GemmProgram::Norm{x, s.after, r.weight(s.weight), config_.eps, s.residual ? residual : TensorView{},
-                                      s.residual_out ? residual : TensorView{}, out, s.folded});
+      GemmProgram::Norm norm{x, s.after, r.weight(s.weight), config_.eps, s.residual ? residual : TensorView{},
+                             s.residual_out ? residual : TensorView{}, out, s.folded};
+      norm.all_reduce = s.all_reduce;
+      ops.push_back(norm);
     }
-    built.programs.push_back(std::make_unique<GemmProgram>(std::move(ops), m));
+    return ops;
+  };
+  run_segmented_step(config_, shapes_, nothing, [&](int, const Segment& segment) {
+    std::vector<std::vector<GemmProgram::Op>> ops;
+    for (const auto& r : ranks_) ops.push_back(rank_ops(*r, segment));
+    built.programs.push_back(std::make_unique<TeamProgram>(team_, std::move(ops), m));
   });
   programs_[m] = std::move(built);
 }
@@ -177,7 +184,7 @@ void GpuDrafter::enqueue_step(DrafterPath path, int m, const OpFilter& filter) {
   const auto built = programs_.find(m);
   const bool programs = path == DrafterPath::kProgram && program_form(m) == ProgramForm::kPrograms;
   if (path == DrafterPath::kProgram) {
-    require(serves_programs(), "drafter: the program path runs at TP 1 only (no collective runs in a program yet)");
+    require(serves_programs(), "drafter: the program path runs at TP 1 or on ranks that share memory");
     require(filter.gemm && filter.collective && filter.other, "drafter: the program path runs whole steps only");
     require(!programs || built != programs_.end(),
             fmt::format("drafter: the program path for {} rows needs prepare({})", m, m));
@@ -190,7 +197,7 @@ void GpuDrafter::enqueue_step(DrafterPath path, int m, const OpFilter& filter) {
   GpuStepOps ops(config_, shapes_, ranks_, *comm_, oprojs_, launches, m, shared_gpu_);
   if (programs) {
     run_segmented_step(config_, shapes_, ops, [&](int index, const Segment&) {
-      built->second.programs.at(static_cast<std::size_t>(index))->run(stream());
+      built->second.programs.at(static_cast<std::size_t>(index))->run();  // every rank's stream
     });
   } else {
     run_step(config_, shapes_, ops, filter);

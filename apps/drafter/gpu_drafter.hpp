@@ -11,10 +11,12 @@
 //    each layer's o_proj + all-reduce + post-attention norm as one PreparedOproj
 //    call where its rule table (or set_oproj_kind) picks a fused kind for the
 //    step's rows, else the two ops.
-//  - program (TP 1 only): up to kProgramMaxRows rows, the step's runs of GEMMs,
-//    norms, residual adds and SiLU-muls as GemmPrograms (program_segments.hpp;
-//    built by prepare(m), their own copy of the weights), the other ops as the
-//    specialised path's kernels. Its norms sum in the program's order
+//  - program (TP 1, or ranks that share memory): up to kProgramMaxRows rows, the
+//    step's runs of GEMMs, norms, residual adds, all-reduce + norms and SiLU-muls
+//    as TeamPrograms (program_segments.hpp; one GemmProgram per rank, each on its
+//    share of a shared GPU's SMs; built by prepare(m), their own copy of the
+//    weights), the other ops (the embedding, the attention stand-ins, the gathers)
+//    as the specialised path's kernels. Its norms sum in the program's order
 //    (reference/program_norm.hpp) and its GEMMs split K their own way: other bits
 //    than either path, repeatable. Above kProgramMaxRows the step runs as launches
 //    (program_form): the specialised path's kernels, its bits.
@@ -40,6 +42,7 @@
 #include "tpdecode/gemm_program.hpp"
 #include "tpdecode/oproj.hpp"
 #include "tpdecode/team.hpp"
+#include "tpdecode/team_program.hpp"
 
 namespace tpdecode::drafter {
 
@@ -76,11 +79,12 @@ class GpuDrafter {
   std::size_t weight_bytes() const { return weight_bytes_; }
 
   // Host preparation for steps of m rows (DecodeGemm engines, the fused
-  // o-projections; at TP 1 and up to kProgramMaxRows the program path's
-  // programs); before capture.
+  // o-projections; where serves_programs() and up to kProgramMaxRows the program
+  // path's programs); before capture.
   void prepare(int m);
-  // Whether the program path serves this team (TP 1).
-  bool serves_programs() const { return ranks_.size() == 1 && team_.size() == 1; }
+  // Whether the program path serves this team: TP 1, or ranks that share memory
+  // (the all-reduces inside the programs: TeamProgram).
+  bool serves_programs() const { return team_.size() == 1 || team_.shares_memory(); }
   // The most rows the program path runs as GemmPrograms (their 8-token kernel): the
   // step's programs ran 2 % faster than the launches at 1 row, level at 7, 2 % slower
   // at 14 and 16 (the 16-token kernel) and 8 % at 28 (docs/performance.md).
@@ -120,7 +124,7 @@ class GpuDrafter {
   // The program path's, per row count: a program per segment, in step order, and
   // the buffers of their private outs.
   struct Programs {
-    std::vector<std::unique_ptr<GemmProgram>> programs;
+    std::vector<std::unique_ptr<TeamProgram>> programs;  // per segment
     std::vector<DeviceBuffer> buffers;
   };
   std::map<int, Programs> programs_;

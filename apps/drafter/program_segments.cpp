@@ -91,6 +91,10 @@ void SegmentedStep::fold(std::size_t event) {
   for (std::size_t j = 0; j < seg.size(); ++j) {
     SegmentOp& n = seg[j];
     if (!n.norm) continue;
+    if (n.all_reduce) {  // its x is a partial: every column of every rank before the sum
+      if (n.residual_out) stream = static_cast<int>(j);
+      continue;
+    }
     const int previous_stream = stream;
     if (n.residual_out) stream = static_cast<int>(j);
     if (n.after < 0) continue;
@@ -146,10 +150,11 @@ void SegmentedStep::gemm(WeightId weight, const Slice& x, const Slice& out) {
 }
 
 void SegmentedStep::ar_norm(const Slice& partial, bool first, WeightId norm, const Slice& out) {
-  // TP 1: the all-reduce is the partial itself; the residual stream is the residual
-  // buffer (read unless first, always written).
+  // The residual stream is the residual buffer (read unless first, always written);
+  // at TP 1 the all-reduce is the partial itself.
   SegmentOp op;
   op.norm = true;
+  op.all_reduce = all_reduces_;
   op.weight = norm;
   op.x = partial;
   op.out = out;
@@ -203,7 +208,7 @@ void SegmentedStep::argmax(const Slice& logits) {
 
 void run_segmented_step(const DrafterConfig& c, const RankShapes& s, StepOps& launches,
                         const SegmentedStep::SegmentSink& segment) {
-  SegmentedStep step(launches, segment);
+  SegmentedStep step(launches, segment, s.tp > 1);
   run_step(c, s, step);
   step.finish();
 }

@@ -1,9 +1,10 @@
-// The drafter step at TP 1 as GemmPrograms: the runs of ops that a program serves
-// (GEMMs, the norms, the residual adds, the SiLU-mul as gate_up's epilogue) between
-// the ops it does not (the embedding, the attention stand-in, the context add, the
-// argmax), cut from the step's op sequence (step.hpp) in step order. Host only: the
-// GPU drafter builds a program per segment (gpu_drafter.cpp) and runs the others as
-// the specialised path's kernels; the CPU tests check the cut.
+// The drafter step as GemmPrograms: the runs of ops that a program serves (GEMMs,
+// the norms, the residual adds, at TP > 1 the all-reduce + norms, the SiLU-mul as
+// gate_up's epilogue) between the ops it does not (the embedding, the attention
+// stand-in, the gathers, the context add, the argmax), cut from the step's op
+// sequence (step.hpp) in step order. Host only: the GPU drafter builds a program per
+// segment (gpu_drafter.cpp: a TeamProgram, one GemmProgram per rank) and runs the
+// others as the specialised path's kernels; the CPU tests check the cut.
 #pragma once
 
 #include <functional>
@@ -31,6 +32,9 @@ struct SegmentOp {
   // folded): its x a GEMM's out, only GEMMs of the segment read its out, and nothing
   // reads that out after the segment before it is written again or the step ends.
   bool folded = false;
+  // A norm at TP > 1: x is the rank's partial, summed over the team first
+  // (GemmProgram::Norm::all_reduce, in a TeamProgram); never folded.
+  bool all_reduce = false;
 };
 using Segment = std::vector<SegmentOp>;
 
@@ -43,7 +47,10 @@ using Segment = std::vector<SegmentOp>;
 class SegmentedStep final : public StepOps {
  public:
   using SegmentSink = std::function<void(int index, const Segment& ops)>;
-  SegmentedStep(StepOps& launches, SegmentSink segment) : launches_(launches), segment_(std::move(segment)) {}
+  // all_reduces: the step's all-reduce + norms are the team's (TP > 1), else the
+  // residual add + norm alone (TP 1).
+  SegmentedStep(StepOps& launches, SegmentSink segment, bool all_reduces = false)
+      : launches_(launches), segment_(std::move(segment)), all_reduces_(all_reduces) {}
 
   void embed(const Slice& out) override;
   void gemm(WeightId weight, const Slice& x, const Slice& out) override;
@@ -76,12 +83,14 @@ class SegmentedStep final : public StepOps {
 
   StepOps& launches_;
   SegmentSink segment_;
+  bool all_reduces_;
   Segment pending_;
   std::vector<Segment> segments_;
   std::vector<Event> events_;
 };
 
-// Runs the step (run_step) through a SegmentedStep and finishes it.
+// Runs the step (run_step) through a SegmentedStep (all-reduces where s.tp > 1) and
+// finishes it.
 void run_segmented_step(const DrafterConfig& c, const RankShapes& s, StepOps& launches,
                         const SegmentedStep::SegmentSink& segment);
 

@@ -14,7 +14,7 @@ namespace tpdecode {
 
 struct TeamProgram::Impl {
   Team* team = nullptr;
-  std::unique_ptr<Mailbox> box;
+  std::unique_ptr<Mailbox> box;  // where an op all-reduces
   std::vector<std::unique_ptr<GemmProgram>> programs;  // per driven rank
   std::vector<bool> pdl;                                // per driven rank
 };
@@ -45,16 +45,15 @@ TeamProgram::TeamProgram(Team& team, std::vector<std::vector<GemmProgram::Op>> o
       if (op.is_norm && op.norm.all_reduce) mine.push_back(op.norm.x.cols);
     check(mine == widths, "team program: driven rank {}'s all-reduce ops differ from driven rank 0's", i);
   }
-  // A mailbox of one fragment for a program without all-reduce: every rank still
-  // allocates the same.
-  p.box = std::make_unique<Mailbox>(team, 2, team.size(), m, std::max<int64_t>(fragments, 1) * 16);
+  // No mailbox (nor epoch counter) where no op all-reduces: by the contract, on no rank.
+  if (fragments > 0) p.box = std::make_unique<Mailbox>(team, 2, team.size(), m, fragments * 16);
   int sms = 0;
   TPD_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   for (int i = 0; i < team.driven(); ++i) {
     const RankContext& ctx = rank_context(team, i);
     program::TeamBinding binding;
     binding.team = ctx.team;
-    binding.box = p.box->ref(i);
+    if (p.box) binding.box = p.box->ref(i);
     // Why the SMs divided: every rank's program waits for its peers', so all must
     // be resident at once (the kernel holds one CTA per SM).
     binding.ctas = sms / std::max(1, ctx.ranks_on_device);

@@ -29,8 +29,8 @@ class Launches final : public StepOps {
 struct Cut {
   Launches launches;
   std::vector<Segment> segments;
-  explicit Cut(const DrafterConfig& c) {
-    run_segmented_step(c, rank_shapes(c, 1), launches, [&](int index, const Segment& s) {
+  explicit Cut(const DrafterConfig& c, int tp = 1) {
+    run_segmented_step(c, rank_shapes(c, tp), launches, [&](int index, const Segment& s) {
       EXPECT_EQ(index, static_cast<int>(segments.size()));
       segments.push_back(s);
     });
@@ -95,6 +95,33 @@ TEST(ProgramSegments, TheStepAtTp1) {
                               s[j].x.col0 < s[i].out.col0 + s[i].out.cols;
         if (s[j].after < 0) EXPECT_FALSE(overlaps) << "op " << i << " writes op " << j << "'s input";
       }
+}
+
+// At TP 8 the same segments, but every all-reduce + norm (the norms with a residual
+// stream) sums the team's partials inside its program (all_reduce) and never folds;
+// the q_a norms still fold into q_b; the gathers are launches. At TP 1 no norm
+// all-reduces.
+TEST(ProgramSegments, TheStepAtTp8AllReducesInsideThePrograms) {
+  const DrafterConfig c = DrafterConfig::reference();
+  const Cut cut(c, 8);
+  std::vector<std::string> want = {"embed"};
+  for (int l = 0; l < c.layers; ++l) want.push_back("attention");
+  want.insert(want.end(), {"gather", "add", "gemm " + std::to_string(WeightId{Tensor::kLmHead, 0}.key()), "gather",
+                           "argmax"});
+  EXPECT_EQ(cut.launches.names, want);
+  ASSERT_EQ(cut.segments.size(), static_cast<std::size_t>(c.layers + 1));
+  int all_reduces = 0;
+  for (const Segment& seg : cut.segments)
+    for (const SegmentOp& op : seg) {
+      EXPECT_EQ(op.all_reduce, op.norm && op.residual_out) << "only the residual stream's norms all-reduce";
+      EXPECT_FALSE(op.all_reduce && op.folded);
+      all_reduces += op.all_reduce;
+    }
+  EXPECT_EQ(all_reduces, 1 + 2 * c.layers) << "the embedding's, and per layer the o_proj's and the down's";
+  for (int l = 1; l < c.layers; ++l) EXPECT_TRUE(cut.segments[static_cast<std::size_t>(l)][6].folded) << "q_a norm";
+  const Cut tp1(c);
+  for (const Segment& seg : tp1.segments)
+    for (const SegmentOp& op : seg) EXPECT_FALSE(op.all_reduce);
 }
 
 // A SiLU-mul that does not follow its gate_up GEMM runs as the kernel.

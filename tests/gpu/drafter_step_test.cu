@@ -5,6 +5,7 @@
 // reference (cpu_reference.hpp) within a stated tolerance.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <map>
@@ -110,7 +111,7 @@ TEST_P(DrafterStepGpu, SpecialisedMatchesStockRepeatsAndReference) {
 // GemmPrograms up to kProgramMaxRows rows, the specialised path's launches above):
 // the stock path's tokens except near ties, bitwise repeats (eager and graph
 // replay), the logits against the CPU reference, and above the threshold the
-// specialised path's bits; refused on a team of 2.
+// specialised path's bits.
 TEST(DrafterProgramPath, MatchesStockRepeatsAndReference) {
   TPD_REQUIRE_GPU();
   const DrafterConfig c = DrafterConfig::reduced_gpu();
@@ -143,12 +144,40 @@ TEST(DrafterProgramPath, MatchesStockRepeatsAndReference) {
               << " rows (" << near_tie << " near ties); relative logit error vs CPU " << err << "\n";
   }
 
-  const int m = rows_under_test();
-  LocalTeam pair(2, 0, TeamOptions{});
-  GpuDrafter d2(pair, c, 64);
-  EXPECT_FALSE(d2.serves_programs());
-  d2.prepare(m);
-  EXPECT_THROW(d2.enqueue_step(DrafterPath::kProgram, m), InvalidArgument);
+}
+
+// The program path on local teams of 2 and 8 (TeamPrograms: each rank's program on
+// its share of the SMs, the all-reduce + norms inside them): the stock path's tokens
+// except near ties, the logits against the CPU reference, every rank identical,
+// bitwise repeats (eager and graph replay).
+TEST(DrafterProgramPath, LocalTeamsAllReduceInsideThePrograms) {
+  TPD_REQUIRE_GPU();
+  const DrafterConfig c = DrafterConfig::reduced_gpu();
+  for (int tp : {2, 8}) {
+    TeamOptions options;
+    options.pdl = false;  // ranks sharing a GPU (apps/drafter/gpu_step_ops.cpp)
+    LocalTeam team(tp, 0, options);
+    GpuDrafter d(team, c, 64);
+    ASSERT_TRUE(d.serves_programs());
+    for (int m : {1, std::min(rows_under_test(), GpuDrafter::kProgramMaxRows)}) {
+      SCOPED_TRACE(testing::Message() << "local TP " << tp << ", M " << m);
+      d.prepare(m);
+      const std::vector<uint16_t> stock = eager(d, DrafterPath::kStock, m);
+      const std::vector<int32_t> stock_tokens = d.tokens(0, m);
+      const std::vector<uint16_t> prog = eager(d, DrafterPath::kProgram, m);
+      const std::vector<int32_t> prog_tokens = d.tokens(0, m);
+      for (int i = 1; i < team.driven(); ++i) EXPECT_EQ(d.logits(i, m), prog) << "rank " << i;
+      EXPECT_EQ(eager(d, DrafterPath::kProgram, m), prog);
+      EXPECT_EQ(graph_replay(d, DrafterPath::kProgram, m, test::quick() ? 2 : 20), prog);
+      const TokenAgreement agreement = compare_tokens(stock, stock_tokens, prog_tokens, c.vocab);
+      EXPECT_EQ(agreement.disagreements, agreement.near_ties) << "token disagreements beyond a near tie";
+      const double err = test::relative_error(prog, cpu_reference(m).buffer(Buf::kLogits));
+      EXPECT_LT(err, kCpuTolerance);
+      std::cout << "[ drafter ] program path, local TP " << tp << ", M " << m << ": stock/program tokens disagree on "
+                << agreement.disagreements << " rows (" << agreement.near_ties
+                << " near ties); relative logit error vs CPU " << err << "\n";
+    }
+  }
 }
 
 // The specialised path with every layer's o_proj + all-reduce + post-attention
