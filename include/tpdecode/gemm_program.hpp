@@ -63,7 +63,9 @@ class GemmProgram {
   // eps). Every SM takes a share of the columns; the row's sum of squares is the
   // SMs' sums of their shares added in a fixed order (reference/program_norm.hpp):
   // the same bits from run to run, other bits than a norm kernel's order gives.
-  // Served while rows x ceil(k / 8 / SMs) <= 512 (k 7168 on 132 SMs: every row count).
+  // Served while rows x ceil(k / 8 / CTAs) <= 512 (k 7168 on 132 SMs: every row count;
+  // in a TeamProgram of 8 ranks on one H200, 16 CTAs each: up to 9 rows); else the
+  // program is Unavailable.
   struct Norm {
     TensorView x;  // [m, k] bf16, k a multiple of 8, 16-byte aligned rows
     int after = -1;  // as Gemm::after

@@ -120,9 +120,11 @@ Plan plan_program(const std::vector<OpShape>& ops, int ctas, int m, int depth) {
       check(op.n == op.k && op.k > 0 && op.k % 8 == 0, "gemm program: norm op {} of {} columns (a multiple of 8)", o,
             op.k);
       const int64_t share = (op.k / 8 + ctas - 1) / ctas;
-      check(m * share <= kNormMaxItems,
-            "gemm program: norm op {} of {} columns at {} rows: {} pieces of 16 bytes per SM, above the {} served", o,
-            op.k, m, m * share, kNormMaxItems);
+      // Unavailable: a limit of the program's CTAs (their registers), not a bad op.
+      check<Unavailable>(m * share <= kNormMaxItems,
+                         "gemm program: norm op {} of {} columns at {} rows on {} CTAs: {} pieces of 16 bytes per CTA, "
+                         "above the {} served",
+                         o, op.k, m, ctas, m * share, kNormMaxItems);
       plan.blocks.push_back(ctas);
       continue;
     }

@@ -220,7 +220,10 @@ TEST(ProgramNorms, PlanAndMailbox) {
   expect_aligned_and_disjoint(regions, l.epoch_elements);
   // Served: rows x pieces per CTA <= 512 (7168 columns on 132 CTAs: 7 pieces).
   EXPECT_NO_THROW(plan_program({{7168, 7168, true}}, 132, 64, 4));
-  EXPECT_THROW(plan_program({{16384, 16384, true}}, 132, 64, 4), InvalidArgument);
+  EXPECT_THROW(plan_program({{16384, 16384, true}}, 132, 64, 4), Unavailable);  // 16 pieces x 64 rows a CTA
+  EXPECT_NO_THROW(plan_program({{16384, 16384, true}}, 132, 32, 4));
+  EXPECT_THROW(plan_program({{7168, 7168, true}}, 16, 16, 4), Unavailable);  // a local TP 8 rank's 16 CTAs: 56 x 16
+  EXPECT_NO_THROW(plan_program({{7168, 7168, true}}, 16, 9, 4));
   EXPECT_THROW(plan_program({{7168, 7164, true}}, 132, 1, 4), InvalidArgument);  // not a multiple of 8
 }
 
