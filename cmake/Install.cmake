@@ -27,6 +27,7 @@ set(TPDECODE_PUBLIC_HEADERS
   nccl_team.hpp
   oproj.hpp
   team.hpp
+  team_mlp_block.hpp
   team_program.hpp
   tensor.hpp
   tpdecode.hpp

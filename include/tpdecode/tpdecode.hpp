@@ -19,6 +19,7 @@
 #include "tpdecode/nccl_team.hpp"
 #include "tpdecode/oproj.hpp"
 #include "tpdecode/team.hpp"
+#include "tpdecode/team_mlp_block.hpp"
 #include "tpdecode/team_program.hpp"
 #include "tpdecode/tensor.hpp"
 #include "tpdecode/version.hpp"

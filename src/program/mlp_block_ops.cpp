@@ -53,17 +53,23 @@ MlpBlockWidths check_mlp_block(const MlpBlockProgram::Weights& w, const MlpBlock
 }
 
 MlpBlockOps mlp_block_ops(const MlpBlockProgram::Weights& w, const MlpBlockProgram::Buffers& b,
-                          const MlpBlockScratch& s, bool fold) {
+                          const MlpBlockScratch& s, MlpBlockNorms norms) {
   using P = GemmProgram;
+  const bool fold = norms == MlpBlockNorms::kFold;
+  auto norm = [&](const TensorView& x, int after, const TensorView& weight, const TensorView& out, bool folds) {
+    P::Norm n{x, after, weight, w.eps, b.residual, b.residual, out, folds};
+    n.all_reduce = norms == MlpBlockNorms::kAllReduce;
+    return n;
+  };
   MlpBlockOps r;
   auto& ops = r.ops;
   auto last = [&] { return static_cast<int>(ops.size()) - 1; };
   // residual += o; h = rmsnorm(residual) * post_norm (residual in place).
   if (given(w.o_proj)) {
     ops.push_back(P::Gemm{w.o_proj, b.attn, s.o});
-    ops.push_back(P::Norm{s.o, last(), w.post_norm, w.eps, b.residual, b.residual, s.h, fold});
+    ops.push_back(norm(s.o, last(), w.post_norm, s.h, fold));
   } else {
-    ops.push_back(P::Norm{b.attn, -1, w.post_norm, w.eps, b.residual, b.residual, s.h});
+    ops.push_back(norm(b.attn, -1, w.post_norm, s.h, false));
   }
   r.post_norm = last();
   ops.push_back(P::Gemm{w.gate_up, s.h, s.act, last(), P::Epilogue::kSiluMul});
@@ -74,7 +80,7 @@ MlpBlockOps mlp_block_ops(const MlpBlockProgram::Weights& w, const MlpBlockProgr
   // residual_out (the stream), which a folded norm may read only from a folded norm.
   const bool qkv = given(w.qkv);
   const bool folds = fold && qkv && ops[static_cast<std::size_t>(r.post_norm)].norm.folded;
-  ops.push_back(P::Norm{s.y, last(), w.next_norm, w.eps, b.residual, b.residual, qkv ? s.h2 : b.out, folds});
+  ops.push_back(norm(s.y, last(), w.next_norm, qkv ? s.h2 : b.out, folds));
   r.next_norm = last();
   if (qkv) ops.push_back(P::Gemm{w.qkv, s.h2, b.out, last()});
   return r;

@@ -35,9 +35,17 @@ struct MlpBlockWidths {
 // the widths the scratch needs.
 MlpBlockWidths check_mlp_block(const MlpBlockProgram::Weights& w, const MlpBlockProgram::Buffers& b, int m);
 
-// The block's ops in program order; the norms fold where `fold` and the program
-// serves it (see mlp_block_program.hpp).
+// How the block's norms take their x.
+enum class MlpBlockNorms {
+  kFold,      // folded where the program serves it (see mlp_block_program.hpp)
+  kNormOps,   // norm ops
+  // norm ops that all-reduce their x over a team first (team_mlp_block.hpp): o
+  // (or attn) and y are the rank's partials of row-parallel GEMMs
+  kAllReduce,
+};
+
+// The block's ops in program order.
 MlpBlockOps mlp_block_ops(const MlpBlockProgram::Weights& w, const MlpBlockProgram::Buffers& b,
-                          const MlpBlockScratch& s, bool fold);
+                          const MlpBlockScratch& s, MlpBlockNorms norms);
 
 }  // namespace tpdecode::program

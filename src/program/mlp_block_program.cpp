@@ -5,13 +5,13 @@
 #include "core/check.hpp"
 #include "program/mlp_block_launches.hpp"
 #include "program/mlp_block_ops.hpp"
-#include "tpdecode/device_buffer.hpp"
+#include "program/mlp_block_scratch.hpp"
 #include "tpdecode/error.hpp"
 
 namespace tpdecode {
 
 struct MlpBlockProgram::Impl {
-  DeviceBuffer scratch;  // o, h, act, y, h2 back to back
+  program::MlpBlockScratchMemory scratch;
   bool post_folded = false, next_folded = false;
   std::optional<GemmProgram> program;              // Form::kProgram
   std::unique_ptr<program::MlpBlockLaunches> launches;  // Form::kLaunches
@@ -20,22 +20,9 @@ struct MlpBlockProgram::Impl {
 MlpBlockProgram::MlpBlockProgram(const Weights& weights, const Buffers& buffers, int m, bool fold,
                                  std::optional<Form> form)
     : impl_(std::make_unique<Impl>()) {
-  const program::MlpBlockWidths widths = program::check_mlp_block(weights, buffers, m);
-  const int64_t h = widths.hidden, inter = widths.intermediate;
-  // o, h, act, y, h2 back to back, each from a 16-byte boundary.
-  const int64_t cols[] = {h, h, inter, h, h};
-  auto padded = [m](int64_t c) { return (m * c + 7) / 8 * 8; };
-  int64_t total = 0;
-  for (int64_t c : cols) total += padded(c);
   Impl& p = *impl_;
-  p.scratch = DeviceBuffer(static_cast<std::size_t>(total) * 2);
-  TensorView views[5];
-  int64_t at = 0;
-  for (int i = 0; i < 5; ++i) {
-    views[i] = TensorView::bf16(static_cast<uint16_t*>(p.scratch.get()) + at, m, cols[i]);
-    at += padded(cols[i]);
-  }
-  const program::MlpBlockScratch scratch{views[0], views[1], views[2], views[3], views[4]};
+  p.scratch = program::mlp_block_scratch(program::check_mlp_block(weights, buffers, m), m);
+  const program::MlpBlockScratch& scratch = p.scratch.views;
   const bool launches = form ? *form == Form::kLaunches
                              : m > kProgramMaxRows && program::launches_serve(weights, buffers);
   if (launches) {
@@ -43,7 +30,8 @@ MlpBlockProgram::MlpBlockProgram(const Weights& weights, const Buffers& buffers,
     return;
   }
   auto build = [&](bool folds) {
-    program::MlpBlockOps ops = program::mlp_block_ops(weights, buffers, scratch, folds);
+    program::MlpBlockOps ops = program::mlp_block_ops(weights, buffers, scratch,
+                                                      folds ? program::MlpBlockNorms::kFold : program::MlpBlockNorms::kNormOps);
     auto folded = [&](int op) { return op >= 0 && ops.ops[static_cast<std::size_t>(op)].norm.folded; };
     p.post_folded = folded(ops.post_norm);
     p.next_folded = folded(ops.next_norm);

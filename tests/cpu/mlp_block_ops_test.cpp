@@ -39,7 +39,7 @@ TEST(MlpBlockOps, TheWholeBlockFoldsBothNorms) {
   const Block k;
   EXPECT_EQ(check_mlp_block(k.w, k.b, kM).hidden, kH);
   EXPECT_EQ(check_mlp_block(k.w, k.b, kM).intermediate, kI);
-  const MlpBlockOps r = mlp_block_ops(k.w, k.b, k.s, true);
+  const MlpBlockOps r = mlp_block_ops(k.w, k.b, k.s, MlpBlockNorms::kFold);
   ASSERT_EQ(r.ops.size(), 6u);
   EXPECT_EQ(r.post_norm, 1);
   EXPECT_EQ(r.next_norm, 4);
@@ -70,10 +70,46 @@ TEST(MlpBlockOps, TheWholeBlockFoldsBothNorms) {
 
 TEST(MlpBlockOps, FoldOffKeepsNormOps) {
   const Block k;
-  const MlpBlockOps r = mlp_block_ops(k.w, k.b, k.s, false);
+  const MlpBlockOps r = mlp_block_ops(k.w, k.b, k.s, MlpBlockNorms::kNormOps);
   ASSERT_EQ(r.ops.size(), 6u);
   EXPECT_FALSE(r.ops[1].norm.folded);
   EXPECT_FALSE(r.ops[4].norm.folded);
+}
+
+// At TP > 1 (TeamMlpBlock) both norms all-reduce their x, o (or attn) and y, and
+// neither folds; every other field is the unfolded block's.
+TEST(MlpBlockOps, AllReducingNormsTakeThePartialsAndNeverFold) {
+  for (bool o_proj : {true, false}) {
+    SCOPED_TRACE(o_proj ? "o_proj" : "no o_proj");
+    Block k;
+    if (!o_proj) {
+      k.w.o_proj = {};
+      k.b.attn = at(6, kM, kH);
+    }
+    const MlpBlockOps unfolded = mlp_block_ops(k.w, k.b, k.s, MlpBlockNorms::kNormOps);
+    const MlpBlockOps r = mlp_block_ops(k.w, k.b, k.s, MlpBlockNorms::kAllReduce);
+    ASSERT_EQ(r.ops.size(), unfolded.ops.size());
+    EXPECT_EQ(r.post_norm, unfolded.post_norm);
+    EXPECT_EQ(r.next_norm, unfolded.next_norm);
+    for (std::size_t i = 0; i < r.ops.size(); ++i) {
+      const GemmProgram::Op &a = r.ops[i], &b = unfolded.ops[i];
+      ASSERT_EQ(a.is_norm, b.is_norm) << "op " << i;
+      if (!a.is_norm) {
+        EXPECT_TRUE(same(a.gemm.weight, b.gemm.weight) && same(a.gemm.x, b.gemm.x) && same(a.gemm.out, b.gemm.out));
+        EXPECT_EQ(a.gemm.after, b.gemm.after);
+        continue;
+      }
+      EXPECT_TRUE(a.norm.all_reduce) << "op " << i;
+      EXPECT_FALSE(b.norm.all_reduce) << "op " << i;
+      EXPECT_FALSE(a.norm.folded) << "op " << i;
+      EXPECT_TRUE(same(a.norm.x, b.norm.x) && same(a.norm.out, b.norm.out) && same(a.norm.weight, b.norm.weight));
+      EXPECT_TRUE(same(a.norm.residual, k.b.residual) && same(a.norm.residual_out, k.b.residual));
+      EXPECT_EQ(a.norm.after, b.norm.after);
+    }
+    EXPECT_TRUE(same(r.ops[static_cast<std::size_t>(r.post_norm)].norm.x, o_proj ? k.s.o : k.b.attn))
+        << "the post norm reduces o_proj's partial, or the caller's";
+    EXPECT_TRUE(same(r.ops[static_cast<std::size_t>(r.next_norm)].norm.x, k.s.y)) << "the next norm reduces down's";
+  }
 }
 
 TEST(MlpBlockOps, WithoutOprojThePostNormReadsTheInputAndNeitherFolds) {
@@ -81,7 +117,7 @@ TEST(MlpBlockOps, WithoutOprojThePostNormReadsTheInputAndNeitherFolds) {
   k.w.o_proj = {};
   k.b.attn = at(6, kM, kH);
   ASSERT_NO_THROW(check_mlp_block(k.w, k.b, kM));
-  const MlpBlockOps r = mlp_block_ops(k.w, k.b, k.s, true);
+  const MlpBlockOps r = mlp_block_ops(k.w, k.b, k.s, MlpBlockNorms::kFold);
   ASSERT_EQ(r.ops.size(), 5u);
   EXPECT_EQ(r.post_norm, 0);
   EXPECT_EQ(r.ops[0].norm.after, -1);
@@ -96,7 +132,7 @@ TEST(MlpBlockOps, WithoutQkvTheNextNormWritesOutUnfolded) {
   k.w.qkv = {};
   k.b.out = at(8, kM, kH);
   ASSERT_NO_THROW(check_mlp_block(k.w, k.b, kM));
-  const MlpBlockOps r = mlp_block_ops(k.w, k.b, k.s, true);
+  const MlpBlockOps r = mlp_block_ops(k.w, k.b, k.s, MlpBlockNorms::kFold);
   ASSERT_EQ(r.ops.size(), 5u);
   EXPECT_TRUE(r.ops[1].norm.folded);
   EXPECT_FALSE(r.ops[4].norm.folded) << "the caller reads its out";
@@ -108,7 +144,7 @@ TEST(MlpBlockOps, WithoutNextNormDownWritesOut) {
   k.w.qkv = k.w.next_norm = {};
   k.b.out = at(8, kM, kH);
   ASSERT_NO_THROW(check_mlp_block(k.w, k.b, kM));
-  const MlpBlockOps r = mlp_block_ops(k.w, k.b, k.s, true);
+  const MlpBlockOps r = mlp_block_ops(k.w, k.b, k.s, MlpBlockNorms::kFold);
   ASSERT_EQ(r.ops.size(), 4u);
   EXPECT_EQ(r.next_norm, -1);
   EXPECT_TRUE(same(r.ops[3].gemm.out, k.b.out));

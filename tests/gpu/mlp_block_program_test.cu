@@ -14,6 +14,7 @@
 
 #include "core/bf16.hpp"
 #include "gpu/gpu_test_util.hpp"
+#include "gpu/mlp_block_reference.hpp"
 #include "gpu/program_reference.hpp"
 #include "tpdecode/mlp_block_program.hpp"
 
@@ -24,52 +25,6 @@ using namespace test;
 
 constexpr int64_t kH = 1024, kI = 1536, kA = 768, kQ = 640;
 constexpr float kEps = 1e-6f;
-
-std::vector<uint16_t> rounded(const std::vector<double>& v) {
-  std::vector<uint16_t> r(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) r[i] = bf16::from_float(static_cast<float>(v[i]));
-  return r;
-}
-std::vector<double> values(const std::vector<uint16_t>& v) {
-  std::vector<double> r(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) r[i] = bf16::to_float(v[i]);
-  return r;
-}
-
-// residual <- bf16(residual + x); returns bf16(rmsnorm(residual) * gamma), [m, H]
-// (H: gamma's size).
-std::vector<uint16_t> add_norm(std::vector<uint16_t>& residual, const std::vector<uint16_t>& x,
-                               const std::vector<uint16_t>& gamma, int m) {
-  const auto h = static_cast<int64_t>(gamma.size());
-  std::vector<uint16_t> out(residual.size());
-  for (int t = 0; t < m; ++t) {
-    double sq = 0;
-    for (int64_t c = 0; c < h; ++c) {
-      const std::size_t i = static_cast<std::size_t>(t * h + c);
-      residual[i] = bf16::from_float(bf16::to_float(residual[i]) + bf16::to_float(x[i]));
-      sq += std::pow(bf16::to_float(residual[i]), 2);
-    }
-    const double rstd = 1 / std::sqrt(sq / static_cast<double>(h) + kEps);
-    for (int64_t c = 0; c < h; ++c) {
-      const std::size_t i = static_cast<std::size_t>(t * h + c);
-      out[i] = bf16::from_float(static_cast<float>(bf16::to_float(residual[i]) * rstd *
-                                                   bf16::to_float(gamma[static_cast<std::size_t>(c)])));
-    }
-  }
-  return out;
-}
-
-// bf16(silu(gate) * up) of a rounded gate_up [m, 2 inter] (gate columns, then up).
-std::vector<uint16_t> silu_mul(const std::vector<uint16_t>& gu, int m, int64_t inter) {
-  std::vector<uint16_t> act(static_cast<std::size_t>(m * inter));
-  for (int t = 0; t < m; ++t)
-    for (int64_t j = 0; j < inter; ++j) {
-      const double g = bf16::to_float(gu[static_cast<std::size_t>(t * 2 * inter + j)]),
-                   up = bf16::to_float(gu[static_cast<std::size_t>(t * 2 * inter + inter + j)]);
-      act[static_cast<std::size_t>(t * inter + j)] = bf16::from_float(static_cast<float>(g / (1 + std::exp(-g)) * up));
-    }
-  return act;
-}
 
 struct Form {
   bool o_proj, next_norm, qkv, fold;
@@ -115,12 +70,12 @@ TEST(MlpBlockProgram, EveryFormAgainstItsReference) {
       // The reference, rounded where the unfolded program stores.
       std::vector<uint16_t> residual = r0;
       const std::vector<uint16_t> o = f.o_proj ? rounded(gemm_reference(attn, wo, m, kA, kH)) : attn;
-      const std::vector<uint16_t> h = add_norm(residual, o, g1, m);
+      const std::vector<uint16_t> h = add_norm(residual, o, g1, m, kEps);
       const std::vector<uint16_t> act = silu_mul(rounded(gemm_reference(h, wgu, m, kH, 2 * kI)), m, kI);
       const std::vector<uint16_t> y = rounded(gemm_reference(act, wd, m, kI, kH));
       std::vector<double> out_ref = values(y);
       if (f.next_norm) {
-        const std::vector<uint16_t> h2 = add_norm(residual, y, g2, m);
+        const std::vector<uint16_t> h2 = add_norm(residual, y, g2, m, kEps);
         out_ref = f.qkv ? gemm_reference(h2, wq, m, kH, kQ) : values(h2);
       }
 
@@ -195,7 +150,7 @@ TEST(MlpBlockProgram, AFoldTheProgramRefusesRunsAsANormOp) {
   block.run(nullptr);
   TPD_CUDA(cudaDeviceSynchronize());
   std::vector<uint16_t> residual = r0;
-  const std::vector<uint16_t> hn = add_norm(residual, rounded(gemm_reference(attn, wo, m, a, h)), g1, m);
+  const std::vector<uint16_t> hn = add_norm(residual, rounded(gemm_reference(attn, wo, m, a, h)), g1, m, kEps);
   const std::vector<uint16_t> act = silu_mul(rounded(gemm_reference(hn, wgu, m, h, 2 * inter)), m, inter);
   EXPECT_LT(relative_error(to_host<uint16_t>(out_d, static_cast<std::size_t>(m * h)),
                            gemm_reference(act, wd, m, inter, h)),
@@ -236,7 +191,7 @@ TEST(MlpBlockProgram, AStridedResidualKeepsTheProgram) {
       packed[static_cast<std::size_t>(t * kH + c)] = r0[static_cast<std::size_t>(t * stride + c)];
       got_residual[static_cast<std::size_t>(t * kH + c)] = res_bits[static_cast<std::size_t>(t * stride + c)];
     }
-  const std::vector<uint16_t> hn = add_norm(packed, attn, g1, m);
+  const std::vector<uint16_t> hn = add_norm(packed, attn, g1, m, kEps);
   const std::vector<uint16_t> act = silu_mul(rounded(gemm_reference(hn, wgu, m, kH, 2 * kI)), m, kI);
   EXPECT_LT(relative_error(to_host<uint16_t>(out_d, static_cast<std::size_t>(m * kH)),
                            gemm_reference(act, wd, m, kI, kH)),
