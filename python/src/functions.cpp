@@ -12,6 +12,7 @@
 #include "gemm_object.hpp"
 #include "gemm_program_object.hpp"
 #include "mlp_block_object.hpp"
+#include "team_mlp_block_object.hpp"
 #include "team_object.hpp"
 #include "tpdecode/device_info.hpp"
 #include "tpdecode/version.hpp"
@@ -132,6 +133,13 @@ ffi::ObjectRef mlp_block(ffi::Optional<DLView> o_proj, DLView post_norm, DLView 
                                                       residual, out, fold, std::string(form)));
 }
 
+ffi::ObjectRef team_mlp_block(ffi::ObjectRef team, ffi::Optional<DLView> o_proj, DLView post_norm, DLView gate_up,
+                              DLView down, DLView next_norm, ffi::Optional<DLView> qkv, double eps, DLView attn,
+                              DLView residual, DLView out) {
+  return ffi::ObjectRef(ffi::make_object<TeamMlpBlockObj>(std::move(team), o_proj, post_norm, gate_up, down, next_norm,
+                                                          qkv, eps, attn, residual, out));
+}
+
 }  // namespace
 }  // namespace tpdecode::python
 
@@ -143,3 +151,4 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(nccl_unique_id, tpdecode::python::nccl_unique_id);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(decode_gemm, tpdecode::python::decode_gemm);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_program, tpdecode::python::gemm_program);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(mlp_block, tpdecode::python::mlp_block);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(team_mlp_block, tpdecode::python::team_mlp_block);

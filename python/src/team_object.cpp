@@ -139,26 +139,30 @@ TpComm& TeamObj::comm() const {
   return *comm_;
 }
 
+void TeamObj::on_rank_streams(const std::function<void(std::span<const cudaStream_t>)>& enqueue) {
+  DeviceScope scope(static_cast<int>(device));
+  cudaStream_t origin = current_stream(static_cast<int>(device));
+  if (driven == 1) {
+    enqueue(std::span<const cudaStream_t>(&origin, 1));
+    return;
+  }
+  // Why the team's streams: the local team's ranks spin-wait on each other, so they
+  // must run concurrently, never queued on one stream.
+  fork_streams(origin, streams_);
+  try {
+    enqueue(std::span<const cudaStream_t>(streams_));
+  } catch (...) {
+    join_streams(origin, streams_);
+    throw;
+  }
+  join_streams(origin, streams_);
+}
+
 template <class Io, class Call>
 int64_t TeamObj::run(const std::vector<Io>& io, Call call) {
   TpComm& c = comm();
-  DeviceScope scope(static_cast<int>(device));
-  cudaStream_t origin = current_stream(static_cast<int>(device));
   CommResult r;
-  if (driven == 1) {
-    r = call(c, std::span<const Io>(io), std::span<const cudaStream_t>(&origin, 1));
-  } else {
-    // Why the team's streams: the local team's ranks spin-wait on each other, so
-    // they must run concurrently, never queued on one stream.
-    fork_streams(origin, streams_);
-    try {
-      r = call(c, std::span<const Io>(io), std::span<const cudaStream_t>(streams_));
-    } catch (...) {
-      join_streams(origin, streams_);  // a capture must end with every fork joined
-      throw;
-    }
-    join_streams(origin, streams_);
-  }
+  on_rank_streams([&](std::span<const cudaStream_t> streams) { r = call(c, std::span<const Io>(io), streams); });
   if (!r.why.empty() || !last_why_.empty()) last_why_ = std::move(r.why);
   return static_cast<int64_t>(r.path);
 }

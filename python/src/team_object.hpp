@@ -6,7 +6,9 @@
 #include <tvm/ffi/optional.h>
 #include <tvm/ffi/string.h>
 
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -45,6 +47,14 @@ class TeamObj : public tvm::ffi::Object {
   tvm::ffi::String last_why() const { return last_why_; }
 
   void check_errors() const;
+
+  // For the objects built on the team (TeamMlpBlockObj).
+  Team& team() const { return *team_; }
+  // Runs `enqueue(streams)` for the driven ranks from the caller's stream: on it for
+  // one rank; for a local team's ranks on the team's streams, forked from and joined
+  // back to it (a capture ends with every fork joined, also when enqueue throws).
+  void on_rank_streams(const std::function<void(std::span<const cudaStream_t>)>& enqueue);
+
   // stream: the caller's (torch's current stream of the device, as a handle): the
   // team waits for it too (Team::synchronize, Team::reset).
   void synchronize(int64_t limit_ms, int64_t stream);

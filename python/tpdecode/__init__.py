@@ -6,7 +6,8 @@ of an engine's all-reduce backend (a disabled flag, ``should_*``, calls returnin
 to fall through, ``capture()``); ``DecodeGemm`` runs one linear;
 ``tpdecode.torch.linear`` and ``install`` route a model's BF16 linears through it;
 ``GemmProgram`` runs a chain of GEMMs and norms as one kernel and ``MlpBlock`` a
-layer's MLP block with the projections beside it (TP 1; ``tpdecode.program``).
+layer's MLP block with the projections beside it (TP 1, or with ``team=`` one kernel
+per rank whose norms all-reduce; ``tpdecode.program``).
 Importing tpdecode keeps NVLink multicast off (``tpdecode._multicast`` says what that
 needs)."""
 

@@ -39,6 +39,11 @@ class MlpBlockHandle(tvm_ffi.Object):
     """A C++ MlpBlockProgram (python/src/mlp_block_object.hpp)."""
 
 
+@tvm_ffi.register_object("tpdecode.TeamMlpBlock")
+class TeamMlpBlockHandle(tvm_ffi.Object):
+    """A C++ TeamMlpBlock (python/src/team_mlp_block_object.hpp)."""
+
+
 # CommPath and GemmPath of the C++ API, by value.
 COMM_PATHS = ("one-shot", "two-shot", "stock")
 GEMM_PATHS = ("warp", "cublas", "cublaslt", "wgmma", "wgmma-wide")  # GemmPath order

@@ -1,0 +1,113 @@
+"""MlpBlock with a team (TP > 1, the C++ TeamMlpBlock) on this test session's team
+(a local team of 2 on one GPU, or the NCCL team under torchrun): every rank's shards
+against a float64 torch reference of the sharded block (each partial rounded as the
+program stores it, summed in rank order in FP32 as the one-shot all-reduce); every
+rank's residual the same bits; the bits repeatable over calls and a CUDA graph's
+replays; refusals."""
+
+import pytest
+import torch
+
+import tpdecode
+from conftest import rank_order_sum
+
+H, I, A, Q = 1024, 2048, 1024, 1024
+EPS = 1e-6
+
+
+def add_norm(residual, x, gamma):
+    """residual <- bf16(residual + x); returns bf16(rmsnorm(residual) * gamma)."""
+    residual.copy_((residual.double() + x.double()).to(torch.bfloat16))
+    r = residual.double()
+    return (r * torch.rsqrt(r.pow(2).mean(-1, keepdim=True) + EPS) * gamma.double()).to(torch.bfloat16)
+
+
+def shards(world, m, o_proj, qkv):
+    tp = world.size
+    s = lambda seed, *shape, scale=0.05: (world.random(seed, *shape).float() * scale).to(torch.bfloat16)  # noqa: E731
+    w = {"o_proj": s(1, H, A // tp) if o_proj else None, "gate_up": s(2, 2 * I // tp, H), "down": s(3, H, I // tp),
+         "qkv": s(4, Q // tp, H) if qkv else None, "post_norm": world.shared(5, H), "next_norm": world.shared(6, H)}
+    attn = s(7, m, A // tp if o_proj else H, scale=1.0 if o_proj else 1.0 / tp)
+    return w, attn
+
+
+def reference(world, w, attn, residual):
+    """Every rank's out ([tp, m, ...]) and the residual stream ([m, H])."""
+    every = lambda t: None if t is None else world.every_rank(t)  # noqa: E731
+    wo, wgu, wd, wq, a = every(w["o_proj"]), every(w["gate_up"]), every(w["down"]), every(w["qkv"]), every(attn)
+    residual = residual.clone()
+    tp, inter = world.size, I // world.size
+    o = [(a[r].double() @ wo[r].double().t()).to(torch.bfloat16) for r in range(tp)] if wo is not None else list(a)
+    h = add_norm(residual, rank_order_sum(o), w["post_norm"])
+    y = []
+    for r in range(tp):
+        gu = (h.double() @ wgu[r].double().t()).to(torch.bfloat16).double()
+        act = (gu[:, :inter] * torch.sigmoid(gu[:, :inter]) * gu[:, inter:]).to(torch.bfloat16)
+        y.append((act.double() @ wd[r].double().t()).to(torch.bfloat16))
+    h2 = add_norm(residual, rank_order_sum(y), w["next_norm"])
+    outs = [h2.double() @ wq[r].double().t() for r in range(tp)] if wq is not None else [h2.double()] * tp
+    return torch.stack(outs), residual
+
+
+def relative(got, want):
+    assert not torch.isnan(got.float()).any(), "an output element was not written"
+    return ((got.double() - want.double()).norm() / want.double().norm()).item()
+
+
+@pytest.mark.parametrize("full", [True, False], ids=["o_proj+qkv", "bare"])
+@pytest.mark.parametrize("m", [1, 7, 16])
+def test_team_mlp_block_matches_the_sharded_reference(world, m, full):
+    if not world.team.shares_memory:
+        pytest.skip("the team's ranks do not share memory")
+    w, attn = shards(world, m, full, full)
+    r0 = world.shared(8, m, H).float().mul(2).to(torch.bfloat16)
+    lead = (world.size,) if world.local else ()
+    residual = r0.expand(*lead, m, H).contiguous()
+    out = torch.empty(*lead, m, Q // world.size if full else H, device=world.device, dtype=torch.bfloat16)
+    block = tpdecode.MlpBlock(**w, attn=attn, residual=residual, out=out, eps=EPS, team=world.team)
+    assert (block.form, block.post_norm_folded, block.next_norm_folded) == ("program", False, False)
+    assert block.rows == m
+    want_out, want_res = reference(world, w, attn, r0)
+    results = []
+    for _ in range(2):
+        residual.copy_(r0.expand_as(residual))
+        out.fill_(float("nan"))
+        assert block() is out
+        world.team.synchronize()
+        results.append((out.clone(), residual.clone()))
+    every_out, every_res = world.every_rank(out), world.every_rank(residual)
+    assert relative(every_out, want_out) < 1e-2
+    assert relative(every_res[0], want_res) < 3e-3
+    for r in range(world.size):
+        assert torch.equal(every_res[r], every_res[0]), f"rank {r}'s residual stream differs from rank 0's"
+        if not full:
+            assert torch.equal(every_out[r], every_out[0]), f"rank {r}'s h' differs from rank 0's"
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        block()
+    residual.copy_(r0.expand_as(residual))
+    out.fill_(float("nan"))
+    graph.replay()
+    world.team.synchronize()
+    results.append((out.clone(), residual.clone()))
+    for o, r in results[1:]:
+        assert torch.equal(o, results[0][0]) and torch.equal(r, results[0][1])
+    world.barrier()
+
+
+def test_team_mlp_block_refusals(world):
+    m = 2
+    w, attn = shards(world, m, True, True)
+    lead = (world.size,) if world.local else ()
+    residual = torch.zeros(*lead, m, H, device=world.device, dtype=torch.bfloat16)
+    out = torch.empty(*lead, m, Q // world.size, device=world.device, dtype=torch.bfloat16)
+    kw = dict(attn=attn, residual=residual, out=out, team=world.team)
+    with pytest.raises(ValueError, match="next_norm"):
+        tpdecode.MlpBlock(**{**w, "next_norm": None}, **kw)
+    with pytest.raises(ValueError, match="form"):
+        tpdecode.MlpBlock(**w, **kw, form="launches")
+    with pytest.raises(ValueError, match="down"):  # I / tp does not chain: the C++ check, naming the tensor
+        tpdecode.MlpBlock(**{**w, "down": w["down"][..., :-64].contiguous()}, **kw)
+    with pytest.raises(TypeError):
+        tpdecode.MlpBlock(**{**w, "gate_up": w["gate_up"].float()}, **kw)
+    world.barrier()
