@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 import tpdecode
-from bench_ops import in_graph_us  # this script's directory is on sys.path
+from bench_ops import bf16_source, in_graph_us  # this script's directory is on sys.path
 
 EPS = 1e-6
 
@@ -40,10 +40,7 @@ def main():
     p.add_argument("--json", help="write the table here")
     args = p.parse_args()
     H, I, Q = args.hidden, args.inter, args.qkv
-    g = torch.Generator(device="cuda").manual_seed(0)
-
-    def rand(*shape, scale=1.0):
-        return (torch.randn(*shape, generator=g, device="cuda") * scale).to(torch.bfloat16)
+    rand = bf16_source()
 
     w = {"o_proj": rand(H, H, scale=H**-0.5), "post_norm": rand(H), "gate_up": rand(2 * I, H, scale=H**-0.5),
          "down": rand(H, I, scale=I**-0.5), "next_norm": rand(H), "qkv": rand(Q, H, scale=H**-0.5)}

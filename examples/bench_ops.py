@@ -17,6 +17,16 @@ import torch.distributed as dist
 import tpdecode
 
 
+def bf16_source(seed=0):
+    """rand(*shape, scale=1.0): seeded normal bfloat16 tensors on the current GPU."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+
+    def rand(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=g, device="cuda") * scale).to(torch.bfloat16)
+
+    return rand
+
+
 def in_graph_us(fn, ops=50, replays=50):
     fn()
     torch.cuda.synchronize()
