@@ -619,8 +619,8 @@ TEST(GemmProgram, Refusals) {
   bad[1].epilogue = static_cast<GemmProgram::Epilogue>(7);
   EXPECT_THROW(GemmProgram({bad.begin(), bad.end()}, 4), InvalidArgument);
   // Norms: a residual of the wrong width; a weight of the wrong width; k not a
-  // multiple of 8; an out over its residual_out; a negative eps; columns beyond what
-  // a CTA's finisher holds.
+  // multiple of 8; an out over its residual_out; a negative eps (InvalidArgument);
+  // columns beyond what a CTA's finisher holds (Unavailable).
   DeviceBuffer nx(4 * 4096 * 2), nw(4096 * 2), nout(4 * 4096 * 2), nres(4 * 4096 * 2);
   auto nv = [](DeviceBuffer& b, int64_t rows, int64_t cols) { return TensorView::bf16(b.get(), rows, cols); };
   const GemmProgram::Norm good{nv(nx, 4, 256), -1, nv(nw, 1, 256), 1e-6f, nv(nres, 4, 256), {}, nv(nout, 4, 256)};
@@ -646,7 +646,7 @@ TEST(GemmProgram, Refusals) {
   EXPECT_THROW(GemmProgram({GemmProgram::Norm{nv(wide, 64, 131072), -1, nv(wide_w, 1, 131072), 1e-6f, {}, {},
                                               nv(wide_out, 64, 131072)}},
                            64),
-               InvalidArgument);
+               Unavailable);  // a limit of the program, not a bad op
   bad = c.gemms;
   bad[0].weight = TensorView::bf16(c.weights[0].get(), 512, 200);  // K not a multiple of 64
   EXPECT_THROW(GemmProgram({bad.begin(), bad.end()}, 4), InvalidArgument);
