@@ -27,17 +27,22 @@
 // SMs divided by the ranks sharing it), failure (a rank that never arrives:
 // TimeoutError through the team, outputs NaN, Team::reset()) and capture holds.
 //
-// Every row count from 1 to 64 runs as the program (MlpBlockProgram's launch form
-// above 16 rows has no team counterpart yet: at TP 1 those launches measured faster
-// from 24 rows, docs/performance.md), within the program norm's share per CTA
-// (GemmProgram::Norm): with one GPU per rank every row count at H 7168; ranks sharing
-// a GPU have fewer CTAs each (8 on one H200: H 7168 up to 9 rows), beyond it
-// Unavailable.
+// Forms, as MlpBlockProgram's: up to MlpBlockProgram::kProgramMaxRows rows the
+// TeamProgram, above it launches (form() kLaunches: per rank a DecodeGemm per linear
+// and the SiLU-mul kernel, both all-reduce + residual + norms as TpComm's ar_norm
+// over the team, with its bits; a TpComm of the block's own). The threshold is
+// MlpBlockProgram's, measured at TP 1, where a rank has every SM of its GPU as it
+// has at TP > 1 with one GPU per rank (on a local team the launches measured faster
+// from 8 rows already: docs/performance.md). The program also needs a norm's share
+// of a rank's CTAs within what they hold (GemmProgram::Norm: with one GPU per rank
+// every row count at H 7168; 8 ranks on one H200, H 7168: up to 9 rows); where it
+// does not, the block runs as launches (asked for as a program: Unavailable).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <memory>
+#include <optional>
 #include <span>
 
 #include "tpdecode/mlp_block_program.hpp"
@@ -50,21 +55,27 @@ class TeamMlpBlock {
  public:
   using Weights = MlpBlockProgram::Weights;  // one rank's shards (above)
   using Buffers = MlpBlockProgram::Buffers;  // one rank's
+  using Form = MlpBlockProgram::Form;
 
   // weights[i], buffers[i]: driven rank i's (team.driven() of each). Checks every
   // rank's tensors (InvalidArgument naming the rank and the tensor; every rank the
-  // same H, I / tp and row count, next_norm given), then builds the TeamProgram
-  // (collective over the team: every rank builds its blocks in the same order; host
-  // only, before any capture, on the team's device).
-  TeamMlpBlock(Team& team, std::span<const Weights> weights, std::span<const Buffers> buffers, int m);
+  // same H, I / tp and row count, next_norm given), then builds the form (above;
+  // `form` asks for one) -- collective over the team: every rank builds its blocks,
+  // in the same form, in the same order; host only, before any capture, on the
+  // team's device.
+  TeamMlpBlock(Team& team, std::span<const Weights> weights, std::span<const Buffers> buffers, int m,
+               std::optional<Form> form = std::nullopt);
   ~TeamMlpBlock();
   TeamMlpBlock(const TeamMlpBlock&) = delete;
   TeamMlpBlock& operator=(const TeamMlpBlock&) = delete;
 
   // Runs every driven rank's block on streams[i] (empty: the team's streams), as
-  // TeamProgram::run.
+  // TeamProgram::run (the launch form: PDL where the team's options allow it and the
+  // rank has its GPU alone).
   void run(std::span<const cudaStream_t> streams = {}) const;
 
+  Form form() const;
+  // The program (InvalidArgument where form() is kLaunches).
   const TeamProgram& program() const;
 
  private:

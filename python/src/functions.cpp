@@ -135,9 +135,9 @@ ffi::ObjectRef mlp_block(ffi::Optional<DLView> o_proj, DLView post_norm, DLView 
 
 ffi::ObjectRef team_mlp_block(ffi::ObjectRef team, ffi::Optional<DLView> o_proj, DLView post_norm, DLView gate_up,
                               DLView down, DLView next_norm, ffi::Optional<DLView> qkv, double eps, DLView attn,
-                              DLView residual, DLView out) {
+                              DLView residual, DLView out, ffi::String form) {
   return ffi::ObjectRef(ffi::make_object<TeamMlpBlockObj>(std::move(team), o_proj, post_norm, gate_up, down, next_norm,
-                                                          qkv, eps, attn, residual, out));
+                                                          qkv, eps, attn, residual, out, std::string(form)));
 }
 
 }  // namespace

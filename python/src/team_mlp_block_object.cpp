@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <tvm/ffi/reflection/registry.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,9 +13,13 @@ namespace tpdecode::python {
 
 TeamMlpBlockObj::TeamMlpBlockObj(tvm::ffi::ObjectRef team, tvm::ffi::Optional<DLView> o_proj, DLView post_norm,
                                  DLView gate_up, DLView down, DLView next_norm, tvm::ffi::Optional<DLView> qkv,
-                                 double eps, DLView attn, DLView residual, DLView out)
+                                 double eps, DLView attn, DLView residual, DLView out, const std::string& form)
     : team_ref_(std::move(team)) {
   translated([&] {
+    std::optional<TeamMlpBlock::Form> wanted;
+    if (form == "program") wanted = TeamMlpBlock::Form::kProgram;
+    else if (form == "launches") wanted = TeamMlpBlock::Form::kLaunches;
+    else if (!form.empty()) raise(kind::kValue, "MlpBlock: form must be None, \"program\" or \"launches\"");
     const auto* t = team_ref_.as<TeamObj>();
     if (t == nullptr) raise(kind::kValue, "MlpBlock: team is not a tpdecode team");
     team_ = const_cast<TeamObj*>(t);
@@ -47,7 +52,8 @@ TeamMlpBlockObj::TeamMlpBlockObj(tvm::ffi::ObjectRef team, tvm::ffi::Optional<DL
     }
     rows = buffers[0].residual.rows;
     DeviceScope scope(dev);
-    block_ = std::make_unique<TeamMlpBlock>(team_->team(), weights, buffers, static_cast<int>(rows));
+    block_ = std::make_unique<TeamMlpBlock>(team_->team(), weights, buffers, static_cast<int>(rows), wanted);
+    launches = block_->form() == TeamMlpBlock::Form::kLaunches;
   });
 }
 
@@ -63,6 +69,7 @@ TVM_FFI_STATIC_INIT_BLOCK() {
   refl::ObjectDef<TeamMlpBlockObj>(refl::init(false))
       .def_ro("device", &TeamMlpBlockObj::device)
       .def_ro("rows", &TeamMlpBlockObj::rows)
+      .def_ro("launches", &TeamMlpBlockObj::launches)
       .def("run", &TeamMlpBlockObj::run);
 }
 

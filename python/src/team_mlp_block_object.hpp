@@ -6,6 +6,7 @@
 #include <tvm/ffi/optional.h>
 
 #include <memory>
+#include <string>
 
 #include "team_object.hpp"
 #include "tensor_args.hpp"
@@ -17,13 +18,15 @@ class TeamMlpBlockObj : public tvm::ffi::Object {
  public:
   int64_t device = 0;
   int64_t rows = 0;
+  bool launches = false;  // TeamMlpBlock::Form::kLaunches
 
   // Every rank's weights and buffers as TeamMlpBlock's, each a contiguous bf16 tensor
   // on the team's device: on a local team of n, [n, ...] (block i rank i's), else
-  // this rank's; the norms' weights [H] (or [1, H]), one for every rank.
+  // this rank's; the norms' weights [H] (or [1, H]), one for every rank. `form`: ""
+  // (the block's choice), "program" or "launches".
   TeamMlpBlockObj(tvm::ffi::ObjectRef team, tvm::ffi::Optional<DLView> o_proj, DLView post_norm, DLView gate_up,
                   DLView down, DLView next_norm, tvm::ffi::Optional<DLView> qkv, double eps, DLView attn,
-                  DLView residual, DLView out);
+                  DLView residual, DLView out, const std::string& form);
 
   // Runs from PyTorch's current stream (taken from `on`, any tensor of the device);
   // pdl as the team's options say (TeamProgram::run).

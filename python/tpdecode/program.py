@@ -196,20 +196,20 @@ class MlpBlock(_Program):
     GEMMs' paths decided here). ``form`` asks for one form ("program" or "launches";
     ValueError where the launches do not serve the tensors).
 
-    With ``team`` (a ``tpdecode.Team`` whose ranks share memory: a local team, or an
-    NCCL team over NVLink), the block at TP > 1, one kernel per rank at every row
-    count (the C++ TeamMlpBlock): o_proj and down are row-parallel (o_proj [H, A/tp],
-    attn [M, A/tp]; down [H, I/tp]), their partials all-reduced (one-shot bits) into
-    the residual before each norm; gate_up ([2I/tp, H]: the rank's gate rows, then
-    its up rows) and qkv ([Q/tp, H]) column-parallel. Without o_proj, attn [M, H] is
-    the rank's partial. ``next_norm`` is required, no norm folds, ``form`` must be
-    None or "program". Tensors are the rank's (a local team of n: ``[n, ...]``, block
-    i rank i's), contiguous; the norm weights [H] are every rank's. Every rank's
-    residual holds the same bits after a call (``tpdecode.Unavailable`` where a norm's
-    share of a rank's CTAs is above what they hold: ranks sharing a GPU, many rows,
-    see include/tpdecode/team_mlp_block.hpp). The block keeps the team alive; a rank
-    that never arrives raises through the team (``Team.synchronize``; then
-    ``Team.reset`` on every rank)."""
+    With ``team`` (a ``tpdecode.Team``), the block at TP > 1 (the C++ TeamMlpBlock):
+    o_proj and down are row-parallel (o_proj [H, A/tp], attn [M, A/tp]; down [H,
+    I/tp]), their partials all-reduced into the residual before each norm; gate_up
+    ([2I/tp, H]: the rank's gate rows, then its up rows) and qkv ([Q/tp, H])
+    column-parallel. Without o_proj, attn [M, H] is the rank's partial. ``next_norm``
+    is required and no norm folds. Up to 16 rows one kernel per rank with the
+    all-reduces inside (ranks that share memory: a local team, or an NCCL team over
+    NVLink), else launches with the team's ``ar_norm`` (and where the program does not
+    serve: a norm's share of a rank's CTAs above what they hold, ranks sharing a GPU;
+    asked for as "program" there: ``tpdecode.Unavailable``). Tensors are the rank's (a
+    local team of n: ``[n, ...]``, block i rank i's), contiguous; the norm weights [H]
+    are every rank's. Every rank's residual holds the same bits after a call. The
+    block keeps the team alive; a rank that never arrives raises through the team
+    (``Team.synchronize``; then ``Team.reset`` on every rank)."""
 
     def __init__(self, *, post_norm: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor,
                  attn: torch.Tensor, residual: torch.Tensor, out: torch.Tensor,
@@ -225,16 +225,14 @@ class MlpBlock(_Program):
             self.next_norm_folded = handle.next_norm_folded
             self.form = "launches" if handle.launches else "program"
         else:
-            if form not in (None, "program"):
-                raise ValueError(f"MlpBlock: form={form!r} with a team; the team block runs as a program")
             if next_norm is None:
                 raise ValueError("MlpBlock: a team block needs next_norm (down's partial is all-reduced into it)")
             if getattr(team, "_handle", None) is None:
                 raise ValueError("MlpBlock: the team is closed")
             handle = _lib.module.team_mlp_block(team._handle, *map(_detached, weights), float(eps), _detached(attn),
-                                                _detached(residual), _detached(out))
+                                                _detached(residual), _detached(out), form or "")
             self.post_norm_folded = self.next_norm_folded = False
-            self.form = "program"
+            self.form = "launches" if handle.launches else "program"
         self.rows = handle.rows
         self.team = team
         self.attn, self.residual, self.out = attn, residual, out

@@ -28,14 +28,14 @@ bool launches_serve(const MlpBlockProgram::Weights& w, const MlpBlockProgram::Bu
   return true;
 }
 
-MlpBlockLaunches::Linear MlpBlockLaunches::linear(const TensorView& w, int m) const {
-  Linear l;
+MlpLinear mlp_linear(const TensorView& w, int m, const std::shared_ptr<CublasContext>& cublas) {
+  MlpLinear l;
   if (!given(w)) return l;
   const auto row_bytes = static_cast<std::size_t>(w.cols) * 2;
   l.weight = DeviceBuffer(static_cast<std::size_t>(w.rows) * row_bytes);
   TPD_CUDA(cudaMemcpy2D(l.weight.get(), row_bytes, w.data, static_cast<std::size_t>(w.row_stride) * 2, row_bytes,
                         static_cast<std::size_t>(w.rows), cudaMemcpyDeviceToDevice));
-  l.gemm = std::make_unique<DecodeGemm>(TensorView::bf16(l.weight.get(), w.rows, w.cols), cublas_);
+  l.gemm = std::make_unique<DecodeGemm>(TensorView::bf16(l.weight.get(), w.rows, w.cols), cublas);
   // Between PDL kernels (the norm and SiLU-mul kernels launch as dependents): a
   // chain link's decision.
   l.gemm->set_chain(true);
@@ -54,10 +54,10 @@ MlpBlockLaunches::MlpBlockLaunches(const MlpBlockProgram::Weights& w, const MlpB
   down_out_ = given(w.next_norm) ? s.y : b.out;
   // The weights may still be written on the caller's streams.
   TPD_CUDA(cudaDeviceSynchronize());
-  o_proj_ = linear(w.o_proj, m);
-  gate_up_ = linear(w.gate_up, m);
-  down_ = linear(w.down, m);
-  qkv_ = linear(w.qkv, m);
+  o_proj_ = mlp_linear(w.o_proj, m, cublas_);
+  gate_up_ = mlp_linear(w.gate_up, m, cublas_);
+  down_ = mlp_linear(w.down, m, cublas_);
+  qkv_ = mlp_linear(w.qkv, m, cublas_);
   // Each GEMM's operands as run() hands them (InvalidArgument here, not in a run).
   if (o_proj_.gemm) o_proj_.gemm->path(b.attn, s.o);
   gate_up_.gemm->path(s.h, gate_up_view_);
@@ -69,7 +69,7 @@ MlpBlockLaunches::MlpBlockLaunches(const MlpBlockProgram::Weights& w, const MlpB
 
 void MlpBlockLaunches::run(cudaStream_t stream, bool pdl) const {
   const int64_t hidden = b_.residual.cols;
-  for (const Linear* l : {&o_proj_, &gate_up_, &down_, &qkv_})
+  for (const MlpLinear* l : {&o_proj_, &gate_up_, &down_, &qkv_})
     if (l->gemm && l->gemm->pdl() != pdl) l->gemm->set_pdl(pdl);
   // residual += x; out = rmsnorm(residual) * weight (residual in place).
   auto add_norm = [&](const TensorView& x, const TensorView& weight, const TensorView& out) {

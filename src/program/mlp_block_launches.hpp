@@ -22,6 +22,14 @@ namespace tpdecode::program {
 // aligned, the norms' weights 16-byte aligned). The scratch is the block's own.
 bool launches_serve(const MlpBlockProgram::Weights& w, const MlpBlockProgram::Buffers& b);
 
+// A linear of a block's launches: a copy of its weight and the DecodeGemm on it, its
+// path decided for m rows as a link between PDL kernels (null: the block has none).
+struct MlpLinear {
+  DeviceBuffer weight;
+  std::unique_ptr<DecodeGemm> gemm;
+};
+MlpLinear mlp_linear(const TensorView& w, int m, const std::shared_ptr<CublasContext>& cublas);
+
 class MlpBlockLaunches {
  public:
   // Copies the GEMM weights and decides each GEMM's path for m rows (host only,
@@ -32,13 +40,6 @@ class MlpBlockLaunches {
   void run(cudaStream_t stream, bool pdl) const;
 
  private:
-  // A linear: its weight's copy and the GEMM on it (null: the block has none).
-  struct Linear {
-    DeviceBuffer weight;
-    std::unique_ptr<DecodeGemm> gemm;
-  };
-  Linear linear(const TensorView& w, int m) const;
-
   MlpBlockProgram::Weights w_;
   MlpBlockProgram::Buffers b_;
   MlpBlockScratch s_;
@@ -47,7 +48,7 @@ class MlpBlockLaunches {
   TensorView gate_up_view_;   // of gate_up_out_
   TensorView down_out_;       // y with the next norm, else the block's out
   std::shared_ptr<CublasContext> cublas_;
-  Linear o_proj_, gate_up_, down_, qkv_;
+  MlpLinear o_proj_, gate_up_, down_, qkv_;
 };
 
 }  // namespace tpdecode::program

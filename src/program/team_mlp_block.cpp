@@ -7,16 +7,19 @@
 #include "core/tensor_overlap.hpp"
 #include "program/mlp_block_ops.hpp"
 #include "program/mlp_block_scratch.hpp"
+#include "program/team_mlp_block_launches.hpp"
 #include "tpdecode/error.hpp"
 
 namespace tpdecode {
 
 struct TeamMlpBlock::Impl {
   std::vector<program::MlpBlockScratchMemory> scratch;  // per driven rank
-  std::unique_ptr<TeamProgram> program;
+  std::unique_ptr<TeamProgram> program;                 // Form::kProgram
+  std::unique_ptr<program::TeamMlpBlockLaunches> launches;  // Form::kLaunches
 };
 
-TeamMlpBlock::TeamMlpBlock(Team& team, std::span<const Weights> weights, std::span<const Buffers> buffers, int m)
+TeamMlpBlock::TeamMlpBlock(Team& team, std::span<const Weights> weights, std::span<const Buffers> buffers, int m,
+                           std::optional<Form> form)
     : impl_(std::make_unique<Impl>()) {
   const auto driven = static_cast<std::size_t>(team.driven());
   check(weights.size() == driven && buffers.size() == driven,
@@ -57,13 +60,33 @@ TeamMlpBlock::TeamMlpBlock(Team& team, std::span<const Weights> weights, std::sp
           check(!views_overlap(*mine, *other), "team mlp block: driven rank {}'s {} overlaps driven rank {}'s {}", i,
                 name, j, other_name);
     }
-  p.program = std::make_unique<TeamProgram>(team, std::move(ops), m);
+  if (form.value_or(m <= MlpBlockProgram::kProgramMaxRows ? Form::kProgram : Form::kLaunches) == Form::kProgram) {
+    try {
+      p.program = std::make_unique<TeamProgram>(team, std::move(ops), m);
+      return;
+    } catch (const Unavailable&) {
+      if (form) throw;  // asked for as a program
+    }
+  }
+  std::vector<program::MlpBlockScratch> views;
+  for (const program::MlpBlockScratchMemory& s : p.scratch) views.push_back(s.views);
+  p.launches = std::make_unique<program::TeamMlpBlockLaunches>(team, weights, buffers, views, m);
 }
 
 TeamMlpBlock::~TeamMlpBlock() = default;
 
-void TeamMlpBlock::run(std::span<const cudaStream_t> streams) const { impl_->program->run(streams); }
+void TeamMlpBlock::run(std::span<const cudaStream_t> streams) const {
+  if (impl_->launches)
+    impl_->launches->run(streams);
+  else
+    impl_->program->run(streams);
+}
 
-const TeamProgram& TeamMlpBlock::program() const { return *impl_->program; }
+TeamMlpBlock::Form TeamMlpBlock::form() const { return impl_->launches ? Form::kLaunches : Form::kProgram; }
+
+const TeamProgram& TeamMlpBlock::program() const {
+  check(impl_->program != nullptr, "team mlp block: it runs as launches (form() is kLaunches), not as a program");
+  return *impl_->program;
+}
 
 }  // namespace tpdecode

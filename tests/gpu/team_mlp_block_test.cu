@@ -2,11 +2,12 @@
 // one block (o_proj and down row-parallel, gate_up and qkv column-parallel), with
 // and without o_proj and qkv, against the CPU reference of the sharded block (each
 // partial rounded as the program stores it, summed as the one-shot all-reduce,
-// FP64 norms and GEMMs); every rank's residual stream the same bits (and out, where
-// it is the next norm's); a repeat run and a graph's replays give the same bits;
-// refusals.
+// FP64 norms and GEMMs), in both forms (the program, the launches); every rank's
+// residual stream the same bits (and out, where it is the next norm's); a repeat run
+// and a graph's replays give the same bits; the default form; refusals.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <random>
 #include <span>
 #include <vector>
@@ -127,44 +128,56 @@ struct ShardedBlock {
 TEST(TeamMlpBlock, EveryRankGivesTheShardedBlocksReference) {
   TPD_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
+  using Form = TeamMlpBlock::Form;
   for (int tp : {2, 4, 8}) {
     LocalTeam team(tp);
     for (int m : {1, 5, 16, 40}) {
       if (quick() && m != 5 && !(tp == 2 && m == 40)) continue;
-      for (const bool full : {true, false}) {  // o_proj and qkv, or neither
-        SCOPED_TRACE(testing::Message() << "local TP " << tp << ", m " << m << (full ? ", o_proj + qkv" : ", bare"));
-        ShardedBlock block(tp, m, full, full, rng);
-        const std::vector<TeamMlpBlock::Weights> weights = block.weights();
-        const std::vector<TeamMlpBlock::Buffers> buffers = block.buffers();
-        const TeamMlpBlock program(team, weights, buffers, m);
-        program.run();
-        team.synchronize();
-        const auto [outs, stream] = block.reference();
-        std::vector<std::vector<uint16_t>> first_outs;
-        for (int i = 0; i < tp; ++i) {
-          SCOPED_TRACE(testing::Message() << "rank " << i);
-          first_outs.push_back(block.out(i));
-          EXPECT_LT(relative_error(first_outs.back(), outs[static_cast<std::size_t>(i)]), 1e-2) << "out";
-          EXPECT_LT(relative_error(block.stream(i), values(stream)), 3e-3) << "the residual stream";
-          EXPECT_TRUE(block.stream(i) == block.stream(0)) << "the residual stream differs from rank 0's";
-          if (!full) EXPECT_TRUE(first_outs.back() == first_outs[0]) << "out (h') differs from rank 0's";
-        }
-        // A repeat run and two graph replays from the same input: the same bits.
-        block.restart();
-        program.run();
-        team.synchronize();
-        for (int i = 0; i < tp; ++i) EXPECT_TRUE(block.out(i) == first_outs[static_cast<std::size_t>(i)]) << "rank " << i;
-        TeamGraph graph(team, [&] {
-          block.restart(&team);
+      const Form chosen = m <= MlpBlockProgram::kProgramMaxRows ? Form::kProgram : Form::kLaunches;
+      for (const Form form : {Form::kProgram, Form::kLaunches}) {
+        // Quick: the launches (each GEMM decided for m rows) at TP 2 and 8 only.
+        if (quick() && form == Form::kLaunches && tp == 4) continue;
+        for (const bool full : {true, false}) {  // o_proj and qkv, or neither
+          SCOPED_TRACE(testing::Message() << "local TP " << tp << ", m " << m << (full ? ", o_proj + qkv" : ", bare")
+                                          << (form == Form::kProgram ? ", program" : ", launches"));
+          ShardedBlock block(tp, m, full, full, rng);
+          const std::vector<TeamMlpBlock::Weights> weights = block.weights();
+          const std::vector<TeamMlpBlock::Buffers> buffers = block.buffers();
+          const TeamMlpBlock program(team, weights, buffers, m, form);
+          EXPECT_EQ(program.form(), form);
+          if (form == chosen) EXPECT_EQ(TeamMlpBlock(team, weights, buffers, m).form(), form) << "the default form";
+          if (form == Form::kLaunches) EXPECT_THROW(program.program(), InvalidArgument);
           program.run();
-        });
-        for (int replay = 0; replay < 2; ++replay) {
-          for (RankShards& r : block.ranks) poison(r.out_d);
-          TPD_CUDA(cudaDeviceSynchronize());
-          graph.replay();
+          team.synchronize();
+          const auto [outs, stream] = block.reference();
+          std::vector<std::vector<uint16_t>> first_outs;
+          for (int i = 0; i < tp; ++i) {
+            SCOPED_TRACE(testing::Message() << "rank " << i);
+            first_outs.push_back(block.out(i));
+            EXPECT_LT(relative_error(first_outs.back(), outs[static_cast<std::size_t>(i)]), 1e-2) << "out";
+            EXPECT_LT(relative_error(block.stream(i), values(stream)), 3e-3) << "the residual stream";
+            EXPECT_TRUE(block.stream(i) == block.stream(0)) << "the residual stream differs from rank 0's";
+            if (!full) EXPECT_TRUE(first_outs.back() == first_outs[0]) << "out (h') differs from rank 0's";
+          }
+          // A repeat run and two graph replays from the same input: the same bits.
+          block.restart();
+          program.run();
           team.synchronize();
           for (int i = 0; i < tp; ++i)
-            EXPECT_TRUE(block.out(i) == first_outs[static_cast<std::size_t>(i)]) << "replay " << replay << ", rank " << i;
+            EXPECT_TRUE(block.out(i) == first_outs[static_cast<std::size_t>(i)]) << "rank " << i;
+          TeamGraph graph(team, [&] {
+            block.restart(&team);
+            program.run();
+          });
+          for (int replay = 0; replay < 2; ++replay) {
+            for (RankShards& r : block.ranks) poison(r.out_d);
+            TPD_CUDA(cudaDeviceSynchronize());
+            graph.replay();
+            team.synchronize();
+            for (int i = 0; i < tp; ++i)
+              EXPECT_TRUE(block.out(i) == first_outs[static_cast<std::size_t>(i)])
+                  << "replay " << replay << ", rank " << i;
+          }
         }
       }
     }
@@ -204,9 +217,9 @@ TEST(TeamMlpBlock, Refusals) {
 }
 
 // A norm's share above what a rank's CTAs hold (8 ranks on one GPU, 16 CTAs each;
-// H 7168 at 16 rows: 56 pieces x 16 rows a CTA, 512 served): Unavailable, at 9 rows
-// served.
-TEST(TeamMlpBlock, ANormShareAboveTheCtasIsUnavailable) {
+// H 7168 at 16 rows: 56 pieces x 16 rows a CTA, 512 served): the program is
+// Unavailable, so the block runs as launches; at 9 rows the program.
+TEST(TeamMlpBlock, ANormShareAboveTheCtasRunsAsLaunches) {
   TPD_REQUIRE_GPU();
   int sms = 0;
   TPD_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -217,7 +230,7 @@ TEST(TeamMlpBlock, ANormShareAboveTheCtasIsUnavailable) {
   LocalTeam team(kTp);
   DeviceBuffer g(h * 2), gu(2 * inter * h * 2), d(h * inter * 2);
   std::vector<DeviceBuffer> io;
-  auto build = [&](int m) {
+  auto build = [&](int m, std::optional<TeamMlpBlock::Form> form) {
     io.clear();
     std::vector<TeamMlpBlock::Weights> w;
     std::vector<TeamMlpBlock::Buffers> b;
@@ -226,10 +239,11 @@ TEST(TeamMlpBlock, ANormShareAboveTheCtasIsUnavailable) {
       w.push_back({{}, view(g, 1, h), view(gu, 2 * inter, h), view(d, h, inter), view(g, 1, h), {}, kEps});
       b.push_back({view(io[io.size() - 3], m, h), view(io[io.size() - 2], m, h), view(io.back(), m, h)});
     }
-    TeamMlpBlock block(team, w, b, m);
+    return TeamMlpBlock(team, w, b, m, form).form();
   };
-  EXPECT_THROW(build(16), Unavailable);
-  EXPECT_NO_THROW(build(9));
+  EXPECT_THROW(build(16, TeamMlpBlock::Form::kProgram), Unavailable);
+  EXPECT_EQ(build(16, std::nullopt), TeamMlpBlock::Form::kLaunches);
+  EXPECT_EQ(build(9, std::nullopt), TeamMlpBlock::Form::kProgram);
 }
 
 }  // namespace

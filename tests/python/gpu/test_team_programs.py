@@ -1,9 +1,9 @@
 """MlpBlock with a team (TP > 1, the C++ TeamMlpBlock) on this test session's team
-(a local team of 2 on one GPU, or the NCCL team under torchrun): every rank's shards
-against a float64 torch reference of the sharded block (each partial rounded as the
-program stores it, summed in rank order in FP32 as the one-shot all-reduce); every
-rank's residual the same bits; the bits repeatable over calls and a CUDA graph's
-replays; refusals."""
+(a local team of 2 on one GPU, or the NCCL team under torchrun), as the program and
+as launches: every rank's shards against a float64 torch reference of the sharded
+block (each partial rounded as the block stores it, summed in rank order in FP32 as
+the one-shot all-reduce); every rank's residual the same bits; the bits repeatable
+over calls and a CUDA graph's replays; refusals."""
 
 import pytest
 import torch
@@ -55,17 +55,18 @@ def relative(got, want):
 
 
 @pytest.mark.parametrize("full", [True, False], ids=["o_proj+qkv", "bare"])
-@pytest.mark.parametrize("m", [1, 7, 16])
-def test_team_mlp_block_matches_the_sharded_reference(world, m, full):
-    if not world.team.shares_memory:
-        pytest.skip("the team's ranks do not share memory")
+@pytest.mark.parametrize("m,form", [(1, None), (7, None), (16, None), (24, None), (7, "launches")])
+def test_team_mlp_block_matches_the_sharded_reference(world, m, form, full):
     w, attn = shards(world, m, full, full)
     r0 = world.shared(8, m, H).float().mul(2).to(torch.bfloat16)
     lead = (world.size,) if world.local else ()
     residual = r0.expand(*lead, m, H).contiguous()
     out = torch.empty(*lead, m, Q // world.size if full else H, device=world.device, dtype=torch.bfloat16)
-    block = tpdecode.MlpBlock(**w, attn=attn, residual=residual, out=out, eps=EPS, team=world.team)
-    assert (block.form, block.post_norm_folded, block.next_norm_folded) == ("program", False, False)
+    block = tpdecode.MlpBlock(**w, attn=attn, residual=residual, out=out, eps=EPS, team=world.team, form=form)
+    # The program where memory is shared, up to 16 rows.
+    program = form is None and m <= 16 and world.team.shares_memory
+    assert (block.form, block.post_norm_folded, block.next_norm_folded) == (
+        "program" if program else "launches", False, False)
     assert block.rows == m
     want_out, want_res = reference(world, w, attn, r0)
     results = []
@@ -104,8 +105,8 @@ def test_team_mlp_block_refusals(world):
     kw = dict(attn=attn, residual=residual, out=out, team=world.team)
     with pytest.raises(ValueError, match="next_norm"):
         tpdecode.MlpBlock(**{**w, "next_norm": None}, **kw)
-    with pytest.raises(ValueError, match="form"):
-        tpdecode.MlpBlock(**w, **kw, form="launches")
+    with pytest.raises(ValueError, match="form must be"):
+        tpdecode.MlpBlock(**w, **kw, form="fused")
     with pytest.raises(ValueError, match="down"):  # I / tp does not chain: the C++ check, naming the tensor
         tpdecode.MlpBlock(**{**w, "down": w["down"][..., :-64].contiguous()}, **kw)
     with pytest.raises(TypeError):

@@ -1,0 +1,86 @@
+#include "program/team_mlp_block_launches.hpp"
+
+#include "core/check.hpp"
+#include "core/silu_mul_launch.hpp"
+#include "team/team_internals.hpp"
+
+namespace tpdecode::program {
+
+TeamMlpBlockLaunches::TeamMlpBlockLaunches(Team& team, std::span<const TeamMlpBlock::Weights> weights,
+                                           std::span<const TeamMlpBlock::Buffers> buffers,
+                                           std::span<const MlpBlockScratch> scratch, int m)
+    : team_(team) {
+  CommConfig config;
+  config.hidden = buffers[0].residual.cols;
+  config.rows_cap = m;
+  comm_ = std::make_unique<TpComm>(team, config);
+  // The weights may still be written on the caller's streams.
+  TPD_CUDA(cudaDeviceSynchronize());
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    Rank r;
+    r.w = weights[i];
+    r.b = buffers[i];
+    r.s = scratch[i];
+    r.gate_up_out = DeviceBuffer(static_cast<std::size_t>(m) * static_cast<std::size_t>(r.w.gate_up.rows) * 2);
+    r.gate_up_view = TensorView::bf16(r.gate_up_out.get(), m, r.w.gate_up.rows);
+    r.cublas = std::make_shared<CublasContext>();
+    r.o_proj = mlp_linear(r.w.o_proj, m, r.cublas);
+    r.gate_up = mlp_linear(r.w.gate_up, m, r.cublas);
+    r.down = mlp_linear(r.w.down, m, r.cublas);
+    r.qkv = mlp_linear(r.w.qkv, m, r.cublas);
+    // Why not on a shared GPU: co-resident spinning ranks and PDL have timed out
+    // there (docs/performance.md, Known issues).
+    const RankContext& ctx = rank_context(team, static_cast<int>(i));
+    r.pdl = ctx.pdl && ctx.ranks_on_device == 1;
+    for (const MlpLinear* l : {&r.o_proj, &r.gate_up, &r.down, &r.qkv})
+      if (l->gemm) l->gemm->set_pdl(r.pdl);
+    // Each GEMM's operands as run() hands them (InvalidArgument here, not in a run).
+    if (r.o_proj.gemm) r.o_proj.gemm->path(r.b.attn, r.s.o);
+    r.gate_up.gemm->path(r.s.h, r.gate_up_view);
+    r.down.gemm->path(r.s.act, r.s.y);
+    if (r.qkv.gemm) r.qkv.gemm->path(r.s.h2, r.b.out);
+    ranks_.push_back(std::move(r));
+  }
+  TPD_CUDA(cudaDeviceSynchronize());
+}
+
+TeamMlpBlockLaunches::~TeamMlpBlockLaunches() = default;
+
+std::vector<ArNormIo> TeamMlpBlockLaunches::norm_io(bool post) const {
+  std::vector<ArNormIo> io;
+  for (const Rank& r : ranks_) {
+    ArNormIo a;
+    a.x = post ? (r.o_proj.gemm ? r.s.o : r.b.attn) : r.s.y;
+    a.residual = r.b.residual;
+    a.weight = post ? r.w.post_norm : r.w.next_norm;
+    a.eps = r.w.eps;
+    a.out = post ? r.s.h : (r.qkv.gemm ? r.s.h2 : r.b.out);
+    a.residual_out = r.b.residual;
+    io.push_back(a);
+  }
+  return io;
+}
+
+void TeamMlpBlockLaunches::run(std::span<const cudaStream_t> given) const {
+  std::vector<cudaStream_t> streams(given.begin(), given.end());
+  if (streams.empty())
+    for (int i = 0; i < team_.driven(); ++i) streams.push_back(team_.stream(i));
+  auto each = [&](auto stage) {
+    for (std::size_t i = 0; i < ranks_.size(); ++i) stage(ranks_[i], streams[i]);
+  };
+  each([](const Rank& r, cudaStream_t s) {
+    if (r.o_proj.gemm) r.o_proj.gemm->run(r.b.attn, r.s.o, s);
+  });
+  comm_->ar_norm(norm_io(true), streams);
+  each([](const Rank& r, cudaStream_t s) {
+    r.gate_up.gemm->run(r.s.h, r.gate_up_view, s);
+    launch_silu_mul(s, r.gate_up_view, r.s.act, r.pdl);
+    r.down.gemm->run(r.s.act, r.s.y, s);
+  });
+  comm_->ar_norm(norm_io(false), streams);
+  each([](const Rank& r, cudaStream_t s) {
+    if (r.qkv.gemm) r.qkv.gemm->run(r.s.h2, r.b.out, s);
+  });
+}
+
+}  // namespace tpdecode::program

@@ -1,0 +1,55 @@
+// A TeamMlpBlock's launch form (team_mlp_block.hpp): every driven rank's block as a
+// DecodeGemm per linear with SiLU-mul between gate_up and down, and both all-reduce
+// + residual + norms as TpComm's ar_norm over the team (its bits: ArNorm's), each
+// stage launched for every driven rank on its stream before the next stage. What
+// the block runs above MlpBlockProgram::kProgramMaxRows, and where the program is
+// not served (a norm's share above what a rank's CTAs hold).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "program/mlp_block_launches.hpp"
+#include "tpdecode/comm.hpp"
+#include "tpdecode/team.hpp"
+#include "tpdecode/team_mlp_block.hpp"
+
+namespace tpdecode::program {
+
+class TeamMlpBlockLaunches {
+ public:
+  // Per driven rank its checked weights, buffers and scratch (TeamMlpBlock's). Builds
+  // a TpComm of its own for H and m rows (collective over the team), copies the GEMM
+  // weights and decides each GEMM's path for m rows; host only, before any capture.
+  TeamMlpBlockLaunches(Team& team, std::span<const TeamMlpBlock::Weights> weights,
+                       std::span<const TeamMlpBlock::Buffers> buffers, std::span<const MlpBlockScratch> scratch, int m);
+  ~TeamMlpBlockLaunches();
+
+  // streams[i]: driven rank i's (empty: the team's).
+  void run(std::span<const cudaStream_t> streams) const;
+
+ private:
+  struct Rank {
+    TeamMlpBlock::Weights w;
+    TeamMlpBlock::Buffers b;
+    MlpBlockScratch s;
+    DeviceBuffer gate_up_out;  // [m, 2 I / tp]
+    TensorView gate_up_view;
+    // Why a cuBLAS context per rank: a local team's ranks run their GEMMs at once on
+    // their own streams, and one handle's workspace must not serve two at once.
+    std::shared_ptr<CublasContext> cublas;
+    MlpLinear o_proj, gate_up, down, qkv;
+    bool pdl = false;
+  };
+  // Both norms' TpComm calls, per driven rank.
+  std::vector<ArNormIo> norm_io(bool post) const;
+
+  Team& team_;
+  std::unique_ptr<TpComm> comm_;
+  std::vector<Rank> ranks_;
+};
+
+}  // namespace tpdecode::program
