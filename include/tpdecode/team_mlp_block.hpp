@@ -27,16 +27,18 @@
 // SMs divided by the ranks sharing it), failure (a rank that never arrives:
 // TimeoutError through the team, outputs NaN, Team::reset()) and capture holds.
 //
-// Forms, as MlpBlockProgram's: up to MlpBlockProgram::kProgramMaxRows rows the
-// TeamProgram, above it launches (form() kLaunches: per rank a DecodeGemm per linear
-// and the SiLU-mul kernel, both all-reduce + residual + norms as TpComm's ar_norm
-// over the team, with its bits; a TpComm of the block's own). The threshold is
-// MlpBlockProgram's, measured at TP 1, where a rank has every SM of its GPU as it
-// has at TP > 1 with one GPU per rank (on a local team the launches measured faster
-// from 8 rows already: docs/performance.md). The program also needs a norm's share
-// of a rank's CTAs within what they hold (GemmProgram::Norm: with one GPU per rank
-// every row count at H 7168; 8 ranks on one H200, H 7168: up to 9 rows); where it
-// does not, the block runs as launches (asked for as a program: Unavailable).
+// Forms: the TeamProgram, or launches (form() kLaunches: per rank a DecodeGemm per
+// linear and the SiLU-mul kernel, both all-reduce + residual + norms as TpComm's
+// ar_norm over the team, with its bits; a TpComm of the block's own). The block's
+// choice (default_form): the program up to MlpBlockProgram::kProgramMaxRows rows
+// where each rank has its GPU alone (MlpBlockProgram's threshold, measured at TP 1,
+// where a rank has every SM as it has at TP > 1 with one GPU per rank), launches
+// above it and wherever ranks share a GPU (a local team: there the launches measured
+// faster at every row count, docs/performance.md). The program also needs a norm's
+// share of a rank's CTAs within what they hold (GemmProgram::Norm: with one GPU per
+// rank every row count at H 7168; 8 ranks on one H200, H 7168: up to 9 rows) and
+// ranks that share memory; where it is not served, the block runs as launches
+// (asked for as a program: Unavailable).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -75,6 +77,8 @@ class TeamMlpBlock {
   void run(std::span<const cudaStream_t> streams = {}) const;
 
   Form form() const;
+  // The block's choice for m rows with `ranks_on_device` ranks on each GPU (above).
+  static Form default_form(int m, int ranks_on_device);
   // The program (InvalidArgument where form() is kLaunches).
   const TeamProgram& program() const;
 

@@ -8,6 +8,7 @@
 #include "program/mlp_block_ops.hpp"
 #include "program/mlp_block_scratch.hpp"
 #include "program/team_mlp_block_launches.hpp"
+#include "team/team_internals.hpp"
 #include "tpdecode/error.hpp"
 
 namespace tpdecode {
@@ -60,7 +61,7 @@ TeamMlpBlock::TeamMlpBlock(Team& team, std::span<const Weights> weights, std::sp
           check(!views_overlap(*mine, *other), "team mlp block: driven rank {}'s {} overlaps driven rank {}'s {}", i,
                 name, j, other_name);
     }
-  if (form.value_or(m <= MlpBlockProgram::kProgramMaxRows ? Form::kProgram : Form::kLaunches) == Form::kProgram) {
+  if (form.value_or(default_form(m, rank_context(team, 0).ranks_on_device)) == Form::kProgram) {
     try {
       p.program = std::make_unique<TeamProgram>(team, std::move(ops), m);
       return;
@@ -80,6 +81,10 @@ void TeamMlpBlock::run(std::span<const cudaStream_t> streams) const {
     impl_->launches->run(streams);
   else
     impl_->program->run(streams);
+}
+
+TeamMlpBlock::Form TeamMlpBlock::default_form(int m, int ranks_on_device) {
+  return m <= MlpBlockProgram::kProgramMaxRows && ranks_on_device == 1 ? Form::kProgram : Form::kLaunches;
 }
 
 TeamMlpBlock::Form TeamMlpBlock::form() const { return impl_->launches ? Form::kLaunches : Form::kProgram; }

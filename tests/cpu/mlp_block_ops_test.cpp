@@ -11,6 +11,7 @@
 #include "program/mlp_block_launches.hpp"
 #include "program/mlp_block_ops.hpp"
 #include "tpdecode/error.hpp"
+#include "tpdecode/team_mlp_block.hpp"
 
 namespace tpdecode::program {
 namespace {
@@ -222,6 +223,16 @@ TEST(MlpBlockOps, TheLaunchesServeTheNormKernelsTensorsOnly) {
   k.b.attn.row_stride = kA + 8;
   k.b.out.row_stride = kQ + 8;
   EXPECT_TRUE(launches_serve(k.w, k.b));
+}
+
+// TeamMlpBlock's choice: the program up to 16 rows on a GPU of the rank's own,
+// launches above and wherever ranks share a GPU.
+TEST(TeamMlpBlockForm, TheProgramUpTo16RowsOnAGpuOfItsOwn) {
+  using Form = TeamMlpBlock::Form;
+  for (int m : {1, 8, 16}) EXPECT_EQ(TeamMlpBlock::default_form(m, 1), Form::kProgram) << m;
+  for (int m : {17, 32, 64}) EXPECT_EQ(TeamMlpBlock::default_form(m, 1), Form::kLaunches) << m;
+  for (int ranks : {2, 4, 8})
+    for (int m : {1, 16, 64}) EXPECT_EQ(TeamMlpBlock::default_form(m, ranks), Form::kLaunches) << m << ", " << ranks;
 }
 
 }  // namespace

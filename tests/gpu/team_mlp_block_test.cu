@@ -133,7 +133,6 @@ TEST(TeamMlpBlock, EveryRankGivesTheShardedBlocksReference) {
     LocalTeam team(tp);
     for (int m : {1, 5, 16, 40}) {
       if (quick() && m != 5 && !(tp == 2 && m == 40)) continue;
-      const Form chosen = m <= MlpBlockProgram::kProgramMaxRows ? Form::kProgram : Form::kLaunches;
       for (const Form form : {Form::kProgram, Form::kLaunches}) {
         // Quick: the launches (each GEMM decided for m rows) at TP 2 and 8 only.
         if (quick() && form == Form::kLaunches && tp == 4) continue;
@@ -145,7 +144,8 @@ TEST(TeamMlpBlock, EveryRankGivesTheShardedBlocksReference) {
           const std::vector<TeamMlpBlock::Buffers> buffers = block.buffers();
           const TeamMlpBlock program(team, weights, buffers, m, form);
           EXPECT_EQ(program.form(), form);
-          if (form == chosen) EXPECT_EQ(TeamMlpBlock(team, weights, buffers, m).form(), form) << "the default form";
+          // The ranks share the GPU: launches by default.
+          if (form == Form::kLaunches) EXPECT_EQ(TeamMlpBlock(team, weights, buffers, m).form(), form) << "default";
           if (form == Form::kLaunches) EXPECT_THROW(program.program(), InvalidArgument);
           program.run();
           team.synchronize();
@@ -155,7 +155,10 @@ TEST(TeamMlpBlock, EveryRankGivesTheShardedBlocksReference) {
             SCOPED_TRACE(testing::Message() << "rank " << i);
             first_outs.push_back(block.out(i));
             EXPECT_LT(relative_error(first_outs.back(), outs[static_cast<std::size_t>(i)]), 1e-2) << "out";
-            EXPECT_LT(relative_error(block.stream(i), values(stream)), 3e-3) << "the residual stream";
+            // The residual's second add takes y, whose error against the FP64 chain (h's
+          // roundings moved by the norm's order, through gate_up and down) is of out's
+          // order; y is of the residual's size here: up to 3.6e-3 measured at one row.
+          EXPECT_LT(relative_error(block.stream(i), values(stream)), 6e-3) << "the residual stream";
             EXPECT_TRUE(block.stream(i) == block.stream(0)) << "the residual stream differs from rank 0's";
             if (!full) EXPECT_TRUE(first_outs.back() == first_outs[0]) << "out (h') differs from rank 0's";
           }
@@ -218,8 +221,8 @@ TEST(TeamMlpBlock, Refusals) {
 
 // A norm's share above what a rank's CTAs hold (8 ranks on one GPU, 16 CTAs each;
 // H 7168 at 16 rows: 56 pieces x 16 rows a CTA, 512 served): the program is
-// Unavailable, so the block runs as launches; at 9 rows the program.
-TEST(TeamMlpBlock, ANormShareAboveTheCtasRunsAsLaunches) {
+// Unavailable; at 9 rows it is served.
+TEST(TeamMlpBlock, ANormShareAboveTheCtasIsUnavailable) {
   TPD_REQUIRE_GPU();
   int sms = 0;
   TPD_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -242,8 +245,7 @@ TEST(TeamMlpBlock, ANormShareAboveTheCtasRunsAsLaunches) {
     return TeamMlpBlock(team, w, b, m, form).form();
   };
   EXPECT_THROW(build(16, TeamMlpBlock::Form::kProgram), Unavailable);
-  EXPECT_EQ(build(16, std::nullopt), TeamMlpBlock::Form::kLaunches);
-  EXPECT_EQ(build(9, std::nullopt), TeamMlpBlock::Form::kProgram);
+  EXPECT_EQ(build(9, TeamMlpBlock::Form::kProgram), TeamMlpBlock::Form::kProgram);
 }
 
 }  // namespace

@@ -55,7 +55,8 @@ def relative(got, want):
 
 
 @pytest.mark.parametrize("full", [True, False], ids=["o_proj+qkv", "bare"])
-@pytest.mark.parametrize("m,form", [(1, None), (7, None), (16, None), (24, None), (7, "launches")])
+@pytest.mark.parametrize("m,form", [(1, None), (7, None), (16, None), (24, None), (1, "program"), (7, "program"),
+                                    (16, "program")])
 def test_team_mlp_block_matches_the_sharded_reference(world, m, form, full):
     w, attn = shards(world, m, full, full)
     r0 = world.shared(8, m, H).float().mul(2).to(torch.bfloat16)
@@ -63,8 +64,11 @@ def test_team_mlp_block_matches_the_sharded_reference(world, m, form, full):
     residual = r0.expand(*lead, m, H).contiguous()
     out = torch.empty(*lead, m, Q // world.size if full else H, device=world.device, dtype=torch.bfloat16)
     block = tpdecode.MlpBlock(**w, attn=attn, residual=residual, out=out, eps=EPS, team=world.team, form=form)
-    # The program where memory is shared, up to 16 rows.
-    program = form is None and m <= 16 and world.team.shares_memory
+    if form == "program" and not world.team.shares_memory:
+        pytest.skip("the program needs ranks that share memory")
+    # By default the program up to 16 rows where each rank has its GPU (and memory is
+    # shared); launches on a local team.
+    program = form == "program" or (form is None and m <= 16 and world.team.shares_memory and not world.local)
     assert (block.form, block.post_norm_folded, block.next_norm_folded) == (
         "program" if program else "launches", False, False)
     assert block.rows == m
@@ -78,7 +82,8 @@ def test_team_mlp_block_matches_the_sharded_reference(world, m, form, full):
         results.append((out.clone(), residual.clone()))
     every_out, every_res = world.every_rank(out), world.every_rank(residual)
     assert relative(every_out, want_out) < 1e-2
-    assert relative(every_res[0], want_res) < 3e-3
+    # The second add takes y, whose error against the float64 chain is of out's order.
+    assert relative(every_res[0], want_res) < 6e-3
     for r in range(world.size):
         assert torch.equal(every_res[r], every_res[0]), f"rank {r}'s residual stream differs from rank 0's"
         if not full:
