@@ -140,11 +140,17 @@ class HostTeam {
 
 // What rank `s` sends in round `u` at (row, frag): small integers that encode the
 // round and the rank, exact in FP32 sums, so stale or foreign data is recognised.
+// One value depends on the order of the sum: the first word's high half is +2^30
+// from rank 0 and -2^30 from rank 1, which cancel exactly in rank order; summed in
+// another order, a small value added next to 2^30 is lost (its FP32 ulp is 128), so
+// a sum that reads the ranks' slots out of order (a push into the wrong slot) is
+// recognised from three ranks on (two values add alike either way).
 inline Fragment round_data(int u, int s, int row, int frag) {
   Fragment f;
   for (int j = 0; j < 4; ++j) {
     const float lo = static_cast<float>((u * 7 + s * 3 + row * 5 + frag + j) % 200 + 1);
-    const float hi = -static_cast<float>(s + 1 + u % 5);
+    float hi = -static_cast<float>(s + 1 + u % 5);
+    if (j == 0 && s < 2) hi = s == 0 ? 0x1p30f : -0x1p30f;
     f.w[j] = bf16::pack(bf16::from_float(lo), bf16::from_float(hi));
   }
   return f;
