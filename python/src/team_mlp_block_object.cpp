@@ -1,6 +1,5 @@
 #include "team_mlp_block_object.hpp"
 
-#include <fmt/format.h>
 #include <tvm/ffi/reflection/registry.h>
 
 #include <optional>
@@ -27,8 +26,7 @@ TeamMlpBlockObj::TeamMlpBlockObj(tvm::ffi::ObjectRef team, tvm::ffi::Optional<DL
     const int n = static_cast<int>(team_->driven), dev = static_cast<int>(device);
     // Each rank's [rows, cols] (rank_rows checks device, layout and alignment).
     auto bf16_rows = [&](const DLView& v, int ranks, const char* what) {
-      if (!is_bf16(v.dtype()))
-        raise(kind::kType, fmt::format("{} has dtype {}, bfloat16 is required", what, dtype_text(v.dtype())));
+      require_bf16(v, what);
       return rank_rows(v, ranks, dev, DType::kBF16, what);
     };
     auto per_rank = [&](const DLView& v, const char* what) { return bf16_rows(v, n, what); };

@@ -31,12 +31,6 @@ ArNormQuant parse_quant(const std::string& name) {
   raise(kind::kValue, fmt::format("quant '{}': one of none, static, group, group-ue8m0", name));
 }
 
-// Other tensors of a call must be bf16 like its input (a plain TypeError).
-void require_bf16(const DLView& t, const char* what) {
-  if (!is_bf16(t.dtype()))
-    raise(kind::kType, fmt::format("{} has dtype {}, bfloat16 is required", what, dtype_text(t.dtype())));
-}
-
 // The view a gathered shard travels as: 2-byte floats as bf16 words, float32 as
 // f32, int32 as i32 (the mailbox changes no float but -0 to +0; i32 runs the stock
 // path, comm.hpp). None: not gathered.

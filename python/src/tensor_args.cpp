@@ -59,6 +59,11 @@ std::string dtype_text(DLDataType t) {
 
 bool is_bf16(DLDataType t) { return t.code == kDLBfloat && t.bits == 16 && t.lanes == 1; }
 
+void require_bf16(const DLView& t, const char* what) {
+  if (!is_bf16(t.dtype()))
+    raise(kind::kType, fmt::format("{} has dtype {}, bfloat16 is required", what, dtype_text(t.dtype())));
+}
+
 int element_bytes(DLDataType t) { return (t.bits * t.lanes + 7) / 8; }
 
 int64_t last_dim(const DLView& t, const char* what) {

@@ -18,6 +18,8 @@ using DLView = tvm::ffi::TensorView;
 // PyTorch's name of a DLPack dtype ("bfloat16", "float16", "float32", ...).
 std::string dtype_text(DLDataType t);
 bool is_bf16(DLDataType t);
+// TypeError naming `what` unless t is bf16.
+void require_bf16(const DLView& t, const char* what);
 // Bytes of one element.
 int element_bytes(DLDataType t);
 

@@ -115,7 +115,7 @@ void StockPath::ar_norm(std::span<const ArNormIo> io, std::span<const cudaStream
     // caller's kernels; after a reduce it follows a stock kernel, which never
     // triggers its dependents early.
     const RankContext& ctx = rank_context(team_, static_cast<int>(i));
-    const bool pdl = team_.size() == 1 && ctx.pdl && ctx.ranks_on_device == 1;
+    const bool pdl = team_.size() == 1 && ctx.pdl_on_own_gpu();
     launch_add_rms_norm(streams[i], n, static_cast<int>(a.x.rows), pdl);
   }
 }

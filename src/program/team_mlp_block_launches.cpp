@@ -9,7 +9,7 @@ namespace tpdecode::program {
 TeamMlpBlockLaunches::TeamMlpBlockLaunches(Team& team, std::span<const TeamMlpBlock::Weights> weights,
                                            std::span<const TeamMlpBlock::Buffers> buffers,
                                            std::span<const MlpBlockScratch> scratch, int m)
-    : team_(team) {
+    {
   CommConfig config;
   config.hidden = buffers[0].residual.cols;
   config.rows_cap = m;
@@ -31,7 +31,7 @@ TeamMlpBlockLaunches::TeamMlpBlockLaunches(Team& team, std::span<const TeamMlpBl
     // Why not on a shared GPU: co-resident spinning ranks and PDL have timed out
     // there (docs/performance.md, Known issues).
     const RankContext& ctx = rank_context(team, static_cast<int>(i));
-    r.pdl = ctx.pdl && ctx.ranks_on_device == 1;
+    r.pdl = ctx.pdl_on_own_gpu();
     for (const MlpLinear* l : {&r.o_proj, &r.gate_up, &r.down, &r.qkv})
       if (l->gemm) l->gemm->set_pdl(r.pdl);
     // Each GEMM's operands as run() hands them (InvalidArgument here, not in a run).
@@ -40,7 +40,10 @@ TeamMlpBlockLaunches::TeamMlpBlockLaunches(Team& team, std::span<const TeamMlpBl
     r.down.gemm->path(r.s.act, r.s.y);
     if (r.qkv.gemm) r.qkv.gemm->path(r.s.h2, r.b.out);
     ranks_.push_back(std::move(r));
+    team_streams_.push_back(team.stream(static_cast<int>(i)));
   }
+  post_io_ = norm_io(true);
+  next_io_ = norm_io(false);
   TPD_CUDA(cudaDeviceSynchronize());
 }
 
@@ -62,22 +65,22 @@ std::vector<ArNormIo> TeamMlpBlockLaunches::norm_io(bool post) const {
 }
 
 void TeamMlpBlockLaunches::run(std::span<const cudaStream_t> given) const {
-  std::vector<cudaStream_t> streams(given.begin(), given.end());
-  if (streams.empty())
-    for (int i = 0; i < team_.driven(); ++i) streams.push_back(team_.stream(i));
+  check(given.empty() || given.size() == ranks_.size(), "team mlp block: {} streams for the {} ranks this object drives",
+        given.size(), ranks_.size());
+  const std::span<const cudaStream_t> streams = given.empty() ? std::span<const cudaStream_t>(team_streams_) : given;
   auto each = [&](auto stage) {
     for (std::size_t i = 0; i < ranks_.size(); ++i) stage(ranks_[i], streams[i]);
   };
   each([](const Rank& r, cudaStream_t s) {
     if (r.o_proj.gemm) r.o_proj.gemm->run(r.b.attn, r.s.o, s);
   });
-  comm_->ar_norm(norm_io(true), streams);
+  comm_->ar_norm(post_io_, streams);
   each([](const Rank& r, cudaStream_t s) {
     r.gate_up.gemm->run(r.s.h, r.gate_up_view, s);
     launch_silu_mul(s, r.gate_up_view, r.s.act, r.pdl);
     r.down.gemm->run(r.s.act, r.s.y, s);
   });
-  comm_->ar_norm(norm_io(false), streams);
+  comm_->ar_norm(next_io_, streams);
   each([](const Rank& r, cudaStream_t s) {
     if (r.qkv.gemm) r.qkv.gemm->run(r.s.h2, r.b.out, s);
   });

@@ -44,12 +44,13 @@ class TeamMlpBlockLaunches {
     MlpLinear o_proj, gate_up, down, qkv;
     bool pdl = false;
   };
-  // Both norms' TpComm calls, per driven rank.
+  // A norm's TpComm call (the post norm's or the next's), per driven rank.
   std::vector<ArNormIo> norm_io(bool post) const;
 
-  Team& team_;
   std::unique_ptr<TpComm> comm_;
   std::vector<Rank> ranks_;
+  std::vector<ArNormIo> post_io_, next_io_;  // norm_io's, made once
+  std::vector<cudaStream_t> team_streams_;   // the team's, per driven rank
 };
 
 }  // namespace tpdecode::program

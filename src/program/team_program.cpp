@@ -34,17 +34,17 @@ TeamProgram::TeamProgram(Team& team, std::vector<std::vector<GemmProgram::Op>> o
   check(device == team.device(0), "team program: built on device {}, the team's is {}", device, team.device(0));
   // The all-reduce windows: the same on every driven rank (and, by the contract, on
   // every rank of the team).
-  int64_t fragments = 0;
-  const std::vector<int64_t> windows = program::team_windows(ops[0], &fragments);
-  std::vector<int64_t> widths;
-  for (std::size_t o = 0; o < ops[0].size(); ++o)
-    if (windows[o] >= 0) widths.push_back(ops[0][o].norm.x.cols);
-  for (std::size_t i = 1; i < ops.size(); ++i) {
-    std::vector<int64_t> mine;
-    for (const GemmProgram::Op& op : ops[i])
-      if (op.is_norm && op.norm.all_reduce) mine.push_back(op.norm.x.cols);
-    check(mine == widths, "team program: driven rank {}'s all-reduce ops differ from driven rank 0's", i);
-  }
+  auto widths = [](const std::vector<GemmProgram::Op>& list) {
+    std::vector<int64_t> w;
+    for (const GemmProgram::Op& op : list)
+      if (op.is_norm && op.norm.all_reduce) w.push_back(op.norm.x.cols);
+    return w;
+  };
+  for (std::size_t i = 1; i < ops.size(); ++i)
+    check(widths(ops[i]) == widths(ops[0]), "team program: driven rank {}'s all-reduce ops differ from driven rank 0's",
+          i);
+  int64_t fragments = 0;  // of the mailbox's row, laid out as the kernels read it
+  program::team_windows(ops[0], &fragments);
   // No mailbox (nor epoch counter) where no op all-reduces: by the contract, on no rank.
   if (fragments > 0) p.box = std::make_unique<Mailbox>(team, 2, team.size(), m, fragments * 16);
   int sms = 0;
@@ -60,7 +60,7 @@ TeamProgram::TeamProgram(Team& team, std::vector<std::vector<GemmProgram::Op>> o
     check<Unavailable>(binding.ctas >= 1, "team program: {} ranks share a GPU of {} SMs", ctx.ranks_on_device, sms);
     p.programs.push_back(std::unique_ptr<GemmProgram>(
         new GemmProgram(std::move(ops[static_cast<std::size_t>(i)]), m, false, &binding)));
-    p.pdl.push_back(ctx.pdl && ctx.ranks_on_device == 1);
+    p.pdl.push_back(ctx.pdl_on_own_gpu());
   }
 }
 

@@ -20,7 +20,11 @@ struct RankContext {
   // Ranks whose spin-waiting kernels share this GPU (the local team: all of them).
   // Launchers refuse a grid that could not be resident ranks_on_device times over.
   int ranks_on_device = 1;
-  bool pdl = true;
+  bool pdl = true;  // the team's option
+  // PDL for kernels that would overlap a co-resident rank's spinning ones otherwise:
+  // the team's option, on a GPU of the rank's own (where ranks share a GPU, PDL and
+  // co-resident spinning ranks have timed out: docs/performance.md, Known issues).
+  bool pdl_on_own_gpu() const { return pdl && ranks_on_device == 1; }
   // The team as this rank's kernels see it: every rank's control block, this
   // rank's error record (device address of host-mapped memory), the deadline.
   lamport::TeamRef team{};
