@@ -36,7 +36,8 @@ struct GemmDecision {
   uint8_t sub_tiles = 0;    // kWgmma: 64-row tiles per row block (1, 2, 4); kWgmmaWide: a block's rows / 8
                             // (16 .. 32); kWarpSplitK: 16-row tiles
                             // per CTA (4: one per warp; 1: the warps split the CTA's K range)
-  uint8_t stages = 0;       // kWgmma(Wide): ring stages
+  uint8_t stages = 0;       // kWgmma(Wide): ring stages; kWarpSplitK: 0, or the one-tile CTA's
+                            // tensor-map ring (its second form)
   uint16_t clusters = 0;    // kWgmma(Wide): clusters launched (0: as many as fit, at most one per row block)
   float measured_us = 0;    // the tuner's median time per call (0: not measured)
   float tune_ms = 0;        // what deciding cost (both phases of timing)
@@ -53,7 +54,7 @@ struct GemmDecision {
 // e.g. "warp split 8", "wgmma split 4 x 128 rows, 11 stages", "cublaslt #3fa9c1"
 std::string describe(const GemmDecision& d);
 // Decisions to force (DecodeGemm::force) or compare with.
-GemmDecision warp_decision(int split, int row_tiles = 4);
+GemmDecision warp_decision(int split, int row_tiles = 4, bool tensor_map = false);
 GemmDecision wgmma_decision(int split, int sub_tiles, int stages, int clusters = 0);
 GemmDecision wgmma_wide_decision(int split, int rows, int stages, int clusters = 0);  // rows: 128 .. 256
 GemmDecision cublas_decision();

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "core/check.hpp"
 #include "core/tensor_overlap.hpp"
@@ -46,15 +47,26 @@ bool lt_operands(const TensorView& x, const TensorView& out) {
 
 }  // namespace
 
-// The weight's tile maps by a block's rows (either wgmma form), made when a wgmma
-// decision first needs them (host only).
+// The weight's tile maps, made when a decision first needs one (host only): by a
+// block's rows for either wgmma form, and the warp engine's tensor-map form's.
 struct DecodeGemm::TileMaps {
   std::map<int, CUtensorMap> by_rows;
+  std::optional<CUtensorMap> warp;
+  static bool needs(const GemmDecision& d) { return wgmma_path(d.path) || warp_tensor_map(d); }
   static int rows(const GemmDecision& d) { return wgmma_shape_of(d, 1).rows(); }
-  // The map a wgmma decision launches with; null where it is not made yet.
+  // The map decision d launches with; null where it needs none or it is not made yet.
   const CUtensorMap* find(const GemmDecision& d) const {
+    if (warp_tensor_map(d)) return warp ? &*warp : nullptr;
+    if (!wgmma_path(d.path)) return nullptr;
     const auto it = by_rows.find(rows(d));
     return it == by_rows.end() ? nullptr : &it->second;
+  }
+  void make(const GemmDecision& d, const TensorView& weight) {
+    if (!needs(d) || find(d)) return;
+    if (warp_tensor_map(d))
+      warp = warp_tensor_map_of(weight);
+    else
+      by_rows.emplace(rows(d), wgmma_tile_map(weight.data, weight.rows, weight.cols, rows(d)));
   }
 };
 
@@ -262,10 +274,7 @@ void DecodeGemm::decide_adjacent(const std::vector<DecodeGemm*>& links, int m, c
 void DecodeGemm::adopt(int m, GemmDecision d) {
   const RelaxedCaptureMode relaxed;
   d = prepare_path(d, weight_, gemm_bucket_max(gemm_m_bucket(m)));
-  if (wgmma_path(d.path) && !maps_->find(d)) {
-    const int rows = TileMaps::rows(d);
-    maps_->by_rows.emplace(rows, wgmma_tile_map(weight_.data, n(), k(), rows));
-  }
+  maps_->make(d, weight_);
   decisions_[gemm_m_bucket(m)] = d;
   lt_verified_[static_cast<std::size_t>(gemm_m_bucket(m))] = 0;
 }
@@ -322,7 +331,7 @@ bool DecodeGemm::lt_runs(const GemmDecision& d, const TensorView& x, const Tenso
 
 GemmPath DecodeGemm::runnable(const GemmDecision& d, const TensorView& x, const TensorView& out, bool stored) const {
   if (d.path == GemmPath::kCublasLt) return lt_runs(d, x, out, stored) ? GemmPath::kCublasLt : GemmPath::kCublas;
-  const bool mapped = !wgmma_path(d.path) || maps_->find(d);
+  const bool mapped = !TileMaps::needs(d) || maps_->find(d);
   // Why no row check: both engines take every row count up to kGemmMaxRows.
   static_assert(kWarpMaxRows == kGemmMaxRows);
   return path_prepared(d) && mapped ? d.path : GemmPath::kCublas;
@@ -364,8 +373,7 @@ GemmPath DecodeGemm::run(const TensorView& x, const TensorView& out, cudaStream_
   const bool stored = prepared(m);
   const GemmDecision d = stored ? *decisions_[gemm_m_bucket(m)] : unprepared_decision(m);
   const GemmPath p = runnable(d, x, out, stored);
-  const CUtensorMap* map =
-      wgmma_path(p) ? maps_->find(d) : nullptr;
+  const CUtensorMap* map = p == d.path ? maps_->find(d) : nullptr;
   launch_path(p == d.path ? d : cublas_decision(), weight_, x, out, *cublas_, pdl_, stream, map);
   return p;
 }

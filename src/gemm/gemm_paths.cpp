@@ -17,6 +17,10 @@ DeviceSet warp_devices;
 
 }  // namespace
 
+CUtensorMap warp_tensor_map_of(const TensorView& weight) {
+  return wgmma_tile_map(weight.data, weight.rows, weight.cols, 16, 2);
+}
+
 WgmmaShape wgmma_shape_of(const GemmDecision& d, int m) {
   const bool wide = d.path == GemmPath::kWgmmaWide;
   return {.sub_tiles = d.sub_tiles,
@@ -31,7 +35,10 @@ GemmDecision prepare_path(const GemmDecision& d, const TensorView& weight, int m
   if (d.path == GemmPath::kWarpSplitK && !warp_devices.has_current()) {
     for (int row_tiles : kWarpRowTileChoices)
       for (int tiles : {1, 2, 4, 8})
-        if (warp_row_tiles_ok(row_tiles, 8 * tiles)) prepare_warp_splitk(tiles, row_tiles);
+        if (warp_row_tiles_ok(row_tiles, 8 * tiles)) {
+          prepare_warp_splitk(tiles, row_tiles);
+          if (row_tiles == 1) prepare_warp_splitk(tiles, row_tiles, true);
+        }
     warp_devices.add_current();
   }
   if (!wgmma_path(d.path)) return d;
@@ -64,6 +71,8 @@ void launch_path(const GemmDecision& d, const TensorView& weight, const TensorVi
     case GemmPath::kWarpSplitK: {
       // x is contiguous (engine_activations_ok): rows [first, first + rows) start at first * K.
       const int per_launch = warp_launch_rows(d.sub_tiles, m);
+      const bool tensor_map = warp_tensor_map(d);
+      const CUtensorMap made = tensor_map && !w_map ? warp_tensor_map_of(weight) : CUtensorMap{};
       for (int first = 0; first < m; first += per_launch) {
         const int rows = std::min(per_launch, m - first);
         const WarpSplitKParams p{.w = weight.data,
@@ -74,7 +83,8 @@ void launch_path(const GemmDecision& d, const TensorView& weight, const TensorVi
                                  .n = weight.rows,
                                  .k = weight.cols,
                                  .out_stride = out.row_stride};
-        launch_warp_splitk(p, warp_launch_tactic(weight.rows, weight.cols, rows, d.split, d.sub_tiles), pdl, stream);
+        launch_warp_splitk(p, warp_launch_tactic(weight.rows, weight.cols, rows, d.split, d.sub_tiles, tensor_map),
+                           pdl, stream, tensor_map ? (w_map ? w_map : &made) : nullptr);
       }
       return;
     }

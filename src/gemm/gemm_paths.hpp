@@ -32,6 +32,8 @@ class RelaxedCaptureMode {
   cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
 };
 
+// The weight's map for the warp engine's tensor-map form ([2][16][64] boxes).
+CUtensorMap warp_tensor_map_of(const TensorView& weight);
 // The launch shape of a wgmma decision (either form) at m rows.
 WgmmaShape wgmma_shape_of(const GemmDecision& d, int m);
 
@@ -43,8 +45,9 @@ GemmDecision prepare_path(const GemmDecision& d, const TensorView& weight, int m
 // Whether the preparation `d` needs is in place (so it can launch under capture).
 bool path_prepared(const GemmDecision& d);
 // Launches `d` (from prepare_path) for out = x * weight^T on `stream`. w_map: the
-// weight's tile map for a wgmma decision (wgmma_tile_map at its sub-tiles' rows),
-// or null to encode it here.
+// weight's tile map for a wgmma decision (wgmma_tile_map at its sub-tiles' rows) or
+// a warp decision of the tensor-map form (warp_tensor_map_of), or null to encode it
+// here.
 void launch_path(const GemmDecision& d, const TensorView& weight, const TensorView& x, const TensorView& out,
                  CublasContext& ctx, bool pdl, cudaStream_t stream, const CUtensorMap* w_map = nullptr);
 

@@ -88,17 +88,22 @@ int warp_token_tiles(int m) {
   return m <= 8 ? 1 : m <= 16 ? 2 : m <= 32 ? 4 : 8;
 }
 
-int warp_smem_bytes(int token_tiles, int row_tiles) {
+int warp_smem_bytes(int token_tiles, int row_tiles, bool tensor_map) {
   const int k_groups = kWarpWarps / row_tiles;  // warps that each copy their own x slices
+  if (tensor_map) return 1024 + narrow_tma_ring_bytes(token_tiles) + k_groups * 8 * token_tiles * 16 * 4;
   const int ring_w = kWarpStages * kWarpWarps * kWarpStageBytes;    // [stages, warps, 8 pieces, 32 lanes] x 16 B
   const int ring_x = k_groups * kWarpStages * 8 * token_tiles * kWarpChunkK * 2;  // [groups, stages, 4, tokens, 4] x 16 B
   const int partials = k_groups * 8 * token_tiles * 16 * row_tiles * 4;  // [groups, tokens, CTA rows] f32
   return ring_w + ring_x + partials;
 }
 
-int warp_ctas_per_sm(int token_tiles, int row_tiles) {
-  return kSmemPerSm / (warp_smem_bytes(token_tiles, row_tiles) + kSmemReservedPerCta);
+int warp_ctas_per_sm(int token_tiles, int row_tiles, bool tensor_map) {
+  return kSmemPerSm / (warp_smem_bytes(token_tiles, row_tiles, tensor_map) + kSmemReservedPerCta);
 }
+
+bool warp_tensor_map(const GemmDecision& d) { return d.path == GemmPath::kWarpSplitK && d.stages != 0; }
+
+bool warp_tensor_map_ok(int64_t n, int64_t k) { return warp_eligible(n, k) && wgmma_eligible(n, k); }
 
 bool warp_row_tiles_ok(int row_tiles, int m) {
   return row_tiles == kWarpWarps || ((row_tiles == 1 || row_tiles == 2) && m <= kWarpNarrowMaxRows);
@@ -108,7 +113,7 @@ int warp_launch_rows(int row_tiles, int m) { return row_tiles < kWarpWarps ? std
 
 int narrow_invariant_split(int64_t n, int64_t k, int sms, bool powers_of_two) {
   const int64_t blocks = ceil_div(n, 16);
-  const int per_sm = warp_ctas_per_sm(1, 1);
+  const int per_sm = warp_ctas_per_sm(1, 1, warp_tensor_map_ok(n, k));
   int best = 0;
   for (int split = 1; split <= kWarpMaxSplit && split_legal(k, split); ++split) {
     if (powers_of_two && !warp_split_for_shared_gpu(split)) continue;
@@ -117,14 +122,17 @@ int narrow_invariant_split(int64_t n, int64_t k, int sms, bool powers_of_two) {
   return best;
 }
 
-GemmTactic warp_launch_tactic(int64_t n, int64_t k, int m, int split, int row_tiles) {
+GemmTactic warp_launch_tactic(int64_t n, int64_t k, int m, int split, int row_tiles, bool tensor_map) {
   check(warp_eligible(n, k), "warp split-K: shape {}x{} is not eligible", n, k);
   check(warp_split_ok(k, split), "warp split-K: split {} for K {}", split, k);
   check(warp_row_tiles_ok(row_tiles, m), "warp split-K: {} row tiles per CTA at {} rows", row_tiles, m);
+  check(!tensor_map || (row_tiles == 1 && warp_tensor_map_ok(n, k)),
+        "warp split-K: the tensor-map form is a one-tile CTA's (shape {}x{}, {} row tiles)", n, k, row_tiles);
   GemmTactic t;
   t.token_tiles = warp_token_tiles(m);
   t.split = split;
   t.row_tiles = row_tiles;
+  t.tensor_map = tensor_map;
   t.blocks = ceil_div(n, 16 * row_tiles);
   t.ctas = t.blocks * split;
   return t;
@@ -148,8 +156,8 @@ GemmTactic choose_tactic(int64_t n, int64_t k, int m, int sms, bool powers_of_tw
 
 std::string GemmTactic::describe() const {
   const std::string rows = row_tiles < kWarpWarps ? fmt::format(" of {} rows", 16 * row_tiles) : "";
-  return fmt::format("{} blocks{} x split {}, {} token tile{}", blocks, rows, split, token_tiles,
-                     token_tiles > 1 ? "s" : "");
+  return fmt::format("{} blocks{} x split {}, {} token tile{}{}", blocks, rows, split, token_tiles,
+                     token_tiles > 1 ? "s" : "", tensor_map ? ", tensor maps" : "");
 }
 
 // ---- Decisions and buckets ------------------------------------------------------
@@ -179,8 +187,9 @@ const char* gemm_source_name(GemmSource s) {
 std::string describe(const GemmDecision& d) {
   switch (d.path) {
     case GemmPath::kWarpSplitK:
-      return fmt::format("warp split {}{}", int{d.split},
-                         d.sub_tiles < kWarpWarps ? fmt::format(", {}-row CTAs", 16 * d.sub_tiles) : "");
+      return fmt::format("warp split {}{}{}", int{d.split},
+                         d.sub_tiles < kWarpWarps ? fmt::format(", {}-row CTAs", 16 * d.sub_tiles) : "",
+                         warp_tensor_map(d) ? ", tensor maps" : "");
     case GemmPath::kWgmma:
     case GemmPath::kWgmmaWide:
       return fmt::format("{} split {} x {} rows, {} stages{}", gemm_path_name(d.path), int{d.split},
@@ -196,11 +205,12 @@ std::string describe(const GemmDecision& d) {
   return "cublas";
 }
 
-GemmDecision warp_decision(int split, int row_tiles) {
+GemmDecision warp_decision(int split, int row_tiles, bool tensor_map) {
   GemmDecision d;
   d.path = GemmPath::kWarpSplitK;
   d.split = static_cast<uint8_t>(split);
   d.sub_tiles = static_cast<uint8_t>(row_tiles);
+  d.stages = tensor_map ? kNarrowTmaStages : 0;
   return d;
 }
 
@@ -320,7 +330,7 @@ GemmDecision invariant_decision(int64_t n, int64_t k, int m, int sms, GemmEngine
   check(warp || wgmma, "batch-invariant decode gemm: neither engine takes a {}x{} weight", n, k);
   const GemmTactic t = warp ? choose_tactic(n, k, std::min(rows, kWarpCandidateMaxRows), sms, shared_gpu) : GemmTactic{};
   const int narrow = warp && !t.engine_preferred && rows <= 8 ? narrow_invariant_split(n, k, sms, shared_gpu) : 0;
-  GemmDecision d = narrow > 0                               ? warp_decision(narrow, 1)
+  GemmDecision d = narrow > 0                               ? warp_decision(narrow, 1, warp_tensor_map_ok(n, k))
                    : warp && (t.engine_preferred || !wgmma) ? warp_decision(t.split)
                                                             : wgmma_decision(invariant_split(n, k, sms, shared_gpu), 1, 0);
   d.source = GemmSource::kRule;
@@ -345,8 +355,17 @@ GemmDecision invariant_member(const GemmDecision& order, int m) {
 bool same_summation_order(const GemmDecision& a, const GemmDecision& b) {
   if (a.path != b.path || a.split != b.split) return false;
   return a.path == GemmPath::kWgmma || a.path == GemmPath::kWgmmaWide ||
-         (a.path == GemmPath::kWarpSplitK && a.sub_tiles == b.sub_tiles);
+         (a.path == GemmPath::kWarpSplitK && a.sub_tiles == b.sub_tiles && a.stages == b.stages);
 }
+
+namespace {
+// The warp decisions of one CTA shape and split: the cp.async form, and for the
+// one-tile CTA the tensor-map form where the weight has a map.
+void push_warp_forms(std::vector<GemmDecision>& out, int64_t n, int64_t k, int split, int row_tiles) {
+  out.push_back(warp_decision(split, row_tiles));
+  if (row_tiles == 1 && warp_tensor_map_ok(n, k)) out.push_back(warp_decision(split, row_tiles, true));
+}
+}  // namespace
 
 std::vector<GemmDecision> invariant_candidates(int64_t n, int64_t k, int m, GemmEngines engines, bool shared_gpu) {
   std::vector<GemmDecision> out;
@@ -355,7 +374,7 @@ std::vector<GemmDecision> invariant_candidates(int64_t n, int64_t k, int m, Gemm
     for (int row_tiles : kWarpRowTileChoices)
       if (warp_blocks_fit(n, row_tiles))
         for (int split = 1; split <= kWarpMaxSplit; ++split)
-          if (warp_split_ok(k, split) && split_ok(split)) out.push_back(warp_decision(split, row_tiles));
+          if (warp_split_ok(k, split) && split_ok(split)) push_warp_forms(out, n, k, split, row_tiles);
   if (engines.wgmma)
     for (const GemmDecision& d : wgmma_candidates(n, k, m))
       if (split_ok(d.split)) out.push_back(d);
@@ -369,7 +388,7 @@ std::vector<GemmDecision> engine_candidates(int64_t n, int64_t k, int m, GemmEng
     for (int row_tiles : kWarpRowTileChoices)
       if (warp_row_tiles_ok(row_tiles, m) && warp_blocks_fit(n, row_tiles))
         for (int split = 1; split <= kWarpMaxSplit; ++split)
-          if (warp_split_ok(k, split)) out.push_back(warp_decision(split, row_tiles));
+          if (warp_split_ok(k, split)) push_warp_forms(out, n, k, split, row_tiles);
   if (engines.wgmma) {
     for (const GemmDecision& d : wgmma_candidates(n, k, m)) out.push_back(d);
     for (const GemmDecision& d : wgmma_wide_candidates(n, k, m, sms)) out.push_back(d);
@@ -396,7 +415,8 @@ bool engine_decision_legal(const GemmDecision& d, int64_t n, int64_t k, int m, i
       // Why any row count for the narrow CTAs: they run them as launches of at most
       // kWarpNarrowMaxRows rows (warp_launch_rows).
       return engines.warp && warp_eligible(n, k) && m <= kWarpMaxRows && warp_split_ok(k, d.split) &&
-             warp_row_tiles_ok(d.sub_tiles, warp_launch_rows(d.sub_tiles, m)) && warp_blocks_fit(n, d.sub_tiles);
+             warp_row_tiles_ok(d.sub_tiles, warp_launch_rows(d.sub_tiles, m)) && warp_blocks_fit(n, d.sub_tiles) &&
+             (d.stages == 0 || (d.stages == kNarrowTmaStages && d.sub_tiles == 1 && warp_tensor_map_ok(n, k)));
     case GemmPath::kWgmma: {
       const int tokens = wgmma::token_tile(m);
       const int64_t blocks = (n + 64 * int64_t{d.sub_tiles} - 1) / (64 * std::max<int64_t>(1, d.sub_tiles));

@@ -44,6 +44,7 @@ struct GemmTactic {
   int token_tiles = 1;  // 8-token MMA tiles per CTA: 1, 2, 4 or 8 (M <= 8, 16, 32, 64)
   int split = 1;        // CTAs per row block (a cluster), each a K range; 1 .. 8
   int row_tiles = 4;    // 16-row tiles of W per CTA: 4 (one per warp), 2 or 1 (warps split K)
+  bool tensor_map = false;  // the one-tile CTA's tensor-map form
   int64_t blocks = 0;   // ceil(N / (16 row_tiles))
   int64_t ctas = 0;     // blocks * split
   double predicted_us = 0;  // the rule's time model (see choose_tactic)
@@ -65,14 +66,29 @@ inline constexpr int kWarpStageBytes = 4096;  // [16 rows, 128] bf16 per warp an
 // (tinygemm2's 16-row CTAs lead there). Up to 16 rows: the x rings grow with the
 // tokens.
 inline constexpr int kWarpNarrowMaxRows = 16;
+// The one-tile narrow CTA has a second form: W by tensor-map boxes onto mbarriers,
+// fragments by ldmatrix (narrow_tma_loop.cuh); a decision of it has `stages` set to
+// its ring's depth. Its rings from a 1024-byte aligned base (the 128-byte swizzle's
+// period): W [stages, 4 warps] x 4 KB, x [4 warps, stages, tokens, 128] bf16, an
+// mbarrier per warp and stage.
+inline constexpr int kNarrowTmaStages = 4;
+constexpr int narrow_tma_ring_bytes(int token_tiles) {
+  return kNarrowTmaStages * kWarpWarps * kWarpStageBytes + kWarpWarps * kNarrowTmaStages * 8 * token_tiles * 256 +
+         kWarpWarps * kNarrowTmaStages * 8;
+}
 
 // Token tiles for m rows (1 <= m <= kWarpMaxRows): 1, 2, 4 or 8.
 int warp_token_tiles(int m);
 
-// Dynamic shared memory of one CTA: the W and x rings plus the FP32 partials.
-int warp_smem_bytes(int token_tiles, int row_tiles = kWarpWarps);
+// Dynamic shared memory of one CTA: the W and x rings plus the FP32 partials (the
+// tensor-map form: and 1 KB to align its rings).
+int warp_smem_bytes(int token_tiles, int row_tiles = kWarpWarps, bool tensor_map = false);
 // CTAs one SM holds at that size (228 KB per SM, 1 KB reserved per CTA).
-int warp_ctas_per_sm(int token_tiles, int row_tiles = kWarpWarps);
+int warp_ctas_per_sm(int token_tiles, int row_tiles = kWarpWarps, bool tensor_map = false);
+// A warp decision of the tensor-map form (one row tile, stages kNarrowTmaStages).
+bool warp_tensor_map(const GemmDecision& d);
+// The weight suits the tensor-map form (a one-tile CTA): its map can be made.
+bool warp_tensor_map_ok(int64_t n, int64_t k);
 // The CTA shapes of a warp decision (GemmDecision::sub_tiles): 4 row tiles, or the
 // narrow 2 and 1 up to kWarpNarrowMaxRows rows.
 inline constexpr std::array<int, 3> kWarpRowTileChoices = {kWarpWarps, 2, 1};
@@ -104,7 +120,8 @@ bool warp_split_ok(int64_t k, int split);
 bool warp_split_for_shared_gpu(int split);
 // The launch shape of a warp-engine call (no prediction): any m up to
 // kWarpMaxRows (kWarpNarrowMaxRows for 1 or 2 row tiles); split must be legal.
-GemmTactic warp_launch_tactic(int64_t n, int64_t k, int m, int split, int row_tiles = kWarpWarps);
+GemmTactic warp_launch_tactic(int64_t n, int64_t k, int m, int split, int row_tiles = kWarpWarps,
+                              bool tensor_map = false);
 // The rule's tactic with the split forced (benchmarks, tests); split must be legal.
 GemmTactic tactic_with_split(int64_t n, int64_t k, int m, int sms, int split);
 
@@ -149,7 +166,8 @@ std::vector<GemmDecision> wgmma_wide_candidates(int64_t n, int64_t k, int m, int
 // engine where the static rule prefers it at `rows` rows (at the rule's split for
 // them; never above 16 rows), or where the wgmma engine does not take the weight:
 // it runs decode-sized calls as fast as the default. Where the rule does not prefer
-// it and `rows` <= 8, the narrow CTA at narrow_invariant_split if there is one: few
+// it and `rows` <= 8, the narrow CTA at narrow_invariant_split if there is one (its
+// tensor-map form where the weight has a map): few
 // 64-row blocks leave the wide CTA's clusters short of the SMs (TP 8's 896 x 35840:
 // narrow split 4 17.3 us at M 1 against cuBLAS's 20.6 and the wgmma engine's 22.8;
 // docs/performance.md); its calls above 16 rows run as launches of 16. Else the

@@ -28,7 +28,7 @@ namespace {
 // tactic's meaning changed), an engine's speed does, or the way a decision is made
 // from timings does (tune_rule.hpp): decisions measured under another revision are
 // not used, so every bucket is decided again among today's candidates.
-constexpr int kEngineRevision = 13;  // 13: full-SM rings of the wgmma engine charged in chains (12: finer buckets)
+constexpr int kEngineRevision = 14;  // 14: the one-tile CTA's tensor-map form (13: full-SM wgmma rings charged in chains)
 
 // Adds a fixed cost per candidate to every sample of an inner timing.
 class ChargedTiming final : public GemmTiming {

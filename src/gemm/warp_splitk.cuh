@@ -34,6 +34,7 @@
 #include <cstdint>
 
 #include "core/device.cuh"
+#include "gemm/narrow_tma_loop.cuh"
 #include "gemm/warp_splitk_launch.hpp"
 
 namespace tpdecode::warp_splitk {
@@ -67,8 +68,11 @@ struct Slot {
 };
 
 // One CTA of the engine (every thread of the CTA calls it; kThreads threads;
-// warp_smem_bytes(kTiles, kRowTiles) of dynamic shared memory at `smem`).
+// warp_smem_bytes(kTiles, kRowTiles, kTensorMap) of dynamic shared memory at `smem`,
+// 1024-byte aligned for the tensor-map form).
 //  - kRowTiles: 16-row tiles of W per CTA, 4 (the wide CTA), 2 or 1 (narrow ones).
+//  - kTensorMap: the one-tile CTA's tensor-map form (narrow_tma_loop.cuh; w_map its
+//    boxes); w_map is not read otherwise.
 //  - after_wait(): every thread, right after griddepcontrol.wait and the first
 //    activation copies (the weights' are in flight since before the wait).
 //  - epilogue(token, column, v): once per output unit of kCols consecutive columns
@@ -76,10 +80,11 @@ struct Slot {
 //    kCols, token < 8 kTiles), for the first `units` units of the block in
 //    (token, column) order, spread over the block's CTAs. Every CTA of the cluster
 //    passes the same number of cluster barriers, whatever its epilogue does.
-template <int kTiles, int kCols, int kRowTiles = kWarpWarps, class AfterWait, class Epilogue>
+template <int kTiles, int kCols, int kRowTiles = kWarpWarps, bool kTensorMap = false, class AfterWait, class Epilogue>
 __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s, uint8_t* smem, int units,
-                                        AfterWait&& after_wait, Epilogue&& epilogue) {
+                                        const CUtensorMap* w_map, AfterWait&& after_wait, Epilogue&& epilogue) {
   static_assert(kRowTiles == kWarpWarps || kRowTiles == 2 || kRowTiles == 1, "a wide or a narrow CTA");
+  static_assert(!kTensorMap || kRowTiles == 1, "the tensor-map form is the one-tile CTA's");
   constexpr int kTokens = 8 * kTiles;
   constexpr int kXPieces = kTokens * 16;  // 16-byte pieces of one [tokens, 128] x slice
   constexpr int kCtaRows = 16 * kRowTiles;
@@ -88,7 +93,8 @@ __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s
   static_assert(kCtaRows % kCols == 0, "a unit never straddles a block");
   uint4* ring_w = reinterpret_cast<uint4*>(smem);               // [stages, warps, 8 pieces, 32 lanes] x 16 B
   uint4* ring_x = ring_w + kWarpStages * kWarpWarps * kWPieces * 32;  // [groups, stages, 4 i, tokens, 4 t] x 16 B
-  float* partials = reinterpret_cast<float*>(ring_x + kGroups * kWarpStages * kXPieces);  // [groups, tokens, rows]
+  float* partials = kTensorMap ? reinterpret_cast<float*>(smem + narrow_tma_ring_bytes(kTiles))
+                               : reinterpret_cast<float*>(ring_x + kGroups * kWarpStages * kXPieces);  // [groups, tokens, rows]
 
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32;
@@ -167,70 +173,74 @@ __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s
       if (x_token + kXTokenStep * i < p.m) dev::copy16_async(sl + 4 * kXTokenStep * i, src + kXTokenStep * i * p.k);
   };
 
-  // Why: the weights do not depend on the previous kernel, so their copies start
-  // before the grid-dependency wait; the activations are read only after it.
-#pragma unroll
-  for (int c = 0; c < kWarpStages - 1; ++c) {
-    if (c < count) issue_w(c);
-    dev::copy_commit();
-  }
-  for (int q = gtid; q < kWarpStages * kXPieces; q += kGroupThreads)
-    if ((q % kXPieces) / 4 % kTokens >= p.m) group_ring_x[q] = make_uint4(0, 0, 0, 0);
-  dev::pdl_wait();
-  for (int c = 0; c < kWarpStages - 1 && c < count; ++c) issue_x(c);
-  dev::copy_commit();
-  after_wait();
-
   float acc[kTiles][4] = {};
-  static_assert(kWarpStages == 4, "the waits below count groups for a 4-stage ring");
-  for (int c = 0; c < count; ++c) {
-    // Why: the refill goes out before the wait, so all 4 stages are in flight while
-    // this warp waits for chunk c. Its slot, (c - 1) % 4, was read in iteration c - 1.
-    group_sync();
-    if (c + kWarpStages - 1 < count) {
-      issue_w(c + kWarpStages - 1);
-      issue_x(c + kWarpStages - 1);
+  if constexpr (kTensorMap) {
+    narrow_tma_loop<kTiles>(p, w_map, smem, tile_row, count, column, after_wait, acc);
+  } else {
+    // Why: the weights do not depend on the previous kernel, so their copies start
+    // before the grid-dependency wait; the activations are read only after it.
+#pragma unroll
+    for (int c = 0; c < kWarpStages - 1; ++c) {
+      if (c < count) issue_w(c);
+      dev::copy_commit();
     }
+    for (int q = gtid; q < kWarpStages * kXPieces; q += kGroupThreads)
+      if ((q % kXPieces) / 4 % kTokens >= p.m) group_ring_x[q] = make_uint4(0, 0, 0, 0);
+    dev::pdl_wait();
+    for (int c = 0; c < kWarpStages - 1 && c < count; ++c) issue_x(c);
     dev::copy_commit();
-    // Groups so far: W 0, W 1, W 2, X 0-2 (prologue), then one per iteration. Chunk c
-    // is in the prologue (c <= 2: the X group is the 4th) or in iteration c - 3's
-    // group, with 3 younger ones.
-    if (c == 0)
-      dev::copy_wait<1>();
-    else if (c == 1)
-      dev::copy_wait<2>();
-    else
-      dev::copy_wait<3>();
-    group_sync();  // chunk c's x, copied by other threads, is visible
-    const uint4* sw = slot_w(c);
-    const uint4* sx = slot_x(c);
-    uint4 ws[2][4];  // rows g, g + 8; columns 32 i + 8 t
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) ws[r][i] = dev::load_shared16(sw + (r * 4 + i) * 32 + (lane ^ (4 * i)));
-    if (!active) continue;
-    // Why the x pieces of column group i + 1 are loaded before group i's MMAs: the
-    // loads are ordered as written, and an MMA right behind its own load waits for it.
-    uint4 xs[kTiles];  // token 8 j + g, columns 32 i + 8 t
-#pragma unroll
-    for (int j = 0; j < kTiles; ++j) xs[j] = dev::load_shared16(sx + (8 * j) * 4 + lane);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      uint4 next[kTiles];
-      if (i + 1 < 4) {
-#pragma unroll
-        for (int j = 0; j < kTiles; ++j) next[j] = dev::load_shared16(sx + ((i + 1) * kTokens + 8 * j) * 4 + lane);
+    after_wait();
+
+    static_assert(kWarpStages == 4, "the waits below count groups for a 4-stage ring");
+    for (int c = 0; c < count; ++c) {
+      // Why: the refill goes out before the wait, so all 4 stages are in flight while
+      // this warp waits for chunk c. Its slot, (c - 1) % 4, was read in iteration c - 1.
+      group_sync();
+      if (c + kWarpStages - 1 < count) {
+        issue_w(c + kWarpStages - 1);
+        issue_x(c + kWarpStages - 1);
       }
+      dev::copy_commit();
+      // Groups so far: W 0, W 1, W 2, X 0-2 (prologue), then one per iteration. Chunk c
+      // is in the prologue (c <= 2: the X group is the 4th) or in iteration c - 3's
+      // group, with 3 younger ones.
+      if (c == 0)
+        dev::copy_wait<1>();
+      else if (c == 1)
+        dev::copy_wait<2>();
+      else
+        dev::copy_wait<3>();
+      group_sync();  // chunk c's x, copied by other threads, is visible
+      const uint4* sw = slot_w(c);
+      const uint4* sx = slot_x(c);
+      uint4 ws[2][4];  // rows g, g + 8; columns 32 i + 8 t
 #pragma unroll
-      for (int j = 0; j < kTiles; ++j) dev::mma_bf16_piece(acc[j], ws[0][i], ws[1][i], xs[j]);
-      if (i + 1 < 4) {
+      for (int r = 0; r < 2; ++r)
 #pragma unroll
-        for (int j = 0; j < kTiles; ++j) xs[j] = next[j];
+        for (int i = 0; i < 4; ++i) ws[r][i] = dev::load_shared16(sw + (r * 4 + i) * 32 + (lane ^ (4 * i)));
+      if (!active) continue;
+      // Why the x pieces of column group i + 1 are loaded before group i's MMAs: the
+      // loads are ordered as written, and an MMA right behind its own load waits for it.
+      uint4 xs[kTiles];  // token 8 j + g, columns 32 i + 8 t
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) xs[j] = dev::load_shared16(sx + (8 * j) * 4 + lane);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        uint4 next[kTiles];
+        if (i + 1 < 4) {
+#pragma unroll
+          for (int j = 0; j < kTiles; ++j) next[j] = dev::load_shared16(sx + ((i + 1) * kTokens + 8 * j) * 4 + lane);
+        }
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) dev::mma_bf16_piece(acc[j], ws[0][i], ws[1][i], xs[j]);
+        if (i + 1 < 4) {
+#pragma unroll
+          for (int j = 0; j < kTiles; ++j) xs[j] = next[j];
+        }
       }
     }
+    dev::copy_wait<0>();
   }
-  dev::copy_wait<0>();
 
   // acc[j]: rows g (0, 1) and g + 8 (2, 3) of this warp's tile, tokens 8 j + 2 t (+1).
   float* my_partials = partials + group * kTokens * kCtaRows;
@@ -301,9 +311,11 @@ __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s
   cuda::ptx::barrier_cluster_wait();
 }
 
-template <int kTiles, int kRowTiles>
-__global__ void __launch_bounds__(kThreads) warp_splitk_kernel(const WarpSplitKParams p) {
-  extern __shared__ __align__(16) uint8_t smem[];
+template <int kTiles, int kRowTiles, bool kTensorMap>
+__global__ void __launch_bounds__(kThreads) warp_splitk_kernel(const WarpSplitKParams p,
+                                                                const __grid_constant__ CUtensorMap w_map) {
+  extern __shared__ __align__(16) uint8_t smem_base[];
+  uint8_t* smem = kTensorMap ? smem_base + ((1024 - (dev::shared_address(smem_base) & 1023)) & 1023) : smem_base;
   // Why: the next kernel in the stream may launch as soon as every CTA of this one
   // runs, so its weight prefetch overlaps this kernel's tail (it reads this
   // kernel's output only after its own griddepcontrol.wait, which waits for all of
@@ -311,8 +323,8 @@ __global__ void __launch_bounds__(kThreads) warp_splitk_kernel(const WarpSplitKP
   dev::pdl_launch_dependents();
   const Slot s{static_cast<int64_t>(blockIdx.y), static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x), 0};
   auto* out = static_cast<__nv_bfloat16*>(p.out);
-  run_cta<kTiles, 1, kRowTiles>(
-      p, s, smem, 8 * kTiles * 16 * kRowTiles, [] {},
+  run_cta<kTiles, 1, kRowTiles, kTensorMap>(
+      p, s, smem, 8 * kTiles * 16 * kRowTiles, &w_map, [] {},
       [&](int tok, int64_t col, const float (&v)[1]) {  // consecutive threads, consecutive columns
         if (tok < p.m && col < p.n) out[tok * p.out_stride + col] = __float2bfloat16_rn(v[0]);
       });

@@ -2,6 +2,7 @@
 // caller (decode_gemm.cpp).
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -38,9 +39,13 @@ constexpr int rotated_chunk(int c, int rotation, int count) {
 }
 
 // Raises the kernel's dynamic shared-memory limit (host only; before any capture):
-// row_tiles 4 (wide CTAs) at 1, 2, 4 or 8 token tiles, 2 or 1 (narrow) at 1 or 2.
-void prepare_warp_splitk(int token_tiles, int row_tiles);
+// row_tiles 4 (wide CTAs) at 1, 2, 4 or 8 token tiles, 2 or 1 (narrow) at 1 or 2,
+// the tensor-map form (row_tiles 1) at 1 or 2.
+void prepare_warp_splitk(int token_tiles, int row_tiles, bool tensor_map = false);
 
-void launch_warp_splitk(const WarpSplitKParams& p, const GemmTactic& t, bool pdl, cudaStream_t stream);
+// w_map: for t.tensor_map, the weight's [2][16][64] boxes (wgmma_tile_map(w, n, k,
+// 16, 2)); not read otherwise (null).
+void launch_warp_splitk(const WarpSplitKParams& p, const GemmTactic& t, bool pdl, cudaStream_t stream,
+                        const CUtensorMap* w_map = nullptr);
 
 }  // namespace tpdecode

@@ -59,7 +59,7 @@ __device__ __forceinline__ void produce(const OprojParams& p, const warp_splitk:
   const MailboxRef& entry_box = p.two_shot ? p.recv : p.box;  // the call's epoch counter
   const int owner_frags = p.hidden / 8 / kRanks;
   warp_splitk::run_cta<kTiles, 8>(
-      p.gemm, s, smem, p.gemm.m * 8,
+      p.gemm, s, smem, p.gemm.m * 8, nullptr,
       [&] {
         // Why here: after griddepcontrol.wait (no mailbox store before it); the
         // round trip overlaps the activations' first copies. The barriers of the

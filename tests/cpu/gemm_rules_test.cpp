@@ -64,6 +64,10 @@ TEST(GemmRules, SeveralCtasFitOnAnSm) {
   // The narrow CTA: the same W ring, an x ring per warp; two per SM at 8 rows (room
   // for the next kernel's CTA beside each), one at 16.
   EXPECT_EQ(warp_smem_bytes(1, 1), 4 * 4 * 4096 + 4 * 4 * 8 * 256 + 4 * 8 * 16 * 4);
+  // The tensor-map form: 1 KB to align, the same rings, 16 mbarriers, the partials.
+  EXPECT_EQ(warp_smem_bytes(1, 1, true), 1024 + 4 * 4 * 4096 + 4 * 4 * 8 * 256 + 16 * 8 + 4 * 8 * 16 * 4);
+  EXPECT_EQ(warp_ctas_per_sm(1, 1, true), 2);
+  EXPECT_EQ(warp_ctas_per_sm(2, 1, true), 1);
   EXPECT_EQ(warp_ctas_per_sm(1, 1), 2);
   EXPECT_EQ(warp_ctas_per_sm(2, 1), 1);
   // The two-tile one: two x rings (one per pair of warps), partials of 32 rows.
@@ -109,6 +113,9 @@ TEST(GemmRules, NarrowCtasUpTo16Rows) {
   EXPECT_EQ(warp_launch_tactic(2112, 7168, 8, 2, 2).describe(), "66 blocks of 32 rows x split 2, 1 token tile");
   EXPECT_EQ(warp_launch_tactic(80, 1024, 8, 1, 2).blocks, 3);  // the last block half past N
   EXPECT_THROW(warp_launch_tactic(2112, 7168, 17, 1, 1), InvalidArgument);
+  EXPECT_EQ(warp_launch_tactic(2112, 7168, 8, 1, 1, true).describe(),
+            "132 blocks of 16 rows x split 1, 1 token tile, tensor maps");
+  EXPECT_THROW(warp_launch_tactic(2112, 7168, 8, 1, 2, true), InvalidArgument);  // one-tile CTAs only
   // A narrow decision runs more rows as launches of 16; the wide one in one launch.
   EXPECT_EQ(warp_launch_rows(1, 8), 8);
   EXPECT_EQ(warp_launch_rows(1, 16), 16);
@@ -129,7 +136,21 @@ TEST(GemmRules, NarrowCtasUpTo16Rows) {
   EXPECT_EQ(describe(warp_decision(2, 1)), "warp split 2, 16-row CTAs");
   EXPECT_EQ(describe(warp_decision(2, 2)), "warp split 2, 32-row CTAs");
   EXPECT_EQ(describe(warp_decision(2)), "warp split 2");
+  EXPECT_EQ(describe(warp_decision(2, 1, true)), "warp split 2, 16-row CTAs, tensor maps");
   EXPECT_FALSE(warp_decision(2, 1).same_path(warp_decision(2)));
+  EXPECT_FALSE(warp_decision(2, 1).same_path(warp_decision(2, 1, true)));
+  // The tensor-map form: the one-tile CTA's only, where the weight has a map.
+  EXPECT_TRUE(warp_tensor_map(warp_decision(3, 1, true)));
+  EXPECT_FALSE(warp_tensor_map(warp_decision(3, 1)));
+  EXPECT_TRUE(engine_decision_legal(warp_decision(3, 1, true), 2112, 7168, 8, kH200Sms, warp));
+  EXPECT_TRUE(engine_decision_legal(warp_decision(3, 1, true), 2112, 7168, 40, kH200Sms, warp));  // launches of 16
+  GemmDecision two_tiles = warp_decision(3, 2);
+  two_tiles.stages = kNarrowTmaStages;
+  EXPECT_FALSE(engine_decision_legal(two_tiles, 2112, 7168, 8, kH200Sms, warp));
+  GemmDecision odd_ring = warp_decision(3, 1, true);
+  odd_ring.stages = 3;
+  EXPECT_FALSE(engine_decision_legal(odd_ring, 2112, 7168, 8, kH200Sms, warp));
+  EXPECT_FALSE(warp_tensor_map_ok(16, int64_t{1} << 31));  // K past a tensor map's coordinates
 }
 
 TEST(GemmRules, NarrowCtaWarpsTakeEveryChunkOnce) {
@@ -299,12 +320,12 @@ TEST(GemmRules, CandidatesAreLegalAndEndWithCublas) {
       warps += d.path == GemmPath::kWarpSplitK;
     }
     // Every split up to 8 that leaves each cluster rank two chunks, odd ones too, for
-    // each CTA shape (the two narrow ones up to 16 rows).
+    // each CTA shape (the two narrow ones up to 16 rows, the one-tile CTA in both forms).
     const int64_t chunks = k / kWarpChunkK;
     const int splits = engines.warp && m <= kWarpCandidateMaxRows
                            ? static_cast<int>(std::min<int64_t>(kWarpMaxSplit, std::max<int64_t>(1, chunks / 2)))
                            : 0;
-    EXPECT_EQ(warps, splits * (m <= kWarpNarrowMaxRows ? 3 : 1)) << n << "x" << k << " M " << m;
+    EXPECT_EQ(warps, splits * (m <= kWarpNarrowMaxRows ? 4 : 1)) << n << "x" << k << " M " << m;
     EXPECT_TRUE(engine_decision_legal(rule_decision(n, k, m, kH200Sms, engines), n, k, m, kH200Sms, engines));
   }
   // No engine: cuBLAS alone.
@@ -616,8 +637,10 @@ TEST(GemmRules, InvariantDecisionsKeepOneEngineAndSplit) {
 TEST(GemmRules, InvariantCandidatesRunEveryRowCountInOneOrder) {
   const auto all = invariant_candidates(896, 35840, 8, {true, true}, false);
   const std::size_t wgmma = wgmma_candidates(896, 35840, 8).size();
-  EXPECT_EQ(all.size(), 24 + wgmma);  // wide and two narrow at splits 1-8, the wgmma engine's candidates
-  EXPECT_EQ(invariant_candidates(896, 35840, 8, {true, true}, true).size(), 12 + wgmma / 2);  // splits 1, 2, 4, 8
+  // The wide CTA, the two narrow ones and the one-tile CTA's tensor-map form at splits
+  // 1-8, the wgmma engine's candidates.
+  EXPECT_EQ(all.size(), 32 + wgmma);
+  EXPECT_EQ(invariant_candidates(896, 35840, 8, {true, true}, true).size(), 16 + wgmma / 2);  // splits 1, 2, 4, 8
   EXPECT_EQ(invariant_candidates(1000, 640, 8, {false, true}, false).size(), wgmma_candidates(1000, 640, 8).size());
   EXPECT_TRUE(invariant_candidates(256, 1000, 8, {true, true}, false).empty());  // neither engine
   for (const GemmDecision& c : all) {
@@ -642,6 +665,8 @@ TEST(GemmRules, InvariantCandidatesRunEveryRowCountInOneOrder) {
   EXPECT_FALSE(same_summation_order(wgmma_decision(2, 1, 4), wgmma_decision(3, 1, 4)));
   EXPECT_FALSE(same_summation_order(warp_decision(2), warp_decision(2, 1)));  // wide and narrow CTAs
   EXPECT_FALSE(same_summation_order(warp_decision(2, 2), warp_decision(2, 1)));  // the two narrow CTAs
+  EXPECT_FALSE(same_summation_order(warp_decision(2, 1), warp_decision(2, 1, true)));  // the one-tile CTA's forms
+  EXPECT_TRUE(same_summation_order(warp_decision(2, 1, true), warp_decision(2, 1, true)));
   EXPECT_FALSE(same_summation_order(warp_decision(2), wgmma_decision(2, 1, 4)));
   EXPECT_FALSE(same_summation_order(cublas_decision(), cublas_decision()));  // cuBLAS promises no order
 }

@@ -407,8 +407,8 @@ void expect_rows_keep_their_bits(DecodeGemm& gemm, const Problem& p) {
 
 // Batch-invariant mode without tuning: the static invariant_decision (the warp
 // engine where the rule prefers it at the rows hinted, the narrow CTA where few
-// 64-row blocks leave SMs idle, else the wgmma engine), one order in every bucket.
-// The narrow CTA's calls above 16 rows run as launches of 16.
+// 64-row blocks leave SMs idle (its tensor-map form), else the wgmma engine), one
+// order in every bucket. The narrow CTA's calls above 16 rows run as launches of 16.
 TEST(DecodeGemm, BatchInvariantRowsKeepTheirBits) {
   TPD_REQUIRE_GPU();
   std::mt19937_64 rng(test::fresh_seed());
@@ -436,6 +436,7 @@ TEST(DecodeGemm, BatchInvariantRowsKeepTheirBits) {
     EXPECT_EQ(gemm.decision(1).path, path);
     EXPECT_EQ(gemm.decision(1).source, GemmSource::kRule);
     if (path == GemmPath::kWarpSplitK) EXPECT_EQ(int{gemm.decision(1).sub_tiles}, row_tiles);
+    if (path == GemmPath::kWarpSplitK) EXPECT_EQ(warp_tensor_map(gemm.decision(1)), row_tiles == 1);  // its faster form
     EXPECT_THROW(gemm.force(4, warp_decision(1)), InvalidArgument);
     expect_rows_keep_their_bits(gemm, p);
     gemm.set_batch_invariant(false);

@@ -99,6 +99,15 @@ TEST(DecodeGemm, RandomEligibleShapes) {
   }
 }
 
+// The warp engine's CTA forms at one split: the wide CTA, the two narrow ones and the
+// one-tile CTA's tensor-map form.
+std::vector<GemmDecision> warp_forms(int split) {
+  std::vector<GemmDecision> out;
+  for (int row_tiles : kWarpRowTileChoices) out.push_back(warp_decision(split, row_tiles));
+  out.push_back(warp_decision(split, 1, true));
+  return out;
+}
+
 // Shapes where one 64-row block is partly past N, one CTA does everything, or a
 // cluster's K ranges are uneven or long.
 TEST(DecodeGemm, EdgeShapesEverySplit) {
@@ -112,10 +121,10 @@ TEST(DecodeGemm, EdgeShapesEverySplit) {
     DecodeGemm gemm(p.weight(), nullptr, private_tuner(false));
     for (int split = 1; split <= kWarpMaxSplit; ++split)
       for (int m : small() ? std::vector<int>{1, 13} : std::vector<int>{1, 8, 13, 32})
-        for (int row_tiles : kWarpRowTileChoices) {
-          if (!warp_split_ok(s.k, split) || !warp_row_tiles_ok(row_tiles, m)) continue;
+        for (const GemmDecision& form : warp_forms(split)) {
+          if (!warp_split_ok(s.k, split) || !warp_row_tiles_ok(form.sub_tiles, m)) continue;
           if (small() && split != 1 && split != 3 && split != 8) continue;
-          gemm.force(m, warp_decision(split, row_tiles));
+          gemm.force(m, form);
           check_rows(p, gemm, cublas, m, small() ? 1 : 3);
         }
   }
@@ -128,12 +137,13 @@ TEST(DecodeGemm, EveryWarpSplitAgrees) {
   CublasContext cublas;
   DecodeGemm gemm(p.weight(), nullptr, private_tuner(false));
   for (int split = 1; split <= kWarpMaxSplit; ++split)
-    for (int m : {1, 13, 32})
-      for (int row_tiles : kWarpRowTileChoices) {
-        if (!warp_row_tiles_ok(row_tiles, m)) continue;
-        gemm.force(m, warp_decision(split, row_tiles));
+    for (int m : {1, 5, 13, 32})
+      for (const GemmDecision& form : warp_forms(split)) {
+        if (!warp_row_tiles_ok(form.sub_tiles, m)) continue;
+        gemm.force(m, form);
         ASSERT_EQ(gemm.decision(m).split, split);
-        ASSERT_EQ(gemm.decision(m).sub_tiles, row_tiles);
+        ASSERT_EQ(gemm.decision(m).sub_tiles, form.sub_tiles);
+        ASSERT_EQ(warp_tensor_map(gemm.decision(m)), warp_tensor_map(form));
         check_rows(p, gemm, cublas, m, 2);
       }
 }
@@ -219,6 +229,7 @@ TEST(DecodeGemm, GraphCaptureAndReplay) {
   std::mt19937_64 rng(test::fresh_seed());
   capture_and_replay(warp_decision(4), 8, rng);
   capture_and_replay(warp_decision(3, 1), 8, rng);
+  capture_and_replay(warp_decision(3, 1, true), 8, rng);
   capture_and_replay(wgmma_decision(3, 1, 11), 8, rng);
   capture_and_replay(wgmma_decision(2, 1, 4), 40, rng);
 }
