@@ -155,22 +155,26 @@ TEST(DecodeGemm, SharedGpuTimesThePowerOfTwoSplits) {
   Problem p(2112, 7168, rng);
   DecodeGemm gemm(p.weight(), nullptr, private_tuner(true));
   // The splits of one engine's candidates of one shape: the wgmma engine's 64-row
-  // tiles with the half-SM ring, the warp engine's CTAs of `row_tiles` tiles.
-  auto splits = [&](GemmPath path, int row_tiles = kWarpWarps) {
+  // tiles with the half-SM ring, the warp engine's CTAs of `row_tiles` tiles (in the
+  // tensor-map form or not).
+  auto splits = [&](GemmPath path, int row_tiles = kWarpWarps, bool tensor_map = false) {
     std::vector<int> s;
     for (const GemmDecision& d : gemm.candidates(4))
-      if (d.path == path && (path == GemmPath::kWgmma ? d.sub_tiles == 1 && d.stages < 20 : d.sub_tiles == row_tiles))
+      if (d.path == path && (path == GemmPath::kWgmma ? d.sub_tiles == 1 && d.stages < 20
+                                                      : d.sub_tiles == row_tiles && warp_tensor_map(d) == tensor_map))
         s.push_back(d.split);
     return s;
   };
   const std::vector<int> every = {1, 2, 3, 4, 5, 6, 7, 8}, powers = {1, 2, 4, 8};
   EXPECT_EQ(splits(GemmPath::kWarpSplitK), every);
   EXPECT_EQ(splits(GemmPath::kWarpSplitK, 1), every);
+  EXPECT_EQ(splits(GemmPath::kWarpSplitK, 1, true), every);
   EXPECT_EQ(splits(GemmPath::kWgmma), every);
   const GemmKey alone = gemm.key(4);
   gemm.set_sharing(8);
   EXPECT_EQ(splits(GemmPath::kWarpSplitK), powers);
   EXPECT_EQ(splits(GemmPath::kWarpSplitK, 1), powers);
+  EXPECT_EQ(splits(GemmPath::kWarpSplitK, 1, true), powers);
   EXPECT_EQ(splits(GemmPath::kWgmma), powers);
   EXPECT_FALSE(gemm.key(4) == alone);
   gemm.prepare(4);
