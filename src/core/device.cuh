@@ -59,6 +59,17 @@ template <int kPending>
 __device__ __forceinline__ void copy_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
 }
+// In a 4-stage ring whose prologue's last group holds chunks 0-2 and whose iteration
+// c commits one group (chunk c + 3's) before this wait: chunk c's group has
+// min(c + 1, 3) younger ones.
+__device__ __forceinline__ void copy_wait_ring4(int c) {
+  if (c == 0)
+    copy_wait<1>();
+  else if (c == 1)
+    copy_wait<2>();
+  else
+    copy_wait<3>();
+}
 
 // ---- Bulk copies (TMA) and mbarriers ---------------------------------------
 // A bulk copy moves `bytes` (a multiple of 16; both addresses 16-byte aligned)

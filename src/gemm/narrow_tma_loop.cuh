@@ -109,14 +109,7 @@ __device__ __forceinline__ void narrow_tma_loop(const WarpSplitKParams& p, const
       issue_x(c + kStages - 1);
     }
     dev::copy_commit();
-    // x groups: chunks 0-2 (prologue), then one per iteration; chunk c's has
-    // min(c + 1, 3) younger ones.
-    if (c == 0)
-      dev::copy_wait<1>();
-    else if (c == 1)
-      dev::copy_wait<2>();
-    else
-      dev::copy_wait<3>();
+    dev::copy_wait_ring4(c);  // chunk c's x (its W: the mbarrier below)
     dev::mbar_wait(&bar[c % kStages], (c / kStages) & 1);
     __syncwarp();  // the x pieces other lanes copied are visible
     const uint32_t sw = dev::shared_address(slot_w(c));

@@ -10,7 +10,8 @@
 // takes chunks w, w + 4, ... of the CTA's K range with its own x slices; with two,
 // warps 2 q and 2 q + 1 (tiles 0 and 1) take chunks q, q + 2, ... with one x slice
 // (each group's walk over its chunks starts at one rotated by the row block); the
-// groups' sums are added in group order. mma.sync m16n8k16 runs with W's rows on the
+// groups' sums are added in group order. The one-tile CTA has a second form, its
+// weight by tensor-map boxes and its fragments by ldmatrix (narrow_tma_loop.cuh). mma.sync m16n8k16 runs with W's rows on the
 // 16-wide (A) side and the tokens on the 8-wide (B) side. The split-K partials (FP32) of one
 // row block are summed over its `split` CTAs, ranks 0..split-1 in that order,
 // through distributed shared memory (the CTAs of a block are consecutive ranks of
@@ -201,15 +202,9 @@ __device__ __forceinline__ void run_cta(const WarpSplitKParams& p, const Slot& s
         issue_x(c + kWarpStages - 1);
       }
       dev::copy_commit();
-      // Groups so far: W 0, W 1, W 2, X 0-2 (prologue), then one per iteration. Chunk c
-      // is in the prologue (c <= 2: the X group is the 4th) or in iteration c - 3's
-      // group, with 3 younger ones.
-      if (c == 0)
-        dev::copy_wait<1>();
-      else if (c == 1)
-        dev::copy_wait<2>();
-      else
-        dev::copy_wait<3>();
+      // Groups so far: W 0, W 1, W 2, X 0-2 (prologue), then one per iteration: chunk c
+      // is in the prologue (whose last group is X 0-2) or in iteration c - 3's group.
+      dev::copy_wait_ring4(c);
       group_sync();  // chunk c's x, copied by other threads, is visible
       const uint4* sw = slot_w(c);
       const uint4* sx = slot_x(c);
