@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "core/device.cuh"
+#include "gemm/narrow_tma_layout.hpp"
 #include "gemm/warp_splitk_launch.hpp"
 #include "gemm/wgmma_ops.cuh"
 
@@ -56,16 +57,15 @@ __device__ __forceinline__ void narrow_tma_loop(const WarpSplitKParams& p, const
     dev::mbar_arrive_expect_tx(b, kWarpStageBytes);
     dev::tma_load_3d(slot_w(c), w_map, 0, static_cast<int>(tile_row), static_cast<int>(column(c) / 64), b, policy);
   };
-  // x: lane copies piece q = lane % 16 (columns 8 q ..) of tokens lane / 16 + 2 i. Row
-  // t of a slice holds piece q at q ^ (t % 8): ldmatrix reads 8 token rows at one
-  // piece, which then fall in 8 different 16-byte bank groups.
+  // x: lane copies piece lane % 16 (columns 8 (lane % 16) ..) of tokens lane / 16 + 2 i
+  // (narrow_tma_layout.hpp: the pieces of a token row swizzled so that ldmatrix's 8
+  // token rows at one piece fall in 8 different 16-byte bank groups).
   constexpr int kXCopies = kTokens / 2;
   const int x_token = lane / 16;
-  const int piece = lane % 16;
-  const auto* x_lane = static_cast<const __nv_bfloat16*>(p.x) + x_token * p.k + 8 * piece;
-  int x_at[4];  // the byte offset of copy i (token x_token + 2 i) is 512 i + x_at[i % 4]
+  const auto* x_lane = static_cast<const __nv_bfloat16*>(p.x) + x_token * p.k + 8 * (lane % 16);
+  int x_at[4];  // x_offset(lane, i) = x_at[i % 4] + 512 i (a token's swizzle repeats every 4 copies)
 #pragma unroll
-  for (int i = 0; i < 4; ++i) x_at[i] = 16 * (x_token * 16 + (piece ^ ((x_token + 2 * i) % 8)));
+  for (int i = 0; i < 4; ++i) x_at[i] = narrow_tma::x_offset(lane, i) - 512 * i;
   auto issue_x = [&](int c) {  // tokens >= m stay zero (set once below)
     const __nv_bfloat16* src = x_lane + column(c);
     uint8_t* sl = slot_x(c);
@@ -73,18 +73,14 @@ __device__ __forceinline__ void narrow_tma_loop(const WarpSplitKParams& p, const
     for (int i = 0; i < kXCopies; ++i)
       if (x_token + 2 * i < p.m) dev::copy16_async(sl + 512 * i + x_at[i % 4], src + 2 * i * p.k);
   };
-  // ldmatrix addresses (bytes into a stage), fixed per lane. A for k16 step s (W half
-  // s / 4, pieces 2 (s % 4) and + 1 of rows lane % 16); B for steps 2 q and 2 q + 1
-  // (pieces 4 q .. 4 q + 3 of token lane % 8).
+  // ldmatrix addresses (bytes into a stage), fixed per lane: A for k16 step s, B for
+  // steps 2 q and 2 q + 1 (narrow_tma_layout.hpp).
   uint32_t a_at[8];
 #pragma unroll
-  for (int s = 0; s < 8; ++s) {
-    const int row = lane % 16;
-    a_at[s] = (s / 4) * 2048 + row * 128 + 16 * ((2 * (s % 4) + lane / 16) ^ (row % 8));
-  }
+  for (int s = 0; s < 8; ++s) a_at[s] = narrow_tma::a_offset(lane, s);
   uint32_t b_at[4];
 #pragma unroll
-  for (int q = 0; q < 4; ++q) b_at[q] = (lane % 8) * 256 + 16 * ((4 * q + lane / 8) ^ (lane % 8));
+  for (int q = 0; q < 4; ++q) b_at[q] = narrow_tma::b_offset(lane, q);
 
 #pragma unroll
   for (int c = 0; c < kStages - 1; ++c)
@@ -118,7 +114,7 @@ __device__ __forceinline__ void narrow_tma_loop(const WarpSplitKParams& p, const
     for (int q = 0; q < 4; ++q) {
       uint32_t b[kTiles][4];  // steps 2 q (0, 1) and 2 q + 1 (2, 3) of tokens 8 j ..
 #pragma unroll
-      for (int j = 0; j < kTiles; ++j) dev::ldmatrix_x4(b[j], sx + j * 8 * 256 + b_at[q]);
+      for (int j = 0; j < kTiles; ++j) dev::ldmatrix_x4(b[j], sx + j * 8 * narrow_tma::kXRowBytes + b_at[q]);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         uint32_t a[4];
