@@ -11,8 +11,9 @@
 // warps 2 q and 2 q + 1 (tiles 0 and 1) take chunks q, q + 2, ... with one x slice
 // (each group's walk over its chunks starts at one rotated by the row block); the
 // groups' sums are added in group order. The one-tile CTA has a second form, its
-// weight by tensor-map boxes and its fragments by ldmatrix (narrow_tma_loop.cuh). mma.sync m16n8k16 runs with W's rows on the
-// 16-wide (A) side and the tokens on the 8-wide (B) side. The split-K partials (FP32) of one
+// weight by tensor-map boxes and its fragments by ldmatrix (narrow_tma_loop.cuh).
+// mma.sync m16n8k16 runs with W's rows on the 16-wide (A) side and the tokens on the
+// 8-wide (B) side. The split-K partials (FP32) of one
 // row block are summed over its `split` CTAs, ranks 0..split-1 in that order,
 // through distributed shared memory (the CTAs of a block are consecutive ranks of
 // one cluster), each CTA summing 1/split of the outputs; one BF16 rounding. No
