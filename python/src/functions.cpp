@@ -13,6 +13,7 @@
 #include "gemm_program_object.hpp"
 #include "mlp_block_object.hpp"
 #include "team_mlp_block_object.hpp"
+#include "team_program_object.hpp"
 #include "team_object.hpp"
 #include "tpdecode/device_info.hpp"
 #include "tpdecode/version.hpp"
@@ -140,6 +141,10 @@ ffi::ObjectRef team_mlp_block(ffi::ObjectRef team, ffi::Optional<DLView> o_proj,
                                                           qkv, eps, attn, residual, out, std::string(form)));
 }
 
+ffi::ObjectRef team_program(ffi::ObjectRef team) {
+  return ffi::ObjectRef(ffi::make_object<TeamProgramObj>(std::move(team)));
+}
+
 }  // namespace
 }  // namespace tpdecode::python
 
@@ -152,3 +157,4 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(decode_gemm, tpdecode::python::decode_gemm);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(gemm_program, tpdecode::python::gemm_program);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(mlp_block, tpdecode::python::mlp_block);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(team_mlp_block, tpdecode::python::team_mlp_block);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(team_program, tpdecode::python::team_program);

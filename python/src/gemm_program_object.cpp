@@ -3,6 +3,7 @@
 #include <tvm/ffi/reflection/registry.h>
 
 #include "errors.hpp"
+#include "program_ops.hpp"
 
 namespace tpdecode::python {
 
@@ -19,27 +20,18 @@ int GemmProgramObj::set_device(const DLView& x) {
 void GemmProgramObj::add_gemm(DLView weight, DLView x, DLView out, int64_t after, bool silu_mul) {
   translated([&] {
     const int dev = set_device(x);
-    pending_.push_back(GemmProgram::Gemm{bf16_matrix(weight, dev, "GemmProgram: a Gemm's weight"),
-                                         bf16_matrix(x, dev, "GemmProgram: a Gemm's x"),
-                                         bf16_matrix(out, dev, "GemmProgram: a Gemm's out"), static_cast<int>(after),
-                                         silu_mul ? GemmProgram::Epilogue::kSiluMul : GemmProgram::Epilogue::kPlain});
+    pending_.push_back(program_gemm("GemmProgram", dev, weight, x, out, after, silu_mul));
     ops = static_cast<int64_t>(pending_.size());
   });
 }
 
 void GemmProgramObj::add_norm(DLView x, int64_t after, DLView weight, double eps,
                               tvm::ffi::Optional<DLView> residual, tvm::ffi::Optional<DLView> residual_out,
-                              DLView out, bool folded) {
+                              DLView out, bool folded, bool all_reduce) {
   translated([&] {
     const int dev = set_device(x);
-    auto optional = [dev](const tvm::ffi::Optional<DLView>& t, const char* what) {
-      return t.has_value() ? bf16_matrix(t.value(), dev, what) : TensorView{};
-    };
-    pending_.push_back(GemmProgram::Norm{bf16_matrix(x, dev, "GemmProgram: a Norm's x"), static_cast<int>(after),
-                                         bf16_matrix(weight, dev, "GemmProgram: a Norm's weight"),
-                                         static_cast<float>(eps), optional(residual, "GemmProgram: a Norm's residual"),
-                                         optional(residual_out, "GemmProgram: a Norm's residual_out"),
-                                         bf16_matrix(out, dev, "GemmProgram: a Norm's out"), folded});
+    pending_.push_back(
+        program_norm("GemmProgram", dev, x, after, weight, eps, residual, residual_out, out, folded, all_reduce));
     ops = static_cast<int64_t>(pending_.size());
   });
 }

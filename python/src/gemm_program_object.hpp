@@ -19,10 +19,11 @@ class GemmProgramObj : public tvm::ffi::Object {
   int64_t ops = 0;
   int64_t rows = 0;     // 0 until built
 
-  // Ops in program order (GemmProgram::Gemm and ::Norm; after -1: x an input).
+  // Ops in program order (GemmProgram::Gemm and ::Norm; after -1: x an input). An
+  // all-reducing norm is refused at build (it needs a TeamProgram).
   void add_gemm(DLView weight, DLView x, DLView out, int64_t after, bool silu_mul);
   void add_norm(DLView x, int64_t after, DLView weight, double eps, tvm::ffi::Optional<DLView> residual,
-                tvm::ffi::Optional<DLView> residual_out, DLView out, bool folded);
+                tvm::ffi::Optional<DLView> residual_out, DLView out, bool folded, bool all_reduce);
   // Checks and plans every op, packs the weights (host work; not under capture).
   void build(int64_t m);
   // Runs on PyTorch's current stream, taken from `on` (any tensor of the device).

@@ -5,9 +5,10 @@ runs ``all_reduce``, ``ar_norm`` and ``gather``; ``Communicator`` gives them the
 of an engine's all-reduce backend (a disabled flag, ``should_*``, calls returning None
 to fall through, ``capture()``); ``DecodeGemm`` runs one linear;
 ``tpdecode.torch.linear`` and ``install`` route a model's BF16 linears through it;
-``GemmProgram`` runs a chain of GEMMs and norms as one kernel and ``MlpBlock`` a
-layer's MLP block with the projections beside it (TP 1, or with ``team=`` one kernel
-per rank whose norms all-reduce; ``tpdecode.program``).
+``GemmProgram`` runs a chain of GEMMs and norms as one kernel, ``TeamProgram`` one
+such kernel per rank of a team whose norms may all-reduce, and ``MlpBlock`` a layer's
+MLP block with the projections beside it (TP 1, or with ``team=`` one kernel per rank
+whose norms all-reduce; ``tpdecode.program``).
 Importing tpdecode keeps NVLink multicast off (``tpdecode._multicast`` says what that
 needs)."""
 
@@ -38,6 +39,7 @@ __all__ = [
     "NotServed",
     "Team",
     "TeamBroken",
+    "TeamProgram",
     "TimeoutError",
     "Unavailable",
     "UnsupportedDType",
@@ -60,7 +62,7 @@ def __getattr__(name):
         from .gemm import DecodeGemm
 
         return DecodeGemm
-    if name in ("GemmProgram", "MlpBlock"):
+    if name in ("GemmProgram", "MlpBlock", "TeamProgram"):
         from . import program
 
         return getattr(program, name)

@@ -1,5 +1,6 @@
 """Persistent programs: ``GemmProgram``, a chain of decode GEMMs and RMSNorms as one
-kernel (the C++ GemmProgram, TP 1), and ``MlpBlock``, a decoder layer's MLP block with
+kernel (the C++ GemmProgram, TP 1); ``TeamProgram``, one such kernel per rank of a team
+whose norms may all-reduce (TP > 1); and ``MlpBlock``, a decoder layer's MLP block with
 the projections beside it built as one, or at TP 1 above 16 rows as launches (the C++
 MlpBlockProgram; with a team, TeamMlpBlock)."""
 
@@ -104,7 +105,10 @@ class Norm:
     out = h · rsqrt(mean(h²) + eps) · weight. ``residual``: an input, or an earlier
     Norm's residual_out (a residual stream; in place if you like). ``folded``: the
     GEMMs that read out take the norm into their weights and sums instead (out is then
-    not written; see docs/integration.md)."""
+    not written; see docs/integration.md). ``all_reduce`` (a ``TeamProgram``'s norm
+    only, not folded): x is the rank's partial of a row-parallel GEMM, summed over the
+    team (FP32 in rank order, one BF16 rounding: the one-shot all-reduce's bits)
+    before the residual add."""
 
     x: torch.Tensor
     weight: torch.Tensor
@@ -114,6 +118,29 @@ class Norm:
     residual: Optional[torch.Tensor] = None
     residual_out: Optional[torch.Tensor] = None
     folded: bool = False
+    all_reduce: bool = False
+
+
+def _add_ops(who: str, ops, add_gemm, add_norm, reads: List[torch.Tensor], writes: List[torch.Tensor]) -> None:
+    """Adds ``ops`` (one program's, in order) through the handle's add_gemm / add_norm,
+    and lists the buffers the kernel touches: an x that is an earlier op's out is read
+    from the program's own copy; a folded norm's out is not written."""
+    for i, op in enumerate(ops):
+        if not isinstance(op, (Gemm, Norm)):
+            raise TypeError(f"{who}: op {i} is a {type(op).__name__}; tpdecode.program.Gemm or Norm expected")
+        after = -1 if op.after is None else int(op.after)
+        if not -1 <= after < i:
+            raise ValueError(f"{who}: op {i}'s after is {op.after}: an earlier op's index or None")
+        if after < 0:
+            reads.append(op.x)
+        if isinstance(op, Gemm):
+            add_gemm(_detached(op.weight), _detached(op.x), _detached(op.out), after, bool(op.silu_mul))
+            writes.append(op.out)
+        else:
+            add_norm(_detached(op.x), after, _detached(op.weight), float(op.eps), _detached(op.residual),
+                     _detached(op.residual_out), _detached(op.out), bool(op.folded), bool(op.all_reduce))
+            reads += [t for t in (op.residual, None if op.folded else op.weight) if t is not None]
+            writes += [t for t in (None if op.folded else op.out, op.residual_out) if t is not None]
 
 
 class GemmProgram(_Program):
@@ -126,7 +153,8 @@ class GemmProgram(_Program):
 
     It needs every SM of the GPU while it runs (its CTAs wait on each other): do not
     run it beside kernels that hold SMs for good; run one call of a program at a time.
-    Build it outside CUDA-graph capture; calls may be captured (a graph replays on the
+    A norm with ``all_reduce`` needs a ``TeamProgram`` (ValueError here). Build it
+    outside CUDA-graph capture; calls may be captured (a graph replays on the
     program's memory: keep the program while the graph lives). The GEMMs' weights
     (and a folded norm's) are copied at build; a norm op reads its weight at every
     run. Ops the program does not take raise ValueError naming the op (TypeError for
@@ -139,24 +167,7 @@ class GemmProgram(_Program):
             raise ValueError("GemmProgram: no ops")
         handle = _lib.module.gemm_program()
         reads, writes = [], []
-        for i, op in enumerate(ops):
-            if not isinstance(op, (Gemm, Norm)):
-                raise TypeError(f"GemmProgram: op {i} is a {type(op).__name__}; tpdecode.program.Gemm or Norm expected")
-            after = -1 if op.after is None else int(op.after)
-            if not -1 <= after < i:
-                raise ValueError(f"GemmProgram: op {i}'s after is {op.after}: an earlier op's index or None")
-            # The buffers the kernel touches: an x that is an earlier op's out is read
-            # from the program's own copy; a folded norm's out is not written.
-            if after < 0:
-                reads.append(op.x)
-            if isinstance(op, Gemm):
-                handle.add_gemm(_detached(op.weight), _detached(op.x), _detached(op.out), after, bool(op.silu_mul))
-                writes.append(op.out)
-            else:
-                handle.add_norm(_detached(op.x), after, _detached(op.weight), float(op.eps), _detached(op.residual),
-                                _detached(op.residual_out), _detached(op.out), bool(op.folded))
-                reads += [t for t in (op.residual, None if op.folded else op.weight) if t is not None]
-                writes += [t for t in (None if op.folded else op.out, op.residual_out) if t is not None]
+        _add_ops("GemmProgram", ops, handle.add_gemm, handle.add_norm, reads, writes)
         rows = ops[0].x.numel() // ops[0].x.shape[-1]
         handle.build(rows)
         self.rows = rows
@@ -168,6 +179,62 @@ class GemmProgram(_Program):
         streaming during the previous kernel's tail (its inputs are read after that
         kernel completes)."""
         self._launch(pdl)
+
+
+class TeamProgram(_Program):
+    """A ``GemmProgram`` on every rank of a ``tpdecode.Team`` (the C++ TeamProgram),
+    whose ``Norm`` ops may all-reduce their x over the team (``all_reduce=True``): the
+    TP > 1 decode layer as one persistent kernel per rank. A row-parallel GEMM's out
+    (the rank's partial) is such a norm's x; the norm pushes it into every rank's
+    mailbox, sums the team's in rank order (the one-shot all-reduce's bits), adds the
+    residual and normalises, while the next ops' weights already stream. Every rank
+    gets the same bits, run after run.
+
+    ``ops``: one op list per rank this team object drives, each as ``GemmProgram``
+    takes it: on an NCCL team (torchrun) this process's rank's list (``[ops]``, or the
+    list itself); on a local team of n, n lists (list i rank i's, each on its own
+    tensors, e.g. block i of ``[n, ...]`` buffers). Every rank has the same row count
+    and the same all-reduce norms (order and widths). Building is collective over the
+    team and happens before any CUDA-graph capture; ranks that do not share memory
+    (an NCCL team without peer access) raise ``tpdecode.Unavailable``. Each rank's
+    program takes the SMs of its GPU divided by the ranks sharing it (every rank's
+    program must be resident at once). A rank that never arrives raises through the
+    team (``Team.synchronize``; then ``Team.reset`` on every rank: the program is usable
+    again). What ``GemmProgram`` says of memory, weights, bits, errors and capture
+    holds."""
+
+    def __init__(self, team, ops):
+        _not_capturing("TeamProgram")
+        if getattr(team, "_handle", None) is None:
+            raise ValueError("TeamProgram: the team is closed")
+        handle = _lib.module.team_program(team._handle)
+        lists = list(ops)
+        if handle.driven == 1 and lists and isinstance(lists[0], (Gemm, Norm)):
+            lists = [lists]
+        if len(lists) != handle.driven:
+            raise ValueError(f"TeamProgram: {len(lists)} op lists for a team object driving {handle.driven} "
+                             f"rank(s): one list per rank")
+        reads, writes = [], []
+        for rank, rank_ops in enumerate(lists):
+            rank_ops = list(rank_ops)
+            if not rank_ops:
+                raise ValueError(f"TeamProgram: no ops for rank {rank}")
+            _add_ops(f"TeamProgram (rank {rank})", rank_ops,
+                     lambda *a, r=rank: handle.add_gemm(r, *a), lambda *a, r=rank: handle.add_norm(r, *a),
+                     reads, writes)
+        first = lists[0][0].x
+        handle.build(first.numel() // first.shape[-1])
+        self.rows = handle.rows
+        self.ctas = handle.ctas
+        self.team = team
+        self.ops = [list(o) for o in lists]
+        self._bind(handle, reads, writes)
+
+    def __call__(self) -> None:
+        """Runs every driven rank's program from the current stream (a local team's
+        ranks on the team's streams, forked from it and joined back); programmatic
+        dependent launch as the team's ``pdl`` says."""
+        self._launch(True)
 
 
 class MlpBlock(_Program):

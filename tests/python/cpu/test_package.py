@@ -64,6 +64,12 @@ def test_team_mlp_block_takes_only_a_team():
         _lib.module.team_mlp_block(not_a_team, None, w, w, w, w, None, 1e-6, w, w, w, "")
 
 
+def test_team_program_takes_only_a_team():
+    not_a_team = _lib.module.gemm_program()
+    with pytest.raises(ValueError, match="team is not a tpdecode team"):
+        _lib.module.team_program(not_a_team)
+
+
 def test_gemm_program_checks_its_ops_before_any_gpu_work():
     np = pytest.importorskip("numpy")
     w = np.zeros((64, 64), np.float32)

@@ -1,9 +1,13 @@
-"""MlpBlock with a team (TP > 1, the C++ TeamMlpBlock) on this test session's team
-(a local team of 2 on one GPU, or the NCCL team under torchrun), as the program and
-as launches: every rank's shards against a float64 torch reference of the sharded
+"""MlpBlock with a team (TP > 1, the C++ TeamMlpBlock) and TeamProgram on this test
+session's team (a local team of 2 on one GPU, or the NCCL team under torchrun). The
+block as the program and as launches: every rank's shards against a float64 torch reference of the sharded
 block (each partial rounded as the block stores it, summed in rank order in FP32 as
 the one-shot all-reduce); every rank's residual the same bits; the bits repeatable
-over calls and a CUDA graph's replays; refusals."""
+over calls and a CUDA graph's replays; refusals. TeamProgram's all-reducing norm: the
+residual stream bit for bit from the program's own partials, every rank's h the same
+bits, the GEMMs against float64; repeat runs and a graph replay bitwise; refusals."""
+
+import dataclasses
 
 import pytest
 import torch
@@ -116,4 +120,91 @@ def test_team_mlp_block_refusals(world):
         tpdecode.MlpBlock(**{**w, "down": w["down"][..., :-64].contiguous()}, **kw)
     with pytest.raises(TypeError):
         tpdecode.MlpBlock(**{**w, "gate_up": w["gate_up"].float()}, **kw)
+    world.barrier()
+
+
+def team_program_ops(world, tensors):
+    """Every driven rank's op list: o = attn · o_projᵀ (the rank's partial), then the
+    all-reducing norm (residual in place, h), then out = h · qkvᵀ."""
+    ranks = range(world.size) if world.local else [None]
+    pick = lambda t, r: t if r is None else t[r]  # noqa: E731
+    P = tpdecode.program
+    return [[P.Gemm(pick(tensors["o_proj"], r), pick(tensors["attn"], r), pick(tensors["o"], r)),
+             P.Norm(pick(tensors["o"], r), tensors["gamma"], pick(tensors["h"], r), after=0, eps=EPS,
+                    residual=pick(tensors["residual"], r), residual_out=pick(tensors["residual"], r),
+                    all_reduce=True),
+             P.Gemm(pick(tensors["qkv"], r), pick(tensors["h"], r), pick(tensors["out"], r), after=1)]
+            for r in ranks]
+
+
+def team_program_tensors(world, m):
+    tp = world.size
+    lead = (tp,) if world.local else ()
+    s = lambda seed, *shape, scale=0.05: (world.random(seed, *shape).float() * scale).to(torch.bfloat16)  # noqa: E731
+    empty = lambda *shape: torch.full((*lead, *shape), float("nan"), device=world.device,  # noqa: E731
+                                      dtype=torch.bfloat16)
+    return {"o_proj": s(11, H, A // tp), "attn": s(12, m, A // tp, scale=1.0), "qkv": s(13, Q // tp, H),
+            "gamma": world.shared(14, H), "residual": world.shared(15, m, H).expand(*lead, m, H).contiguous(),
+            "o": empty(m, H), "h": empty(m, H), "out": empty(m, Q // tp)}
+
+
+@pytest.mark.parametrize("m", [1, 5, 16])
+def test_team_program_all_reduces_inside_its_norm(world, m):
+    if not world.team.shares_memory:
+        pytest.skip("the program needs ranks that share memory")
+    t = team_program_tensors(world, m)
+    r0 = t["residual"].clone()
+    program = tpdecode.TeamProgram(world.team, team_program_ops(world, t))
+    assert program.rows == m and program.ctas >= 1
+    results = []
+    for _ in range(2):
+        t["residual"].copy_(r0)
+        for name in ("o", "h", "out"):
+            t[name].fill_(float("nan"))
+        program()
+        world.team.synchronize()
+        results.append([t[name].clone() for name in ("o", "h", "out", "residual")])
+    o, h, out, res = (world.every_rank(t[name]) for name in ("o", "h", "out", "residual"))
+    attn, wo, wq = (world.every_rank(t[name]) for name in ("attn", "o_proj", "qkv"))
+    base = world.every_rank(r0)[0]
+    for r in range(world.size):
+        assert relative(o[r], attn[r].double() @ wo[r].double().t()) < 1e-2
+    # The residual stream: the program's partials summed in rank order (FP32, one
+    # rounding), plus the residual, rounded: bit for bit, the same on every rank.
+    want_res = (rank_order_sum(list(o)).float() + base.float()).to(torch.bfloat16)
+    for r in range(world.size):
+        assert torch.equal(res[r], want_res), f"rank {r}'s residual stream"
+        assert torch.equal(h[r], h[0]), f"rank {r}'s h differs from rank 0's"
+    x = want_res.double()
+    want_h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * t["gamma"].double()
+    assert relative(h[0], want_h) < 1e-2
+    for r in range(world.size):
+        assert relative(out[r], h[0].double() @ wq[r].double().t()) < 1e-2
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        program()
+    t["residual"].copy_(r0)
+    for name in ("o", "h", "out"):
+        t[name].fill_(float("nan"))
+    graph.replay()
+    world.team.synchronize()
+    results.append([t[name].clone() for name in ("o", "h", "out", "residual")])
+    for run in results[1:]:
+        for got, want in zip(run, results[0]):
+            assert torch.equal(got, want)
+    world.barrier()
+
+
+def test_team_program_refusals(world):
+    m = 2
+    t = team_program_tensors(world, m)
+    ops = team_program_ops(world, t)
+    with pytest.raises(ValueError, match="cannot be folded"):
+        tpdecode.TeamProgram(world.team, [[*o[:1], dataclasses.replace(o[1], folded=True), o[2]] for o in ops])
+    with pytest.raises(ValueError, match="op lists for a team object driving"):
+        tpdecode.TeamProgram(world.team, ops + ops)
+    with pytest.raises(ValueError, match="no ops for rank"):
+        tpdecode.TeamProgram(world.team, [[] for _ in ops])
+    with pytest.raises(ValueError, match="build it in a TeamProgram"):
+        tpdecode.GemmProgram(ops[0])
     world.barrier()
