@@ -27,7 +27,7 @@ std::vector<int> row_counts() {
 
 // The engine decisions checked for (shape, m): the warp engine at the rule's split
 // (its split for 32 rows above 32) and at another legal split, its narrow CTAs (up to
-// 16 rows) at a third, and two of each wgmma form's tactics (different ones from M
+// 16 rows; the one-tile CTA in both forms) at other splits, and two of each wgmma form's tactics (different ones from M
 // to M, so that every tactic meets every token tile).
 std::vector<GemmDecision> engine_decisions(int64_t n, int64_t k, int m) {
   std::vector<GemmDecision> out;
@@ -42,6 +42,8 @@ std::vector<GemmDecision> engine_decisions(int64_t n, int64_t k, int m) {
     if (warp_row_tiles_ok(1, m)) {
       out.push_back(warp_decision(legal[static_cast<std::size_t>(3 * m + n / 64) % legal.size()], 1));
       out.push_back(warp_decision(legal[static_cast<std::size_t>(5 * m + n / 32) % legal.size()], 2));
+      if (warp_tensor_map_ok(n, k))
+        out.push_back(warp_decision(legal[static_cast<std::size_t>(7 * m + n / 16) % legal.size()], 1, true));
     }
   }
   for (const std::vector<GemmDecision>& tactics : {wgmma_candidates(n, k, m), wgmma_wide_candidates(n, k, m)})
