@@ -211,6 +211,9 @@ class TeamProgram(_Program):
         lists = list(ops)
         if handle.driven == 1 and lists and isinstance(lists[0], (Gemm, Norm)):
             lists = [lists]
+        if any(isinstance(o, (Gemm, Norm)) for o in lists):
+            raise TypeError(f"TeamProgram: a flat op list for a team object driving {handle.driven} ranks: "
+                            "one list per rank")
         if len(lists) != handle.driven:
             raise ValueError(f"TeamProgram: {len(lists)} op lists for a team object driving {handle.driven} "
                              f"rank(s): one list per rank")

@@ -1,8 +1,8 @@
 """tpdecode.TeamProgram's Python side without a GPU: its op lists reach the C++ object
 (a fake of it here) rank by rank and in order, with each Norm's all_reduce; a flat
-list stands for the one rank an NCCL team's object drives; wrong list counts, empty
-lists, foreign ops, bad ``after`` indices and a closed team are refused before any
-build. Needs torch (skipped without it)."""
+list stands for the one rank an NCCL team's object drives (elsewhere it is refused);
+wrong list counts, empty lists, foreign ops, bad ``after`` indices and a closed team
+are refused before any build. Needs torch (skipped without it)."""
 
 import pytest
 
@@ -94,6 +94,8 @@ def test_refusals_before_any_build(fake):
     module = fake(2)
     with pytest.raises(ValueError, match="1 op lists for a team object driving 2 rank"):
         P.TeamProgram(FakeTeam(), [layer()])
+    with pytest.raises(TypeError, match="a flat op list for a team object driving 2 ranks"):
+        P.TeamProgram(FakeTeam(), layer()[:2])
     with pytest.raises(ValueError, match="no ops for rank 1"):
         P.TeamProgram(FakeTeam(), [layer(), []])
     with pytest.raises(TypeError, match=r"TeamProgram \(rank 1\): op 2 is a str"):
