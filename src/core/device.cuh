@@ -90,10 +90,6 @@ __device__ __forceinline__ void bulk_copy_to_shared(void* smem, const void* glob
                "l"(global), "r"(bytes), "r"(shared_address(bar))
                : "memory");
 }
-// Requests `bytes` (a multiple of 16, 16-byte aligned) into L2 without waiting.
-__device__ __forceinline__ void bulk_prefetch_l2(const void* global, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(global), "r"(bytes) : "memory");
-}
 
 // One thread initialises; mbar_init_fence() then makes the barriers visible to
 // the bulk-copy (async) proxy, and a __syncthreads() to the other threads.
@@ -199,13 +195,6 @@ __device__ __forceinline__ uint4 load_shared16(const void* p) {
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t smem_address) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_address)
-               : "memory");
-}
-// Two matrices: the addresses of lanes 0-15 are used.
-__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], uint32_t smem_address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
-               : "=r"(r[0]), "=r"(r[1])
                : "r"(smem_address)
                : "memory");
 }
