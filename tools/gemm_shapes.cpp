@@ -57,7 +57,8 @@ std::string tactic_of(const GemmDecision& d, int64_t n, int64_t k, int m) {
     case GemmPath::kWarpSplitK: {
       const int rows = warp_launch_rows(d.sub_tiles, m);
       const std::string launches = rows < m ? fmt::format(", {} launches", (m + rows - 1) / rows) : "";
-      return fmt::format("warp {}{}", warp_launch_tactic(n, k, rows, d.split, d.sub_tiles, warp_tensor_map(d)).describe(), launches);
+      const GemmTactic t = warp_launch_tactic(n, k, rows, d.split, d.sub_tiles, warp_tensor_map(d));
+      return fmt::format("warp {}{}", t.describe(), launches);
     }
     case GemmPath::kWgmma:
     case GemmPath::kWgmmaWide: return describe(d);

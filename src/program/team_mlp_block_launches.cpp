@@ -8,8 +8,7 @@ namespace tpdecode::program {
 
 TeamMlpBlockLaunches::TeamMlpBlockLaunches(Team& team, std::span<const TeamMlpBlock::Weights> weights,
                                            std::span<const TeamMlpBlock::Buffers> buffers,
-                                           std::span<const MlpBlockScratch> scratch, int m)
-    {
+                                           std::span<const MlpBlockScratch> scratch, int m) {
   CommConfig config;
   config.hidden = buffers[0].residual.cols;
   config.rows_cap = m;
