@@ -38,8 +38,9 @@ class TeamProgram {
   // same order relative to the team's other collective allocations, with the same
   // row count and the same all-reduce ops (their order and widths). Collective over
   // the team; host only, before any capture, on the team's device. Unavailable
-  // where the ranks do not share memory.
-  TeamProgram(Team& team, std::vector<std::vector<GemmProgram::Op>> ops, int m);
+  // where the ranks do not share memory. With record_timeline every rank's program
+  // records its runs' timelines (program(i).timelines(); GemmProgram's diagnostic).
+  TeamProgram(Team& team, std::vector<std::vector<GemmProgram::Op>> ops, int m, bool record_timeline = false);
   ~TeamProgram();
   TeamProgram(const TeamProgram&) = delete;
   TeamProgram& operator=(const TeamProgram&) = delete;

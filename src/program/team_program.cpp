@@ -19,7 +19,7 @@ struct TeamProgram::Impl {
   std::vector<bool> pdl;                                // per driven rank
 };
 
-TeamProgram::TeamProgram(Team& team, std::vector<std::vector<GemmProgram::Op>> ops, int m)
+TeamProgram::TeamProgram(Team& team, std::vector<std::vector<GemmProgram::Op>> ops, int m, bool record_timeline)
     : impl_(std::make_unique<Impl>()) {
   Impl& p = *impl_;
   p.team = &team;
@@ -59,7 +59,7 @@ TeamProgram::TeamProgram(Team& team, std::vector<std::vector<GemmProgram::Op>> o
     binding.ctas = sms / std::max(1, ctx.ranks_on_device);
     check<Unavailable>(binding.ctas >= 1, "team program: {} ranks share a GPU of {} SMs", ctx.ranks_on_device, sms);
     p.programs.push_back(std::unique_ptr<GemmProgram>(
-        new GemmProgram(std::move(ops[static_cast<std::size_t>(i)]), m, false, &binding)));
+        new GemmProgram(std::move(ops[static_cast<std::size_t>(i)]), m, record_timeline, &binding)));
     p.pdl.push_back(ctx.pdl_on_own_gpu());
   }
 }

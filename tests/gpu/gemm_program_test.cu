@@ -559,30 +559,7 @@ TEST(GemmProgram, TimelineKeepsTheBitsAndOrdersEachOpsTimes) {
   }
   TPD_CUDA(cudaDeviceSynchronize());
   EXPECT_TRUE(c.bits() == bits) << "the traced program's bits differ";
-  int sms = 0;
-  TPD_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const std::vector<GemmProgram::RunTimeline> runs = traced.timelines();
-  ASSERT_EQ(runs.size(), 8u);
-  uint64_t previous_end = 0;
-  for (const GemmProgram::RunTimeline& t : runs) {
-    ASSERT_EQ(t.sm.size(), static_cast<std::size_t>(traced.ctas()));
-    ASSERT_EQ(t.ops.size(), t.sm.size() * static_cast<std::size_t>(traced.ops()));
-    uint64_t first_start = ~uint64_t{0}, last_end = 0;
-    int recorded = 0;
-    for (std::size_t i = 0; i < t.ops.size(); ++i) {
-      EXPECT_LT(t.sm[i / static_cast<std::size_t>(traced.ops())], static_cast<uint32_t>(sms));
-      const GemmProgram::OpTimes& o = t.ops[i];
-      if (o.start_ns == 0) continue;
-      ++recorded;
-      EXPECT_LE(o.start_ns, o.mma_end_ns) << "entry " << i;
-      EXPECT_LE(o.mma_end_ns, o.epilogue_end_ns) << "entry " << i;
-      first_start = std::min(first_start, o.start_ns);
-      last_end = std::max(last_end, o.epilogue_end_ns);
-    }
-    EXPECT_GE(recorded, traced.ops()) << "every op has a CTA";
-    EXPECT_GT(first_start, previous_end) << "the runs out of order";
-    previous_end = last_end;
-  }
+  expect_timelines(traced, 8);
 }
 
 TEST(GemmProgram, Refusals) {

@@ -1,9 +1,11 @@
-// GemmProgram tests' runs: the bits of a program's outputs after a first run, and
-// the check that later runs (back to back with PDL) give them again.
+// GemmProgram tests' runs: the bits of a program's outputs after a first run, the
+// check that later runs (back to back with PDL) give them again, and the check of a
+// program's recorded timelines.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -29,6 +31,38 @@ inline std::vector<std::vector<uint16_t>> repeatable_bits(const GemmProgram& pro
     else EXPECT_TRUE(bits == first) << "run 2 differs from run 0";
   }
   return first;
+}
+
+// The program's last runs (`runs` of them): for every CTA its SM (below the GPU's
+// count) and, per op of its units, a start, an MMA end and an epilogue end in that
+// order; every op on some CTA; each run after the previous one.
+inline void expect_timelines(const GemmProgram& program, std::size_t runs) {
+  int device = 0, sms = 0;
+  TPD_CUDA(cudaGetDevice(&device));
+  TPD_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const std::vector<GemmProgram::RunTimeline> timelines = program.timelines();
+  ASSERT_EQ(timelines.size(), runs);
+  const auto ops = static_cast<std::size_t>(program.ops());
+  uint64_t previous_end = 0;
+  for (const GemmProgram::RunTimeline& t : timelines) {
+    ASSERT_EQ(t.sm.size(), static_cast<std::size_t>(program.ctas()));
+    ASSERT_EQ(t.ops.size(), t.sm.size() * ops);
+    uint64_t first_start = ~uint64_t{0}, last_end = 0;
+    int recorded = 0;
+    for (std::size_t i = 0; i < t.ops.size(); ++i) {
+      EXPECT_LT(t.sm[i / ops], static_cast<uint32_t>(sms));
+      const GemmProgram::OpTimes& o = t.ops[i];
+      if (o.start_ns == 0) continue;
+      ++recorded;
+      EXPECT_LE(o.start_ns, o.mma_end_ns) << "entry " << i;
+      EXPECT_LE(o.mma_end_ns, o.epilogue_end_ns) << "entry " << i;
+      first_start = std::min(first_start, o.start_ns);
+      last_end = std::max(last_end, o.epilogue_end_ns);
+    }
+    EXPECT_GE(recorded, program.ops()) << "every op has a CTA";
+    EXPECT_GT(first_start, previous_end) << "the runs out of order";
+    previous_end = last_end;
+  }
 }
 
 }  // namespace tpdecode::test

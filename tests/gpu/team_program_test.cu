@@ -6,7 +6,7 @@
 // GEMMs against FP64 on their actual inputs; every rank the same bits, repeatable
 // back to back; a graph of the team's runs replayed 10,000 times without a wrong
 // bit; a rank that never runs: TimeoutError, NaN outputs, then reset() and correct;
-// refusals.
+// every rank's timeline recorded; refusals.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,6 +17,7 @@
 #include "gpu/comm_cases.hpp"
 #include "gpu/gpu_test_util.hpp"
 #include "gpu/program_reference.hpp"
+#include "gpu/program_runs.hpp"
 #include "reference/all_reduce.hpp"
 #include "reference/program_norm.hpp"
 #include "tpdecode/error.hpp"
@@ -159,6 +160,31 @@ TEST(TeamProgram, AllReduceNormsGiveTheReferenceBitsOnEveryRank) {
       team.synchronize();
       for (RankData& r : layer.ranks) EXPECT_TRUE(layer.host(r.o) == first) << "a repeat run's bits";
     }
+  }
+}
+
+// With record_timeline, every rank's program records its runs (the last 8) and
+// gives the reference bits all the same; without, none.
+TEST(TeamProgram, EveryRankRecordsItsTimeline) {
+  TPD_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  constexpr int kTp = 4, kM = 5;
+  LocalTeam team(kTp);
+  Layer layer(kTp, kM, rng);
+  const TeamProgram plain(team, layer.ops(), kM);
+  const TeamProgram traced(team, layer.ops(), kM, true);
+  for (int call = 0; call < 10; ++call) {
+    layer.fresh(rng);
+    traced.run();
+    team.synchronize();
+    layer.check(traced.ctas());
+  }
+  plain.run();
+  team.synchronize();
+  for (int i = 0; i < kTp; ++i) {
+    SCOPED_TRACE(testing::Message() << "rank " << i);
+    EXPECT_TRUE(plain.program(i).timelines().empty());
+    expect_timelines(traced.program(i), 8);
   }
 }
 
