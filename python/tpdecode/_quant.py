@@ -24,12 +24,15 @@ KINDS = ("none", "static", "group", "group-ue8m0")
 
 
 def kind_of(quant) -> str:
-    """The quant argument's kind (ValueError for anything else)."""
+    """The quant argument's kind (TypeError for a scale of another dtype, ValueError for
+    anything else)."""
     if quant is None:
         return "none"
     if isinstance(quant, torch.Tensor):
-        if quant.dtype != torch.float32 or quant.numel() != 1:
-            raise ValueError(f"a static FP8 scale is a float32 tensor of one element, not {quant.dtype}[{quant.numel()}]")
+        if quant.dtype != torch.float32:
+            raise TypeError(f"a static FP8 scale is a float32 tensor of one element, not {quant.dtype}")
+        if quant.numel() != 1:
+            raise ValueError(f"a static FP8 scale is a float32 tensor of one element, not {quant.numel()} elements")
         return "static"
     if quant in ("group", "group-ue8m0"):
         return quant

@@ -15,7 +15,12 @@ failed, every rank is disabled (``disabled_reason`` says why) and its calls retu
 None. A call is taken where ``should_all_reduce`` / ``should_fused_add_rms_norm``
 say so: BF16, contiguous, on the communicator's device, within the size cap (per
 architecture and world size, ``TPDECODE_COMM_MAX_BYTES`` overrides it) and what the
-team was built for; None otherwise, never an error for a call it does not take."""
+team was built for; None otherwise, never an error for a call it does not take.
+The verdict reads nothing that may differ from rank to rank in an SPMD program (an x
+at an address that is not 16-byte aligned runs from an aligned copy): were one rank
+to hand a call to the next backend alone, its peers would wait for it in tpdecode's
+collective. The other tensors of a call (residual, weight, out) must be 16-byte
+aligned (ValueError otherwise)."""
 
 import contextlib
 from typing import Optional
@@ -36,6 +41,13 @@ def _agree(ok: bool, group, device: int) -> bool:
     flag = torch.tensor([1 if ok else 0], dtype=torch.int32, device=where)
     dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
     return bool(flag.item())
+
+
+def _aligned(x: torch.Tensor) -> torch.Tensor:
+    """x, or a copy at a 16-byte aligned address (the kernels read 16 bytes at a time;
+    see the module on why a misaligned x is not refused). Under torch.compile the op
+    itself raises for one: a traced tensor has no address to look at."""
+    return x.clone() if x.data_ptr() % 16 else x
 
 
 def _nccl_team_available() -> bool:
@@ -144,6 +156,8 @@ class Communicator:
 
     def refusal(self, op: str, x: torch.Tensor, quant=None) -> str:
         """Why `op` ("all_reduce" or "fused_add_rms_norm") does not take x, "" where it does."""
+        if op not in ("all_reduce", "fused_add_rms_norm"):
+            raise ValueError(f"Communicator.refusal: op {op!r} (all_reduce or fused_add_rms_norm)")
         return self._refusal(op, x, _quant.kind_of(quant), torch.compiler.is_compiling())
 
     def _refusal(self, op: str, x: torch.Tensor, kind: str, compiling: bool) -> str:
@@ -151,8 +165,6 @@ class Communicator:
             return self._eager_refusal(op, x, kind)
         if self.disabled:
             return f"disabled: {self.disabled_reason}"
-        # Why no address check under torch.compile: a fake tensor has none; a
-        # misaligned tensor then raises in the op instead of falling through.
         return self._rules_refusal(op, x, kind, x.is_contiguous(), x.device == self._device)
 
     def _eager_refusal(self, op: str, x: torch.Tensor, kind: str) -> str:
@@ -176,8 +188,6 @@ class Communicator:
             if len(kept) >= 1024:
                 kept.clear()
             why = kept[key] = self._rules_refusal(op, x, kind, True, True)
-        if not why and x.data_ptr() % 16:
-            return f"{op}: x is not 16-byte aligned"
         return why
 
     def _rules_refusal(self, op: str, x: torch.Tensor, kind: str, contiguous: bool, same_device: bool) -> str:
@@ -201,6 +211,7 @@ class Communicator:
             return None if self._refusal("all_reduce", x, "none", True) else self._team.all_reduce(x, out=out)
         if self._eager_refusal("all_reduce", x, "none"):
             return None
+        x = _aligned(x)
         # Why not Team.all_reduce: the runner's call alone, one compile check per call.
         if out is None:
             out = torch.empty_like(x)
@@ -227,6 +238,7 @@ class Communicator:
             return self._team.ar_norm(x, residual, weight, eps, quant=quant, out=out, residual_out=residual_out)
         if self._eager_refusal("fused_add_rms_norm", x, kind):
             return None
+        x = _aligned(x)
         try:
             if kind != "none":
                 return self._team.ar_norm(x, residual, weight, eps, quant=quant, out=out, residual_out=residual_out)

@@ -315,6 +315,7 @@ class MlpBlock(_Program):
         """Runs the block on the current stream and returns ``out``. With ``pdl`` the
         first kernel's weights start streaming during the previous kernel's tail (its
         inputs are read after that kernel completes), and each of the launches form's
-        kernels is a dependent of the one before."""
+        kernels is a dependent of the one before. A block built with ``team`` launches
+        as the team's ``pdl`` (CommConfig) says, whatever ``pdl`` is given here."""
         self._launch(pdl)
         return self.out

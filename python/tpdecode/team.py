@@ -68,6 +68,9 @@ class _Runner:
             if kind == "none":
                 code = self._ar_norm(x, residual, weight, eps, out, residual_out, kind, None)
             else:
+                # Why here: the extension sees the FP8 output as bytes, any 1-byte dtype alike.
+                if out.dtype != torch.float8_e4m3fn:
+                    raise TypeError(f"Team.ar_norm: an FP8 out is torch.float8_e4m3fn, not {out.dtype}")
                 code = self._ar_norm(x, residual, weight, eps, out.view(torch.uint8), residual_out, kind,
                                      scale if kind == "static" else scales)
             self.path = _lib.COMM_PATHS[code]

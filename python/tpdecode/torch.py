@@ -9,7 +9,11 @@ eager call (or by ``install``, which also prepares its row counts) and kept whil
 weight lives (it holds no reference to it: a weight made per step is not kept
 alive), or until ``forget(weight)`` or ``uninstall``. Making one measures its row
 counts' paths as they come, so a weight made anew for every call runs slower than
-``F.linear``."""
+``F.linear``.
+
+The weights' DecodeGemms share the device's cuBLAS context (one workspace): run the
+routed linears of a device on one stream at a time (linears running at once on a
+side stream would share that workspace in their cuBLAS calls)."""
 
 import fnmatch
 import weakref
@@ -22,11 +26,11 @@ from torch import nn
 from .gemm import DecodeGemm
 
 _ATTR = "_tpdecode_gemm"
-_gemms: dict = {}  # (data_ptr, shape, device index, batch invariant) -> that weight's DecodeGemm, while it lives
+_gemms: dict = {}  # (data_ptr, shape, strides, device index, batch invariant) -> its DecodeGemm, while it lives
 
 
 def _key(weight: torch.Tensor, batch_invariant: bool = False):
-    return weight.data_ptr(), tuple(weight.shape), weight.get_device(), batch_invariant
+    return weight.data_ptr(), tuple(weight.shape), weight.stride(), weight.get_device(), batch_invariant
 
 
 def _eligible(weight: torch.Tensor) -> bool:
@@ -60,7 +64,9 @@ def _needs_grad(*tensors) -> bool:
 
 def _rows_served(gemm: Optional[DecodeGemm], x: torch.Tensor, weight: torch.Tensor, bias) -> bool:
     # Why not where a gradient is wanted: DecodeGemm has no backward (F.linear has).
-    if gemm is None or x.dtype != torch.bfloat16 or x.get_device() != gemm.device_index or _needs_grad(x, weight, bias):
+    # Why the unit column stride: the rows DecodeGemm takes (a transposed x goes to F.linear).
+    if (gemm is None or x.dtype != torch.bfloat16 or x.get_device() != gemm.device_index or x.stride(-1) != 1
+            or _needs_grad(x, weight, bias)):
         return False
     return x.shape[-1] == gemm.k and 1 <= x.numel() // gemm.k <= gemm.max_rows
 
@@ -166,7 +172,7 @@ class _RoutedForward:
             return _run(x, weight, bias, True)
         gemm = self.gemm
         if (weight is gemm.weight and weight.data_ptr() == self._weight_ptr and x.dtype == torch.bfloat16
-                and x.shape[-1] == gemm.k and x.get_device() == gemm.device_index
+                and x.shape[-1] == gemm.k and x.get_device() == gemm.device_index and x.stride(-1) == 1
                 and not _needs_grad(x, weight, bias)):
             rows = x.numel() // gemm.k
             if 1 <= rows <= gemm.max_rows:
@@ -179,7 +185,9 @@ def install(module: nn.Module, *, exclude: Iterable[str] = (), rows: Iterable[in
             batch_invariant: bool = False) -> int:
     """Routes every BF16 ``nn.Linear`` under ``module`` (2-D weight on a CUDA device)
     through ``linear``, except those whose qualified name matches a pattern in
-    ``exclude`` (fnmatch, e.g. ``"lm_head"``, ``"*.kv_b_proj"``). Makes and prepares
+    ``exclude`` (fnmatch, e.g. ``"lm_head"``, ``"*.kv_b_proj"``) and those whose
+    forward is not ``nn.Linear``'s own (a subclass that overrides it, or a forward set
+    on the module by another wrapper, such as a hook: left as they are). Makes and prepares
     each weight's DecodeGemm for ``rows`` now, so a CUDA graph captured later finds
     them ready. batch_invariant: through ``linear(..., batch_invariant=True)`` (a
     row's result does not depend on the batch; each weight's batch-invariant
@@ -194,7 +202,7 @@ def install(module: nn.Module, *, exclude: Iterable[str] = (), rows: Iterable[in
     for name, sub in module.named_modules():
         if not isinstance(sub, nn.Linear) or any(fnmatch.fnmatchcase(name, p) for p in exclude):
             continue
-        if not _eligible(sub.weight):
+        if not _eligible(sub.weight) or not _plain_forward(sub):
             continue
         routed = sub.__dict__.get("forward")
         if not isinstance(routed, _RoutedForward) or routed.batch_invariant != batch_invariant:
@@ -207,13 +215,20 @@ def install(module: nn.Module, *, exclude: Iterable[str] = (), rows: Iterable[in
     return count
 
 
+def _plain_forward(sub: nn.Linear) -> bool:
+    """Whether the module's forward is nn.Linear's (or one install set)."""
+    own = sub.__dict__.get("forward")
+    return type(sub).forward is nn.Linear.forward and (own is None or isinstance(own, _RoutedForward))
+
+
 def uninstall(module: nn.Module) -> int:
     """Restores every linear ``install`` routed under ``module`` and drops their
     DecodeGemms; returns how many."""
     count = 0
     for sub in module.modules():
         if hasattr(sub, _ATTR):
-            del sub.forward  # the instance attribute: the class's forward shows again
+            if isinstance(sub.__dict__.get("forward"), _RoutedForward):
+                del sub.forward  # the instance attribute: the class's forward shows again
             gemm = getattr(sub, _ATTR)
             weight = gemm.weight if gemm is not None else None
             forget(weight if weight is not None else sub.weight)

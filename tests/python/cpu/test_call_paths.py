@@ -70,6 +70,13 @@ def test_installed_forward_falls_back_where_linear_would_not_take_the_gemm():
     module, gemm, forward = routed()
     y = forward(x.requires_grad_())  # a gradient wanted: F.linear, which has a backward
     assert gemm.rows == [] and y.requires_grad
+    module, gemm, forward = routed()
+    with torch.inference_mode():
+        columns = torch.randn(64, 4).to(torch.bfloat16).t()  # [4, 64], column stride 4: not rows DecodeGemm takes
+        assert torch.equal(forward(columns), torch.nn.functional.linear(columns, module.weight, module.bias))
+        assert not tpdecode.torch._rows_served(gemm, columns, module.weight, module.bias)
+        assert tpdecode.torch._rows_served(gemm, columns.contiguous(), module.weight, module.bias)
+    assert gemm.rows == []
 
 
 @torch.inference_mode()
@@ -138,7 +145,9 @@ def test_kept_verdicts_are_call_refusal_for_every_call(monkeypatch):
                 assert c._refusal(op, x, kind, True) == direct(op, x, kind)  # as torch.compile traces it
     assert c.should_all_reduce(cases[0]) and not c.should_all_reduce(cases[1])
     misaligned = base[1 : 1 + 4 * 1024].view(4, 1024)  # a served shape at an odd address
-    assert c.refusal("all_reduce", misaligned) == "all_reduce: x is not 16-byte aligned"
+    assert c.refusal("all_reduce", misaligned) == ""  # taken from an aligned copy (test below)
+    with pytest.raises(ValueError, match="op 'ar_norm'"):
+        c.refusal("ar_norm", cases[0])
     c.max_bytes = 1024  # a changed cap is seen at once
     assert "above the cap" in c.refusal("all_reduce", cases[0])
     c.max_bytes = 1 << 20
@@ -146,8 +155,27 @@ def test_kept_verdicts_are_call_refusal_for_every_call(monkeypatch):
     c.batch_invariant = True  # so is a change of batch_invariant: 9 rows run as further calls
     assert c.should_all_reduce(cases[1])
     c.batch_invariant = False
-    assert c.all_reduce(cases[1]) is None and c.all_reduce(misaligned) is None  # refused: None, nothing ran
+    assert c.all_reduce(cases[1]) is None  # refused: None, nothing ran
     assert c._team._run.calls == []
+
+
+def test_a_misaligned_x_runs_from_an_aligned_copy(monkeypatch):
+    # Why not refused: the verdict must be every rank's (an address may differ from rank
+    # to rank; one rank handing the call to the next backend alone leaves its peers waiting).
+    c = local_communicator(monkeypatch, hidden=1024, rows=8)
+    base = torch.randn(4 * 1024 + 8).to(torch.bfloat16)
+    x = base[1 : 1 + 4 * 1024].view(4, 1024)
+    assert x.data_ptr() % 16 and c.should_all_reduce(x) and c.should_fused_add_rms_norm(x)
+    out = c.all_reduce(x)
+    op, (x_in, out_in) = c._team._run.calls.pop()
+    assert op == "all_reduce" and out_in is out and x_in.data_ptr() % 16 == 0 and torch.equal(x_in, x)
+    residual, weight = torch.randn_like(x), torch.randn(1024).to(torch.bfloat16)
+    c.fused_add_rms_norm(x, residual, weight, 1e-6)
+    op, (x_in, r_in, *_) = c._team._run.calls.pop()
+    assert op == "ar_norm" and x_in.data_ptr() % 16 == 0 and torch.equal(x_in, x) and r_in is residual
+    aligned = torch.randn(4, 1024).to(torch.bfloat16)
+    c.all_reduce(aligned)
+    assert c._team._run.calls.pop()[1][0] is aligned  # no copy where none is needed
 
 
 def test_eager_calls_run_the_runner_on_new_outputs(monkeypatch):
@@ -219,6 +247,54 @@ def test_a_closed_team_releases_its_runner_and_refuses_calls(monkeypatch):
     with pytest.raises(RuntimeError, match="closed"):
         team.ar_norm(x, None, torch.ones(1024, dtype=torch.bfloat16))
     team.close()  # again: nothing to do
+
+
+def test_install_routes_only_linears_whose_forward_is_nn_linears(monkeypatch):
+    from tpdecode import torch as tpd_torch
+
+    class Scaled(torch.nn.Linear):  # a subclass with its own forward
+        def forward(self, x):
+            return super().forward(x) * 2
+
+    class Plain(torch.nn.Linear):  # a subclass that keeps nn.Linear's
+        pass
+
+    monkeypatch.setattr(tpd_torch, "_eligible", lambda weight: True)
+    class PreparedGemm(FakeGemm):
+        def prepare(self, rows):
+            pass
+
+    monkeypatch.setattr(tpd_torch, "_gemm_for", lambda weight, batch_invariant=False: PreparedGemm(weight))
+    # Without biases: a routed linear adds its bias after the product, rounded again.
+    model = torch.nn.ModuleDict({"plain": torch.nn.Linear(64, 32, bias=False), "sub": Plain(64, 32, bias=False),
+                                 "scaled": Scaled(64, 32, bias=False),
+                                 "hooked": torch.nn.Linear(64, 32, bias=False)}).to(torch.bfloat16)
+    hooked = model["hooked"].forward
+    model["hooked"].forward = lambda x: hooked(x) + 1  # another wrapper's forward on the instance
+    wrapper = model["hooked"].forward
+    x = torch.randn(3, 64).to(torch.bfloat16)
+    with torch.inference_mode():
+        want = {name: sub(x) for name, sub in model.items()}
+        assert tpd_torch.install(model, rows=()) == 2
+        assert isinstance(model["plain"].__dict__.get("forward"), _RoutedForward)
+        assert isinstance(model["sub"].__dict__.get("forward"), _RoutedForward)
+        assert "forward" not in model["scaled"].__dict__ and model["hooked"].forward is wrapper
+        for name, sub in model.items():
+            assert torch.equal(sub(x), want[name]), name
+        assert tpd_torch.install(model, rows=()) == 2  # again: the routed ones count again, nothing else
+        assert tpd_torch.uninstall(model) == 2
+        assert model["hooked"].forward is wrapper and "forward" not in model["plain"].__dict__
+        for name, sub in model.items():
+            assert torch.equal(sub(x), want[name]), name
+
+
+def test_a_weights_gemm_is_keyed_by_its_strides_too():
+    from tpdecode import torch as tpd_torch
+
+    buf = torch.zeros(32, 128, dtype=torch.bfloat16)
+    a, b = buf[:, :64], buf.view(-1)[: 32 * 64].view(32, 64)  # one address and shape, other row strides
+    assert a.data_ptr() == b.data_ptr() and a.shape == b.shape
+    assert tpd_torch._key(a) != tpd_torch._key(b)
 
 
 def test_linear_keeps_a_weights_gemm_only_while_the_weight_lives(monkeypatch):
@@ -322,6 +398,13 @@ def test_the_runner_falls_back_or_raises_what_the_extension_refused(monkeypatch)
     with pytest.raises(tpdecode.NotServed, match="all_reduce: not served"):
         bare.all_reduce(x, x)
     assert bare.path == "none"
+    # An FP8 out of another 1-byte dtype: the extension sees bytes, so the runner refuses it.
+    scale = torch.ones(1)
+    for wrong in (torch.float8_e5m2, torch.uint8, torch.bfloat16):
+        with pytest.raises(TypeError, match="float8_e4m3fn"):
+            bare.ar_norm(x, None, x[0], 1e-6, torch.empty(2, 8, dtype=wrong), x, "static", scale, None)
+    with pytest.raises(tpdecode.NotServed):  # the right dtype reaches the extension
+        bare.ar_norm(x, None, x[0], 1e-6, torch.empty(2, 8, dtype=torch.float8_e4m3fn), x, "static", scale, None)
 
 
 def test_the_torch_fallback_refuses_what_its_math_would_broadcast():

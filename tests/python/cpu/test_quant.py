@@ -54,6 +54,8 @@ def test_quant_arguments():
         _quant.kind_of(torch.tensor([0.5, 1.0]))
     with pytest.raises(ValueError, match="quant="):
         _quant.kind_of("fp8")
+    with pytest.raises(TypeError, match="float16"):  # a dtype error is a TypeError (tpdecode.errors)
+        _quant.kind_of(torch.tensor([0.5], dtype=torch.float16))
 
 
 @pytest.mark.parametrize("device", DEVICES)
