@@ -29,6 +29,9 @@ struct LogitsEpilogue {
 // Rounding: the GEMM rounds once to BF16 (as cuBLAS); the epilogue reads that
 // BF16 value, computes cap and scale in FP32 (tanhf) and rounds once more to BF16.
 // With no cap and scale 1 the epilogue is an exact copy.
+// InvalidArgument, before anything is launched: a buffer of another shape or dtype,
+// out over any other operand (or gathered over hidden), a cap or scale that is not
+// finite (a cap must be >= 0), more than 65535 rows.
 void draft_logits(DecodeGemm& head, const TensorView& hidden, const TensorView& shard, const LogitsGather& gather,
                   const TensorView& gathered, const LogitsEpilogue& epilogue, const TensorView& out,
                   cudaStream_t stream);

@@ -8,6 +8,8 @@
 
 namespace tpdecode {
 
+inline constexpr int64_t kLogitsMaxRows = 65535;  // one row per grid y index
+
 struct LogitsEpilogueParams {
   const void* in;     // [rows, in_stride] bf16 (the gathered logits)
   void* out;          // [rows, out_stride] bf16

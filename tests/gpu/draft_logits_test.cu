@@ -79,6 +79,13 @@ TEST(DraftLogits, BadBuffersAreRefused) {
   EXPECT_THROW(draft_logits(head, xv, sv, {}, TensorView::bf16(out.get(), 2, 256), {200, 0, 1},
                             TensorView::bf16(out.get(), 2, 200), nullptr),
                InvalidArgument);
+  // A cap or scale that is not finite (an infinite cap would give 0 * inf = NaN).
+  const TensorView ov = TensorView::bf16(out.get(), 2, 200);
+  EXPECT_THROW(draft_logits(head, xv, sv, {}, sv, {200, INFINITY, 1}, ov, nullptr), InvalidArgument);
+  EXPECT_THROW(draft_logits(head, xv, sv, {}, sv, {200, 0, NAN}, ov, nullptr), InvalidArgument);
+  // out over the logits it reads: the epilogue's threads would race on them.
+  const TensorView over_shard{shard.get(), DType::kBF16, 2, 200, 256};
+  EXPECT_THROW(draft_logits(head, xv, sv, {}, sv, {200, 0, 1}, over_shard, nullptr), InvalidArgument);
 }
 
 }  // namespace
