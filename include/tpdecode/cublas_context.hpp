@@ -25,7 +25,8 @@ class CublasContext {
   CublasContext& operator=(const CublasContext&) = delete;
 
   // out[M, N] = x[M, K] * w[N, K]^T: BF16 operands, FP32 compute, BF16 out, with
-  // cuBLAS's default algorithm (cublasGemmEx). Any row strides are accepted.
+  // cuBLAS's default algorithm (cublasGemmEx). Any row strides are accepted, sizes and
+  // strides up to 2^31 - 1 (InvalidArgument above: its 32-bit arguments).
   void gemm(const TensorView& x, const TensorView& w, const TensorView& out, cudaStream_t stream);
 
   // The same product with cublasLtMatmul and a given algorithm.

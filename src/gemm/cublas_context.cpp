@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include <algorithm>
+#include <limits>
 
 #include "core/check.hpp"
 #include "gemm/gemm_tactic.hpp"
@@ -112,6 +113,9 @@ void CublasContext::gemm(const TensorView& x, const TensorView& w, const TensorV
   // Why: cublasSetStream resets the workspace to cuBLAS's pool, which would allocate
   // under graph capture; our own workspace is set again after it, every call.
   check_cublas(cublasSetWorkspace(impl_->handle, impl_->workspace.get(), impl_->workspace_bytes), "set workspace");
+  // Why: cublasGemmEx takes 32-bit sizes and leading dimensions.
+  for (int64_t v : {w.rows, x.rows, x.cols, w.row_stride, x.row_stride, out.row_stride})
+    check(v <= std::numeric_limits<int>::max(), "cublas gemm: a size or row stride of {} (at most 2^31 - 1)", v);
   const float alpha = 1.0f;
   const float beta = 0.0f;
   check_cublas(cublasGemmEx(impl_->handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows), static_cast<int>(x.rows),
