@@ -71,7 +71,9 @@ class DecodeGemm {
   GemmPath path(const TensorView& x, const TensorView& out) const;
 
   // out[M, N] = x[M, K] * W^T on `stream`. x: [M, K] bf16, out: [M, N] bf16 (any
-  // row stride >= cols; strided or misaligned operands run on cuBLAS). An eager
+  // row stride >= cols; strided or misaligned operands run on cuBLAS, but in
+  // batch-invariant mode, where 1 .. kGemmMaxRows rows must run its order:
+  // InvalidArgument, as for an order not prepared on the current device). An eager
   // call prepares a new bucket (see prepare); a call under stream capture never
   // does. out may not overlap x or the weight (InvalidArgument). Returns the path
   // taken.

@@ -77,12 +77,14 @@ def _run(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], ba
         if rows.shape[0] == 0:  # no row to keep invariant (and nothing for torch.cat)
             return F.linear(x, weight, bias)
         gemm = _gemm_for(weight, True)
+        # Why contiguous and aligned: the batch-invariant DecodeGemm refuses other rows
+        # (cuBLAS would give them other bits than its order's).
+        rows = rows.contiguous()
+        if rows.data_ptr() % 16:
+            rows = rows.clone()
         if _rows_served(gemm, rows[:1], weight, bias):
             # The batch-invariant DecodeGemm: one summation order at every row count,
             # so calls of more rows than it takes run as calls of at most max_rows.
-            # Why contiguous: a strided x would run cuBLAS inside the DecodeGemm, so
-            # a row's bits would depend on the layout of the batch.
-            rows = rows.contiguous()
             y = torch.cat([gemm(rows[i : i + gemm.max_rows]) for i in range(0, rows.shape[0], gemm.max_rows)])
             y = y.view(*x.shape[:-1], weight.shape[0])
             return y if bias is None else y.add_(bias)

@@ -364,7 +364,11 @@ bool DecodeGemm::engine_takes(const TensorView& x) const { return engine_eligibl
 
 GemmPath DecodeGemm::run(const TensorView& x, const TensorView& out, cudaStream_t stream) {
   check_operands(x, out);
+  // Why: in batch-invariant mode cuBLAS in place of the order would give the rows
+  // other bits, silently.
+  const bool keeps_order = invariant_ && x.rows >= 1 && x.rows <= kGemmMaxRows;
   if (!engine_takes(x)) {
+    check(!keeps_order, "decode_gemm: batch-invariant mode takes x contiguous and 16-byte aligned ({})", x.describe());
     cublas_->gemm(x, weight_, out, stream);
     return GemmPath::kCublas;
   }
@@ -373,6 +377,8 @@ GemmPath DecodeGemm::run(const TensorView& x, const TensorView& out, cudaStream_
   const bool stored = prepared(m);
   const GemmDecision d = stored ? *decisions_[gemm_m_bucket(m)] : unprepared_decision(m);
   const GemmPath p = runnable(d, x, out, stored);
+  check(!keeps_order || p == d.path, "decode_gemm: the batch-invariant order ({}) is not prepared on this device",
+        describe(d));
   const CUtensorMap* map = p == d.path ? maps_->find(d) : nullptr;
   launch_path(p == d.path ? d : cublas_decision(), weight_, x, out, *cublas_, pdl_, stream, map);
   return p;

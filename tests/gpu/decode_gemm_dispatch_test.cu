@@ -443,8 +443,13 @@ TEST(DecodeGemm, BatchInvariantRowsKeepTheirBits) {
     if (path == GemmPath::kWarpSplitK) EXPECT_EQ(warp_tensor_map(gemm.decision(1)), row_tiles == 1);  // its faster form
     EXPECT_THROW(gemm.force(4, warp_decision(1)), InvalidArgument);
     expect_rows_keep_their_bits(gemm, p);
+    // Rows 2 K apart: cuBLAS would take them, with other bits than the order's.
+    const TensorView strided{p.x.get(), DType::kBF16, 2, k, 2 * k};
+    DeviceBuffer two(static_cast<std::size_t>(2 * n) * 2);
+    EXPECT_THROW(gemm.run(strided, TensorView::bf16(two.get(), 2, n), nullptr), InvalidArgument);
     gemm.set_batch_invariant(false);
     EXPECT_FALSE(gemm.prepared(4));
+    EXPECT_EQ(gemm.run(strided, TensorView::bf16(two.get(), 2, n), nullptr), GemmPath::kCublas);
   }
   // A weight neither engine takes is refused.
   DeviceBuffer w(256 * 1000 * 2);

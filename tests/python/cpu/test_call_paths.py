@@ -91,6 +91,26 @@ def test_batch_invariant_forward_runs_linear_batch_invariant():
     assert forward(x[:0]).shape == (0, 32)  # no rows: F.linear's empty result
 
 
+def test_batch_invariant_linear_gives_its_gemm_aligned_contiguous_rows(monkeypatch):
+    from tpdecode import torch as tpd_torch
+
+    module, gemm, _ = routed(bias=False)
+    seen = []
+
+    class Recording(FakeGemm):
+        def __call__(self, x):
+            seen.append((x.is_contiguous(), x.data_ptr() % 16))
+            return super().__call__(x)
+
+    monkeypatch.setattr(tpd_torch, "_gemm_for", lambda weight, batch_invariant=False: Recording(weight))
+    base = torch.randn(3 * 64 + 8).to(torch.bfloat16)
+    with torch.inference_mode():
+        for x in (base[1 : 1 + 3 * 64].view(3, 64), base[: 3 * 64].view(64, 3).t()):  # misaligned; strided
+            seen.clear()
+            y = tpd_torch.linear(x, module.weight, batch_invariant=True)
+            assert seen == [(True, 0)] and torch.equal(y, torch.nn.functional.linear(x, module.weight))
+
+
 class FakeRunner:
     """The team's runner (team._Runner): records the eager calls the Communicator makes,
     or raises NotServed as the extension does for a call it does not take."""
