@@ -1,5 +1,8 @@
 #include "program/team_mlp_block_launches.hpp"
 
+#include <fmt/format.h>
+
+#include "comm/rules.hpp"
 #include "core/check.hpp"
 #include "core/silu_mul_launch.hpp"
 #include "team/team_internals.hpp"
@@ -9,6 +12,14 @@ namespace tpdecode::program {
 TeamMlpBlockLaunches::TeamMlpBlockLaunches(Team& team, std::span<const TeamMlpBlock::Weights> weights,
                                            std::span<const TeamMlpBlock::Buffers> buffers,
                                            std::span<const MlpBlockScratch> scratch, int m) {
+  // Why here: at run() the o-projections would be queued before the norm refused.
+  for (std::size_t i = 0; i < weights.size(); ++i)
+    for (bool post : {true, false}) try {
+        check_ar_norm(norm_io(weights[i], buffers[i], scratch[i], post));
+      } catch (const InvalidArgument& e) {
+        throw InvalidArgument(fmt::format("team mlp block, the launch form (driven rank {}, {} norm): {}", i,
+                                          post ? "post" : "next", e.what()));
+      }
   CommConfig config;
   config.hidden = buffers[0].residual.cols;
   config.rows_cap = m;
@@ -48,18 +59,21 @@ TeamMlpBlockLaunches::TeamMlpBlockLaunches(Team& team, std::span<const TeamMlpBl
 
 TeamMlpBlockLaunches::~TeamMlpBlockLaunches() = default;
 
+ArNormIo TeamMlpBlockLaunches::norm_io(const TeamMlpBlock::Weights& w, const TeamMlpBlock::Buffers& b,
+                                       const MlpBlockScratch& s, bool post) {
+  ArNormIo a;
+  a.x = post ? (w.o_proj.data ? s.o : b.attn) : s.y;
+  a.residual = b.residual;
+  a.weight = post ? w.post_norm : w.next_norm;
+  a.eps = w.eps;
+  a.out = post ? s.h : (w.qkv.data ? s.h2 : b.out);
+  a.residual_out = b.residual;
+  return a;
+}
+
 std::vector<ArNormIo> TeamMlpBlockLaunches::norm_io(bool post) const {
   std::vector<ArNormIo> io;
-  for (const Rank& r : ranks_) {
-    ArNormIo a;
-    a.x = post ? (r.o_proj.gemm ? r.s.o : r.b.attn) : r.s.y;
-    a.residual = r.b.residual;
-    a.weight = post ? r.w.post_norm : r.w.next_norm;
-    a.eps = r.w.eps;
-    a.out = post ? r.s.h : (r.qkv.gemm ? r.s.h2 : r.b.out);
-    a.residual_out = r.b.residual;
-    io.push_back(a);
-  }
+  for (const Rank& r : ranks_) io.push_back(norm_io(r.w, r.b, r.s, post));
   return io;
 }
 

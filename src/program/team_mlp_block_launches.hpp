@@ -21,9 +21,11 @@ namespace tpdecode::program {
 
 class TeamMlpBlockLaunches {
  public:
-  // Per driven rank its checked weights, buffers and scratch (TeamMlpBlock's). Builds
-  // a TpComm of its own for H and m rows (collective over the team), copies the GEMM
-  // weights and decides each GEMM's path for m rows; host only, before any capture.
+  // Per driven rank its checked weights, buffers and scratch (TeamMlpBlock's). Checks
+  // the norms' operands as the team's ar_norm takes them (InvalidArgument naming the
+  // driven rank, before anything collective), builds a TpComm of its own for H and m
+  // rows (collective over the team), copies the GEMM weights and decides each GEMM's
+  // path for m rows; host only, before any capture.
   TeamMlpBlockLaunches(Team& team, std::span<const TeamMlpBlock::Weights> weights,
                        std::span<const TeamMlpBlock::Buffers> buffers, std::span<const MlpBlockScratch> scratch, int m);
   ~TeamMlpBlockLaunches();
@@ -46,6 +48,8 @@ class TeamMlpBlockLaunches {
   };
   // A norm's TpComm call (the post norm's or the next's), per driven rank.
   std::vector<ArNormIo> norm_io(bool post) const;
+  static ArNormIo norm_io(const TeamMlpBlock::Weights& w, const TeamMlpBlock::Buffers& b, const MlpBlockScratch& s,
+                          bool post);
 
   std::unique_ptr<TpComm> comm_;
   std::vector<Rank> ranks_;

@@ -219,6 +219,30 @@ TEST(TeamMlpBlock, Refusals) {
           "rank 1 reads what rank 0 writes");
 }
 
+// The launch form refuses at build what its norms (the team's ar_norm) would refuse
+// at every run after the first GEMMs were queued: H 4104, a multiple of 8 but not of 64.
+TEST(TeamMlpBlock, TheLaunchFormRefusesAtBuildWhatItsNormsDoNotTake) {
+  TPD_REQUIRE_GPU();
+  constexpr int kTp = 2, kM = 2;
+  constexpr int64_t h = 4104, inter = 64;
+  LocalTeam team(kTp);
+  DeviceBuffer g(h * 2), gu(2 * inter * h * 2), d(h * inter * 2);
+  std::vector<DeviceBuffer> io;
+  std::vector<TeamMlpBlock::Weights> w;
+  std::vector<TeamMlpBlock::Buffers> b;
+  for (int i = 0; i < kTp; ++i) {
+    for (int j = 0; j < 3; ++j) io.emplace_back(static_cast<std::size_t>(kM * h) * 2);
+    w.push_back({{}, view(g, 1, h), view(gu, 2 * inter, h), view(d, h, inter), view(g, 1, h), {}, kEps});
+    b.push_back({view(io[io.size() - 3], kM, h), view(io[io.size() - 2], kM, h), view(io.back(), kM, h)});
+  }
+  try {
+    TeamMlpBlock block(team, w, b, kM, TeamMlpBlock::Form::kLaunches);
+    ADD_FAILURE() << "built";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("driven rank 0"), std::string::npos) << e.what();
+  }
+}
+
 // A norm's share above what a rank's CTAs hold (8 ranks on one GPU, 16 CTAs each;
 // H 7168 at 16 rows: 56 pieces x 16 rows a CTA, 512 served): the program is
 // Unavailable; at 9 rows it is served.
