@@ -152,6 +152,8 @@ struct CommConfig {
   // next pushes (src/comm/protocol.hpp); kept to measure what the fence costs
   // (docs/performance.md) and for callers who want the belt and braces.
   bool system_fence = false;
+
+  bool operator==(const CommConfig&) const = default;
 };
 
 class TpComm {

@@ -34,6 +34,7 @@ constexpr bool supported_team_size(int n) { return n == 1 || n == 2 || n == 4 ||
 
 struct RankContext;     // per driven rank: what kernel launchers need (private to the library)
 class SymmetricBuffer;  // one symmetric allocation (private to the library)
+class TpComm;           // comm.hpp
 namespace detail {
 struct TeamInternals;  // the library's own access to a team (private to the library)
 }
@@ -158,6 +159,9 @@ class Team {
   // rank) first. Why a vector of a type declared only: it is complete wherever a
   // member of the vector is used (the library's own code).
   std::vector<SymmetricBuffer> buffers_;
+  // The TpComms the library's own objects share (TeamInternals::shared_comm),
+  // released first by release_all().
+  std::vector<std::unique_ptr<TpComm>> shared_comms_;
 };
 
 }  // namespace tpdecode

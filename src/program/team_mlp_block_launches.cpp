@@ -23,7 +23,7 @@ TeamMlpBlockLaunches::TeamMlpBlockLaunches(Team& team, std::span<const TeamMlpBl
   CommConfig config;
   config.hidden = buffers[0].residual.cols;
   config.rows_cap = m;
-  comm_ = std::make_unique<TpComm>(team, config);
+  comm_ = &shared_comm(team, config);  // one for the team's blocks of this H and m
   // The weights may still be written on the caller's streams.
   TPD_CUDA(cudaDeviceSynchronize());
   for (std::size_t i = 0; i < weights.size(); ++i) {

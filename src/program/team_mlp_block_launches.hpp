@@ -23,9 +23,10 @@ class TeamMlpBlockLaunches {
  public:
   // Per driven rank its checked weights, buffers and scratch (TeamMlpBlock's). Checks
   // the norms' operands as the team's ar_norm takes them (InvalidArgument naming the
-  // driven rank, before anything collective), builds a TpComm of its own for H and m
-  // rows (collective over the team), copies the GEMM weights and decides each GEMM's
-  // path for m rows; host only, before any capture.
+  // driven rank, before anything collective), takes the team's shared TpComm for H
+  // and m rows (shared_comm: made by the first such block, collective over the team),
+  // copies the GEMM weights and decides each GEMM's path for m rows; host only,
+  // before any capture.
   TeamMlpBlockLaunches(Team& team, std::span<const TeamMlpBlock::Weights> weights,
                        std::span<const TeamMlpBlock::Buffers> buffers, std::span<const MlpBlockScratch> scratch, int m);
   ~TeamMlpBlockLaunches();
@@ -51,7 +52,7 @@ class TeamMlpBlockLaunches {
   static ArNormIo norm_io(const TeamMlpBlock::Weights& w, const TeamMlpBlock::Buffers& b, const MlpBlockScratch& s,
                           bool post);
 
-  std::unique_ptr<TpComm> comm_;
+  TpComm* comm_ = nullptr;  // the team's (shared_comm), kept as long as the team
   std::vector<Rank> ranks_;
   std::vector<ArNormIo> post_io_, next_io_;  // norm_io's, made once
   std::vector<cudaStream_t> team_streams_;   // the team's, per driven rank

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "core/check.hpp"
+#include "tpdecode/comm.hpp"
 #include "team/error_record.hpp"
 #include "team/fill.hpp"
 #include "team/rank_context.hpp"
@@ -101,6 +102,7 @@ void Team::init_contexts(const std::vector<RankContext>& contexts, bool shares_m
 }
 
 void Team::release_all() {
+  shared_comms_.clear();  // before the memory their mailboxes use
   for (SymmetricBuffer& b : buffers_) free_symmetric(b.local_);
   buffers_.clear();
   if (errors_host_) cudaFreeHost(errors_host_);
@@ -135,6 +137,13 @@ SymmetricBuffer TeamInternals::allocate(Team& team, std::size_t bytes, uint32_t 
   team.barrier(team.barrier_limit_);
   team.buffers_.push_back(b);
   return b;
+}
+
+TpComm& TeamInternals::shared_comm(Team& team, const CommConfig& config) {
+  for (const std::unique_ptr<TpComm>& c : team.shared_comms_)
+    if (c->config() == config) return *c;
+  team.shared_comms_.push_back(std::make_unique<TpComm>(team, config));
+  return *team.shared_comms_.back();
 }
 
 int TeamInternals::take_epoch_counter(Team& team) {

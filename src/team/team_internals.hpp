@@ -9,6 +9,7 @@
 
 #include "team/rank_context.hpp"
 #include "team/symmetric_buffer.hpp"
+#include "tpdecode/comm.hpp"
 #include "tpdecode/team.hpp"
 
 namespace tpdecode {
@@ -18,6 +19,7 @@ struct TeamInternals {
   static const RankContext& rank_context(const Team& team, int driven);
   static SymmetricBuffer allocate(Team& team, std::size_t bytes, uint32_t fill_word);
   static int take_epoch_counter(Team& team);
+  static TpComm& shared_comm(Team& team, const CommConfig& config);
 };
 }  // namespace detail
 
@@ -36,5 +38,14 @@ inline SymmetricBuffer allocate_symmetric_buffer(Team& team, std::size_t bytes, 
 
 // An epoch counter in the control block, for one mailbox (same order on every rank).
 inline int take_epoch_counter(Team& team) { return detail::TeamInternals::take_epoch_counter(team); }
+
+// A TpComm of `config` the team keeps for the library's objects to share (the MLP
+// blocks of a model's layers): the one made for an equal config before, else a new
+// one (collective: every rank asks for the same configs in the same order; host
+// only, before any capture). Why: each TpComm takes 3 of the team's 63 mailbox
+// epoch counters and its memory for as long as the team lives.
+inline TpComm& shared_comm(Team& team, const CommConfig& config) {
+  return detail::TeamInternals::shared_comm(team, config);
+}
 
 }  // namespace tpdecode

@@ -7,6 +7,7 @@
 // and a graph's replays give the same bits; the default form; refusals.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <optional>
 #include <random>
 #include <span>
@@ -217,6 +218,30 @@ TEST(TeamMlpBlock, Refusals) {
   refused([](W&, B& b) { b[1].residual = b[0].residual; }, "one residual for two ranks");
   refused([](W&, B& b) { b[1].attn = TensorView::bf16(b[0].out.data, b[1].attn.rows, b[1].attn.cols); },
           "rank 1 reads what rank 0 writes");
+}
+
+// A model's layers as launch-form blocks on one team: they share one TpComm (3 of the
+// team's 63 mailboxes), so 30 blocks build where a TpComm each ran out at the 22nd;
+// the first and the last give the reference.
+TEST(TeamMlpBlock, AModelsLayersShareTheLaunchFormsComm) {
+  TPD_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  constexpr int kTp = 2, kM = 3, kLayers = 30;
+  LocalTeam team(kTp);
+  ShardedBlock block(kTp, kM, true, true, rng);
+  const std::vector<TeamMlpBlock::Weights> weights = block.weights();
+  const std::vector<TeamMlpBlock::Buffers> buffers = block.buffers();
+  std::vector<std::unique_ptr<TeamMlpBlock>> layers;
+  for (int l = 0; l < kLayers; ++l)
+    layers.push_back(std::make_unique<TeamMlpBlock>(team, weights, buffers, kM, TeamMlpBlock::Form::kLaunches));
+  const auto [outs, stream] = block.reference();
+  for (const TeamMlpBlock* layer : {layers.front().get(), layers.back().get()}) {
+    block.restart();
+    layer->run();
+    team.synchronize();
+    for (int i = 0; i < kTp; ++i)
+      EXPECT_LT(relative_error(block.out(i), outs[static_cast<std::size_t>(i)]), 1e-2) << "rank " << i;
+  }
 }
 
 // The launch form refuses at build what its norms (the team's ar_norm) would refuse
