@@ -97,8 +97,10 @@ class Team {
   // has seen yet. `also`: streams of driven rank 0's GPU that the caller's calls (or
   // graphs of them) ran on, where those are not the team's: the team does not see
   // them. A stream that does not drain in time (an NCCL collective waiting on a rank
-  // that is gone) raises TimeoutError; on the NCCL team its communicator is aborted
-  // first, and the team is then unusable (TeamBroken): build a new one.
+  // that is gone, a kernel that never ends) raises what a rank recorded (TimeoutError)
+  // where one did, else TeamBroken: the team is unusable
+  // (reset() cannot reach what still runs), build a new one; on the NCCL team its
+  // communicator is aborted first, which ends its kernels.
   void synchronize(std::chrono::milliseconds limit = std::chrono::milliseconds(0),
                    std::span<const cudaStream_t> also = {});
 
@@ -125,8 +127,8 @@ class Team {
   // Backend: every rank reaches this point before any goes on, within `limit`;
   // throws TeamBroken otherwise.
   virtual void barrier(std::chrono::milliseconds limit) = 0;
-  // Backend: a driven rank's stream did not drain in time. The NCCL team aborts its
-  // communicator (ending its kernels) and throws TeamBroken.
+  // Backend: a driven rank's stream did not drain in time: throws TeamBroken (the
+  // NCCL team aborts its communicator first, ending its kernels).
   virtual void on_stuck(int driven, const std::string& what) = 0;
   // Called by the backend's constructor once the driven ranks are known.
   void init_contexts(const std::vector<RankContext>& contexts, bool shares_memory);

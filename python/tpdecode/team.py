@@ -290,7 +290,8 @@ class Team:
     def synchronize(self, timeout_s: Optional[float] = None) -> None:
         """Waits for this rank's work (at most ``timeout_s``, default the team's
         timeout + 1 s), then raises tpdecode.TimeoutError if any rank failed, a
-        peer's timeout included."""
+        peer's timeout included; tpdecode.TeamBroken where the work did not drain in
+        time and no rank recorded a failure (build a new team)."""
         self._handle.synchronize(0 if timeout_s is None else max(1, int(timeout_s * 1000)),
                                  _caller_stream(self._handle.device))
 

@@ -205,7 +205,7 @@ void Team::synchronize(std::chrono::milliseconds limit, std::span<const cudaStre
         "{} did not drain within {} ms (a collective waits on a rank that does not arrive)", stuck, limit.count());
     check_errors();
     on_stuck(i, what);
-    throw TimeoutError(what);
+    throw TeamBroken(what);  // a backend's on_stuck throws it first
   }
   check_errors();
   for (int i = 0; i < driven(); ++i)
