@@ -9,6 +9,7 @@
 #include "comm/rules.hpp"
 #include "comm/stock.hpp"
 #include "core/check.hpp"
+#include "team/rank_streams.hpp"
 #include "team/team_internals.hpp"
 #include "tpdecode/comm.hpp"
 
@@ -75,9 +76,10 @@ class TpComm::Impl {
 
   const CommLimits& limits() const { return limits_; }
 
-  void begin(std::size_t ios, std::size_t streams, const char* op) const {
-    check(static_cast<int>(ios) == team_.driven() && static_cast<int>(streams) == team_.driven(),
-          "{}: {} argument sets and {} streams for {} driven ranks", op, ios, streams, team_.driven());
+  void begin(std::size_t ios, std::span<const cudaStream_t> streams, const char* op) const {
+    check(static_cast<int>(ios) == team_.driven() && static_cast<int>(streams.size()) == team_.driven(),
+          "{}: {} argument sets and {} streams for {} driven ranks", op, ios, streams.size(), team_.driven());
+    check_distinct_streams(streams, op);
     team_.check_errors();
   }
 
@@ -255,7 +257,7 @@ void run_plan(const CommPlan& plan, std::span<const Io> io, Run run) {
 }  // namespace
 
 CommResult TpComm::all_reduce(std::span<const AllReduceIo> io, std::span<const cudaStream_t> streams) {
-  impl_->begin(io.size(), streams.size(), "all_reduce");
+  impl_->begin(io.size(), streams, "all_reduce");
   for (const AllReduceIo& a : io) check_all_reduce(a);
   check_same_shapes(io, [](const AllReduceIo& a) { return std::pair(a.x.rows, a.x.cols); }, "all_reduce");
   CommPlan plan = tpdecode::plan_all_reduce(impl_->limits(), config_.algorithm, io[0].x.rows, io[0].x.cols, false);
@@ -271,7 +273,7 @@ CommResult TpComm::all_reduce(std::span<const AllReduceIo> io, std::span<const c
 }
 
 CommResult TpComm::ar_norm(std::span<const ArNormIo> io, std::span<const cudaStream_t> streams) {
-  impl_->begin(io.size(), streams.size(), "ar_norm");
+  impl_->begin(io.size(), streams, "ar_norm");
   for (const ArNormIo& a : io) check_ar_norm(a);
   check_same_shapes(io, [](const ArNormIo& a) { return std::tuple(a.x.rows, a.x.cols, a.quant); }, "ar_norm");
   CommPlan plan = tpdecode::plan_all_reduce(impl_->limits(), config_.algorithm, io[0].x.rows, io[0].x.cols, true);
@@ -287,7 +289,7 @@ CommResult TpComm::ar_norm(std::span<const ArNormIo> io, std::span<const cudaStr
 }
 
 CommResult TpComm::gather(std::span<const GatherIo> io, std::span<const cudaStream_t> streams) {
-  impl_->begin(io.size(), streams.size(), "gather");
+  impl_->begin(io.size(), streams, "gather");
   check_same_shapes(io, [](const GatherIo& g) { return std::tuple(g.shard.rows, g.shard.cols, g.shard.dtype); },
                     "gather");
   for (const GatherIo& g : io) check_gather(g, team_.size());

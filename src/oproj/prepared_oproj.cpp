@@ -9,6 +9,7 @@
 #include "gemm/gemm_paths.hpp"
 #include "oproj/oproj_kernels.hpp"
 #include "oproj/oproj_rules.hpp"
+#include "team/rank_streams.hpp"
 #include "team/team_internals.hpp"
 #include "tpdecode/decode_gemm.hpp"
 #include "tpdecode/device_buffer.hpp"
@@ -190,6 +191,7 @@ class PreparedOproj::Impl {
           oproj_epilogue_name(limits_.epilogue));
     check(static_cast<int>(io.size()) == team_.driven() && static_cast<int>(streams.size()) == team_.driven(),
           "oproj: {} argument sets and {} streams for {} driven ranks", io.size(), streams.size(), team_.driven());
+    check_distinct_streams(streams, "oproj");
     for (const Io& a : io) check_oproj_io(a, limits_.hidden, limits_.k);
     const int m = static_cast<int>(io[0].x.rows);
     for (const Io& a : io) check(a.x.rows == m, "oproj: driven ranks' calls have different row counts");

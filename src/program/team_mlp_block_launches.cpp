@@ -5,6 +5,7 @@
 #include "comm/rules.hpp"
 #include "core/check.hpp"
 #include "core/silu_mul_launch.hpp"
+#include "team/rank_streams.hpp"
 #include "team/team_internals.hpp"
 
 namespace tpdecode::program {
@@ -81,6 +82,7 @@ void TeamMlpBlockLaunches::run(std::span<const cudaStream_t> given) const {
   check(given.empty() || given.size() == ranks_.size(), "team mlp block: {} streams for the {} ranks this object drives",
         given.size(), ranks_.size());
   const std::span<const cudaStream_t> streams = given.empty() ? std::span<const cudaStream_t>(team_streams_) : given;
+  check_distinct_streams(streams, "team mlp block");  // before the first GEMMs are queued
   auto each = [&](auto stage) {
     for (std::size_t i = 0; i < ranks_.size(); ++i) stage(ranks_[i], streams[i]);
   };

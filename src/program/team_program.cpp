@@ -8,6 +8,7 @@
 #include "core/check.hpp"
 #include "program/program_launch.hpp"
 #include "program/team_binding.hpp"
+#include "team/rank_streams.hpp"
 #include "team/team_internals.hpp"
 
 namespace tpdecode {
@@ -70,6 +71,7 @@ void TeamProgram::run(std::span<const cudaStream_t> streams) const {
   const Impl& p = *impl_;
   check(streams.empty() || static_cast<int>(streams.size()) == p.team->driven(),
         "team program: {} streams for the {} ranks this object drives", streams.size(), p.team->driven());
+  check_distinct_streams(streams, "team program");
   for (int i = 0; i < p.team->driven(); ++i)
     p.programs[static_cast<std::size_t>(i)]->run(
         streams.empty() ? p.team->stream(i) : streams[static_cast<std::size_t>(i)], p.pdl[static_cast<std::size_t>(i)]);

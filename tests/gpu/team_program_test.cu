@@ -273,6 +273,11 @@ TEST(TeamProgram, Refusals) {
   std::vector<std::vector<GemmProgram::Op>> folded = layer.ops();
   for (auto& ops : folded) ops[1].norm.folded = true;
   EXPECT_THROW(TeamProgram(team, folded, 2), InvalidArgument);
+  // One stream for both ranks: rank 1 would queue behind rank 0's wait for it.
+  const TeamProgram program(team, layer.ops(), 2);
+  const std::vector<cudaStream_t> shared = {team.stream(0), team.stream(0)};
+  EXPECT_THROW(program.run(shared), InvalidArgument);
+  team.check_errors();  // nothing ran
 }
 
 }  // namespace
