@@ -173,7 +173,8 @@ class TpComm {
   const CommConfig& config() const { return config_; }
   void set_algorithm(CommAlgorithm a) { config_.algorithm = a; }
 
-  // One call for every driven rank: io[i] and streams[i] belong to driven rank i.
+  // One call for every driven rank: io[i] and streams[i] belong to driven rank i (a
+  // stream of its own each).
   // Throws InvalidArgument (shapes, dtype, alignment, an output overlapping another
   // operand but for the in-place forms above: checked before anything is
   // launched), CapacityError (rows above the stock path's buffers) and TimeoutError

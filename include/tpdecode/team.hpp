@@ -79,7 +79,8 @@ class Team {
   // Driven ranks on driven rank 0's GPU, whose kernels run there at once (a local
   // team's: all of them; DecodeGemm::set_sharing).
   int ranks_sharing_gpu() const;
-  // A stream the team made for a driven rank (any stream of that device works).
+  // A stream the team made for a driven rank (any stream of that device works, one
+  // per driven rank: a call given one stream for two raises InvalidArgument).
   cudaStream_t stream(int driven = 0) const;
   // Whether every rank reaches every other rank's memory by loads and stores (one
   // GPU, or one NVLink domain): the mailbox collectives need it; without it every
