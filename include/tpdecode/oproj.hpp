@@ -129,15 +129,17 @@ struct OprojOptions {
   std::vector<int> rows;          // row counts to prepare at construction (others: prepare())
   std::optional<OprojKind> kind;  // force a kind where it serves (else kUnfused, with why); empty: the rule table
   // The unfused path's GEMM context per driven rank (shared with the caller's other
-  // GEMMs on that rank's stream); empty: a private one per driven rank.
+  // GEMMs on that rank's stream; not with another driven rank's); empty: a private
+  // one per driven rank.
   std::vector<std::shared_ptr<CublasContext>> cublas;
 };
 
 class PreparedOproj {
  public:
   // weights[i]: driven rank i's o_proj shard [H, K] bf16 (contiguous, 16-byte
-  // aligned; it must outlive this object). Collective (every rank, same order);
-  // before any capture.
+  // aligned; it must outlive this object). `comm` holds H columns and the mailbox's
+  // rows (InvalidArgument otherwise). Collective (every rank, same order); before any
+  // capture.
   PreparedOproj(TpComm& comm, std::shared_ptr<OprojMailbox> mailbox, std::span<const TensorView> weights,
                 OprojEpilogue epilogue, const OprojOptions& options = {});
   ~PreparedOproj();

@@ -101,6 +101,11 @@ class PreparedOproj::Impl {
           team_.driven());
     check(o.cublas.empty() || static_cast<int>(o.cublas.size()) == team_.driven(),
           "oproj: {} GEMM contexts for {} driven ranks", o.cublas.size(), team_.driven());
+    // Why: the driven ranks' GEMMs run at once, and one context's workspace serves one.
+    for (std::size_t i = 0; i < o.cublas.size(); ++i)
+      for (std::size_t j = i + 1; j < o.cublas.size(); ++j)
+        check(!o.cublas[i] || o.cublas[i] != o.cublas[j], "oproj: driven ranks {} and {} were given one GEMM context",
+              i, j);
     const TensorView& w0 = weights[0];
     limits_.team = team_.kind();
     limits_.team_size = team_.size();
@@ -111,6 +116,10 @@ class PreparedOproj::Impl {
     limits_.epilogue = e;
     check(mailbox_->hidden() >= w0.rows, "oproj: weight rows {} (H) exceed the mailbox rows' {}", w0.rows,
           mailbox_->hidden());
+    // Why: the unfused path's all-reduce (+ norm) runs on `comm` with up to rows_cap rows.
+    check(comm.config().hidden >= w0.rows && comm.config().rows_cap >= limits_.rows_cap,
+          "oproj: the TpComm holds {} rows of {} columns, the o-projection needs {} of {}", comm.config().rows_cap,
+          comm.config().hidden, limits_.rows_cap, w0.rows);
     check(ar_norm_hidden_served(w0.rows), "oproj: H = {}: the row epilogues take multiples of 64 up to {}", w0.rows,
           kArNormMaxHidden);
     for (int i = 0; i < team_.driven(); ++i) {

@@ -188,6 +188,29 @@ TEST(Oproj, BindAheadMergedIsTheDirectComputation) {
   }
 }
 
+// A TpComm narrower or shorter than the o-projection's rows, and one GEMM context for
+// two driven ranks (their GEMMs run at once), are refused at construction.
+TEST(Oproj, ACommOrGemmContextThatDoesNotFitIsRefused) {
+  TPD_REQUIRE_GPU();
+  LocalTeam team(2);
+  auto box = mailbox(team, 1024);
+  OprojCase c(team, {1, 1024, 256, OprojEpilogue::kArNorm}, test::fresh_seed());
+  TpComm narrow = make_comm(team, 512);
+  EXPECT_THROW(PreparedOproj(narrow, box, c.weights(), OprojEpilogue::kArNorm), InvalidArgument);
+  CommConfig short_rows;
+  short_rows.hidden = 1024;
+  short_rows.rows_cap = 8;  // the mailbox holds 64
+  TpComm shorter(team, short_rows);
+  EXPECT_THROW(PreparedOproj(shorter, box, c.weights(), OprojEpilogue::kArNorm), InvalidArgument);
+  TpComm comm = make_comm(team, 1024);
+  OprojOptions shared;
+  auto context = std::make_shared<CublasContext>();
+  shared.cublas = {context, context};
+  EXPECT_THROW(PreparedOproj(comm, box, c.weights(), OprojEpilogue::kArNorm, shared), InvalidArgument);
+  shared.cublas = {context, std::make_shared<CublasContext>()};
+  EXPECT_NO_THROW(PreparedOproj(comm, box, c.weights(), OprojEpilogue::kArNorm, shared));
+}
+
 // The drafter's o_proj (docs/drafter.md): H 7168, K = 96 heads x 128 / TP.
 TEST(Oproj, DrafterShapes) {
   TPD_REQUIRE_GPU();
