@@ -50,7 +50,7 @@ class NcclTeam final : public Team {
   TeamKind kind() const override { return TeamKind::kNccl; }
   std::string describe() const override;
   // Whether the communicator was aborted (the team is then unusable).
-  bool broken() const { return comm_ == nullptr; }
+  bool broken() const override { return comm_ == nullptr; }
 
   // Stock collectives on `stream` (the enqueue is bounded by the team's timeout).
   void all_reduce_bf16(const void* in, void* out, std::size_t count, cudaStream_t stream) const;

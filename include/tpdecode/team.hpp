@@ -88,8 +88,13 @@ class Team {
   bool shares_memory() const { return shares_memory_; }
 
   // Throws TimeoutError if a call of a driven rank recorded a timeout or found the
-  // team aborted. Cheap: reads host-mapped memory, no synchronisation.
+  // team aborted; TeamBroken once the team is broken(). Cheap: reads host-mapped
+  // memory, no synchronisation.
   void check_errors() const;
+  // Whether the team is unusable (TeamBroken was raised: work that did not drain; on
+  // the NCCL team its communicator aborted): every call raises TeamBroken, build a
+  // new team.
+  virtual bool broken() const { return false; }
   bool has_error() const;
 
   // Waits for every driven rank's stream and for the streams in `also`, at most

@@ -201,6 +201,7 @@ class PreparedOproj::Impl {
     check(static_cast<int>(io.size()) == team_.driven() && static_cast<int>(streams.size()) == team_.driven(),
           "oproj: {} argument sets and {} streams for {} driven ranks", io.size(), streams.size(), team_.driven());
     check_distinct_streams(streams, "oproj");
+    check<TeamBroken>(!team_.broken(), "oproj: {} is broken; build a new team", team_.describe());
     for (const Io& a : io) check_oproj_io(a, limits_.hidden, limits_.k);
     const int m = static_cast<int>(io[0].x.rows);
     for (const Io& a : io) check(a.x.rows == m, "oproj: driven ranks' calls have different row counts");

@@ -83,6 +83,7 @@ void TeamMlpBlockLaunches::run(std::span<const cudaStream_t> given) const {
         given.size(), ranks_.size());
   const std::span<const cudaStream_t> streams = given.empty() ? std::span<const cudaStream_t>(team_streams_) : given;
   check_distinct_streams(streams, "team mlp block");  // before the first GEMMs are queued
+  check<TeamBroken>(!comm_->team().broken(), "team mlp block: {} is broken; build a new team", comm_->team().describe());
   auto each = [&](auto stage) {
     for (std::size_t i = 0; i < ranks_.size(); ++i) stage(ranks_[i], streams[i]);
   };

@@ -72,6 +72,7 @@ void TeamProgram::run(std::span<const cudaStream_t> streams) const {
   check(streams.empty() || static_cast<int>(streams.size()) == p.team->driven(),
         "team program: {} streams for the {} ranks this object drives", streams.size(), p.team->driven());
   check_distinct_streams(streams, "team program");
+  check<TeamBroken>(!p.team->broken(), "team program: {} is broken; build a new team", p.team->describe());
   for (int i = 0; i < p.team->driven(); ++i)
     p.programs[static_cast<std::size_t>(i)]->run(
         streams.empty() ? p.team->stream(i) : streams[static_cast<std::size_t>(i)], p.pdl[static_cast<std::size_t>(i)]);

@@ -161,6 +161,7 @@ bool Team::has_error() const {
 }
 
 void Team::check_errors() const {
+  check<TeamBroken>(!broken(), "{}: unusable since TeamBroken was raised; build a new team", describe());
   for (const auto& c : contexts_)
     if (lamport::ErrorRecord e; read_error_record(c->error_host, &e)) throw TimeoutError(describe_error(e));
 }
@@ -215,6 +216,7 @@ void Team::synchronize(std::chrono::milliseconds limit, std::span<const cudaStre
 }
 
 void Team::reset(std::span<const cudaStream_t> also) {
+  check<TeamBroken>(!broken(), "{}: reset() of a broken team; build a new one", describe());
   const auto until = Clock::now() + default_limit();
   for (int i = 0; i < driven(); ++i)
     if (const std::string stuck = undrained(i, also, until); !stuck.empty())
