@@ -284,7 +284,8 @@ class Team:
     # ---- failures ----
     def check_errors(self) -> None:
         """Raises tpdecode.TimeoutError if a call of this rank recorded a timeout or
-        found the team aborted (cheap: no synchronisation)."""
+        found the team aborted, tpdecode.TeamBroken once the team is unusable (a
+        TeamBroken was raised: build a new team); cheap: no synchronisation."""
         self._handle.check_errors()
 
     def synchronize(self, timeout_s: Optional[float] = None) -> None:
