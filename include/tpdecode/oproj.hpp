@@ -162,8 +162,10 @@ class PreparedOproj {
 
   // One call for every driven rank (io[i], streams[i]: driven rank i). Throws
   // InvalidArgument (shapes, dtypes, alignment, an output over another operand but
-  // for the in-place forms above, the wrong epilogue, m not prepared under
-  // capture), TimeoutError (the team is aborted: every rank must reset()).
+  // for the in-place forms above, the wrong epilogue, m not prepared while a team
+  // stream or a stream of the call captures, one stream for two driven ranks),
+  // TimeoutError (the team is aborted: every rank must reset()), TeamBroken (the
+  // team is broken()).
   OprojResult run(std::span<const OprojArNormIo> io, std::span<const cudaStream_t> streams);
   OprojResult run(std::span<const OprojAttnResIo> io, std::span<const cudaStream_t> streams);
   OprojResult run(const OprojArNormIo& io, cudaStream_t stream) { return run({&io, 1}, {&stream, 1}); }

@@ -43,12 +43,15 @@ OprojMailbox::~OprojMailbox() = default;
 
 namespace {
 
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  TPD_CUDA(cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
 bool any_capturing(const Team& team) {
-  for (int i = 0; i < team.driven(); ++i) {
-    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    TPD_CUDA(cudaStreamIsCapturing(team.stream(i), &status));
-    if (status != cudaStreamCaptureStatusNone) return true;
-  }
+  for (int i = 0; i < team.driven(); ++i)
+    if (capturing(team.stream(i))) return true;
   return false;
 }
 
@@ -205,7 +208,12 @@ class PreparedOproj::Impl {
     for (const Io& a : io) check_oproj_io(a, limits_.hidden, limits_.k);
     const int m = static_cast<int>(io[0].x.rows);
     for (const Io& a : io) check(a.x.rows == m, "oproj: driven ranks' calls have different row counts");
-    if (!prepared(m)) prepare(m);  // throws under capture
+    if (!prepared(m)) {
+      // Why the call's streams too: the caller's, not the team's, may be capturing.
+      for (cudaStream_t s : streams)
+        check(!capturing(s), "oproj: {} rows, not prepared, under stream capture (prepare before capturing)", m);
+      prepare(m);  // throws where a team stream captures
+    }
     team_.check_errors();
     const OprojResult r = plan(m);
     switch (r.kind) {
