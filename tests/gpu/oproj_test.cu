@@ -209,6 +209,18 @@ TEST(Oproj, ACommOrGemmContextThatDoesNotFitIsRefused) {
   EXPECT_THROW(PreparedOproj(comm, box, c.weights(), OprojEpilogue::kArNorm, shared), InvalidArgument);
   shared.cublas = {context, std::make_shared<CublasContext>()};
   EXPECT_NO_THROW(PreparedOproj(comm, box, c.weights(), OprojEpilogue::kArNorm, shared));
+  // A row count not prepared, called on streams of the caller's that capture (the
+  // team's do not): refused, not prepared mid-capture.
+  PreparedOproj op(comm, box, c.weights(), OprojEpilogue::kArNorm);
+  std::vector<cudaStream_t> mine(2);
+  for (cudaStream_t& s : mine) TPD_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  TPD_CUDA(cudaStreamBeginCapture(mine[0], cudaStreamCaptureModeThreadLocal));
+  EXPECT_THROW(op.run(c.ar_norm_io(), mine), InvalidArgument);
+  cudaGraph_t graph;
+  TPD_CUDA(cudaStreamEndCapture(mine[0], &graph));
+  TPD_CUDA(cudaGraphDestroy(graph));
+  EXPECT_FALSE(op.prepared(1));
+  for (cudaStream_t s : mine) TPD_CUDA(cudaStreamDestroy(s));
 }
 
 // The drafter's o_proj (docs/drafter.md): H 7168, K = 96 heads x 128 / TP.
