@@ -29,7 +29,7 @@ import torch
 
 from . import _comm_rules, _lib, _quant
 from .errors import NotServed
-from .team import CommConfig, Team
+from .team import CommConfig, Team, _device_index
 
 
 def _agree(ok: bool, group, device: int) -> bool:
@@ -88,7 +88,7 @@ class Communicator:
         if not dist.is_initialized():
             raise ValueError("torch.distributed is not initialized: call init_process_group first")
         group = dist.group.WORLD if group is None else group
-        dev = torch.cuda.current_device() if device is None else torch.device("cuda", device).index
+        dev = _device_index(device)
         world = dist.get_world_size(group)
         why = _comm_rules.setup_refusal(_capability(dev), world, _nccl_team_available())
         if not _agree(not why, group, dev):
@@ -120,7 +120,8 @@ class Communicator:
         self._team = team
         self._device = team.device
         self._device_index = self._device.index
-        self._lead = team.size if team.kind == "local" else 0
+        # Why not for one rank: its tensors have no leading dimension of ranks (as Team's).
+        self._lead = team.size if team.kind == "local" and team.size > 1 else 0
         capability = _capability(self._device)
         capacity = None if cfg.batch_invariant else cfg.rows * cfg.hidden * 2
         self.max_bytes = _comm_rules.max_bytes(capability, team.size, capacity, max_bytes)

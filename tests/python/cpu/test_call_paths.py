@@ -130,16 +130,16 @@ class FakeRunner:
         self.calls.append((op, args))
 
 
-def local_communicator(monkeypatch, **config):
+def local_communicator(monkeypatch, kind="nccl", size=2, max_bytes=None, **config):
     class FakeTeam:
         pass
 
     team = FakeTeam()
     team._run = FakeRunner()
     team.config = CommConfig(**config)
-    team.device, team.size, team.kind = torch.device("cpu"), 2, "nccl"
+    team.device, team.size, team.kind = torch.device("cpu"), size, kind
     monkeypatch.setattr(communicator, "_capability", lambda device: (9, 0))
-    c = tpdecode.Communicator(_team=team)
+    c = tpdecode.Communicator(max_bytes=max_bytes, _team=team)
     c._device_index = -1  # the CPU's, as Tensor.get_device() gives it
     return c
 
@@ -177,6 +177,15 @@ def test_kept_verdicts_are_call_refusal_for_every_call(monkeypatch):
     c.batch_invariant = False
     assert c.all_reduce(cases[1]) is None  # refused: None, nothing ran
     assert c._team._run.calls == []
+
+
+def test_the_leading_dimension_of_ranks_is_a_local_teams_of_several(monkeypatch):
+    # As Team takes them: [n, ..., columns] on a local team of n > 1, [..., columns] otherwise.
+    x = torch.zeros(4, 1024, dtype=torch.bfloat16)
+    one = local_communicator(monkeypatch, kind="local", size=1, max_bytes=1 << 20, hidden=1024, rows=8)
+    assert one.should_all_reduce(x)  # (one rank has no size cap of its own in the table: given here)
+    two = local_communicator(monkeypatch, kind="local", size=2, hidden=1024, rows=8)
+    assert not two.should_all_reduce(x) and two.should_all_reduce(torch.zeros(2, 4, 1024, dtype=torch.bfloat16))
 
 
 def test_a_misaligned_x_runs_from_an_aligned_copy(monkeypatch):
