@@ -10,6 +10,16 @@ from typing import List, Optional, Sequence, Union
 import torch
 
 from . import _capture, _lib, _ops
+from .team import _Closed
+
+
+def _team_handle(team, what: str):
+    """The extension's team of a tpdecode.Team (ValueError once the team is closed)."""
+    handle = getattr(team, "_handle", None)
+    if handle is None or isinstance(handle, _Closed):
+        raise ValueError(f"{what}: the team is closed")
+    return handle
+
 
 _current_device = _capture.current_device_query()
 
@@ -205,9 +215,7 @@ class TeamProgram(_Program):
 
     def __init__(self, team, ops):
         _not_capturing("TeamProgram")
-        if getattr(team, "_handle", None) is None:
-            raise ValueError("TeamProgram: the team is closed")
-        handle = _lib.module.team_program(team._handle)
+        handle = _lib.module.team_program(_team_handle(team, "TeamProgram"))
         lists = list(ops)
         if handle.driven == 1 and lists and isinstance(lists[0], (Gemm, Norm)):
             lists = [lists]
@@ -297,9 +305,7 @@ class MlpBlock(_Program):
         else:
             if next_norm is None:
                 raise ValueError("MlpBlock: a team block needs next_norm (down's partial is all-reduced into it)")
-            if getattr(team, "_handle", None) is None:
-                raise ValueError("MlpBlock: the team is closed")
-            handle = _lib.module.team_mlp_block(team._handle, *map(_detached, weights), float(eps), _detached(attn),
+            handle = _lib.module.team_mlp_block(_team_handle(team, "MlpBlock"), *map(_detached, weights), float(eps), _detached(attn),
                                                 _detached(residual), _detached(out), form or "")
             self.post_norm_folded = self.next_norm_folded = False
             self.form = "launches" if handle.launches else "program"

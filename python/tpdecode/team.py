@@ -93,8 +93,9 @@ class _Runner:
         self.path = "torch"
 
 
-class _ClosedRunner:
-    """A closed team's runner: its calls raise (the extension's team is released)."""
+class _Closed:
+    """A closed team's runner and handle: every call and field raises (the team's
+    handle is dropped)."""
 
     path = "none"
 
@@ -205,6 +206,8 @@ class Team:
     )
 
     def __repr__(self):
+        if isinstance(self._handle, _Closed):
+            return "tpdecode.Team(closed)"
         return f"tpdecode.Team({self._handle.description}, {self.config})"
 
     @property
@@ -307,9 +310,11 @@ class Team:
         calls queued on the current stream have run (a bounded wait, as
         ``synchronize``; a team that failed is released all the same). Dropping the
         last reference releases it without that wait: synchronize first if calls may
-        still be queued."""
+        still be queued. Programs and blocks built on the team (``TeamProgram``,
+        ``MlpBlock(team=...)``) hold it: its memory goes with the last of them. Every
+        call on a closed team raises RuntimeError."""
         handle = getattr(self, "_handle", None)
-        if handle is None:
+        if handle is None or isinstance(handle, _Closed):
             return
         try:
             handle.synchronize(0, _caller_stream(handle.device))
@@ -318,10 +323,10 @@ class Team:
         self._release()
 
     def _release(self) -> None:
-        if getattr(self, "_handle", None) is not None:
+        handle = getattr(self, "_handle", None)
+        if handle is not None and not isinstance(handle, _Closed):
             _ops.unregister(self._id)
-            self._handle = None
-            self._run = _ClosedRunner()  # the runner holds the extension's team too
+            self._handle = self._run = _Closed()  # the runner holds the extension's team too
 
     __del__ = _release
 

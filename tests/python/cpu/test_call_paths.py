@@ -275,6 +275,11 @@ def test_a_closed_team_releases_its_runner_and_refuses_calls(monkeypatch):
         team.all_reduce(x)
     with pytest.raises(RuntimeError, match="closed"):
         team.ar_norm(x, None, torch.ones(1024, dtype=torch.bfloat16))
+    for field in ("rank", "size", "device", "check_errors", "synchronize", "reset"):  # say so, too
+        with pytest.raises(RuntimeError, match=f"Team.*the team is closed"):
+            attr = getattr(team, field)
+            attr() if callable(attr) else None
+    assert repr(team) == "tpdecode.Team(closed)"
     team.close()  # again: nothing to do
 
 

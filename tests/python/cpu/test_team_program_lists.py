@@ -9,6 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tpdecode import program as P  # noqa: E402
+from tpdecode.team import _Closed  # noqa: E402
 
 
 class FakeProgram:
@@ -106,7 +107,7 @@ def test_refusals_before_any_build(fake):
         P.TeamProgram(FakeTeam(), [bad, layer()])
     assert all(h.built is None for h in module.made)
     closed = FakeTeam()
-    closed._handle = None
+    closed._handle = _Closed()  # what Team.close() leaves
     with pytest.raises(ValueError, match="the team is closed"):
         P.TeamProgram(closed, [layer(), layer()])
 
