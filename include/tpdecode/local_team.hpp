@@ -16,7 +16,6 @@ class LocalTeam final : public Team {
 
   TeamKind kind() const override { return TeamKind::kLocal; }
   std::string describe() const override;
-  bool broken() const override { return broken_; }
 
  private:
   void allocate_symmetric(std::size_t bytes, std::vector<void*>& local, std::vector<PeerPointers>& peers) override;
@@ -24,7 +23,6 @@ class LocalTeam final : public Team {
   void barrier(std::chrono::milliseconds limit) override;
   void on_stuck(int driven, const std::string& what) override;
   int device_;
-  bool broken_ = false;  // a driven rank's work did not drain (on_stuck)
 };
 
 }  // namespace tpdecode

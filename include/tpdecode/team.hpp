@@ -91,9 +91,9 @@ class Team {
   // team aborted; TeamBroken once the team is broken(). Cheap: reads host-mapped
   // memory, no synchronisation.
   void check_errors() const;
-  // Whether the team is unusable (TeamBroken was raised: work that did not drain; on
-  // the NCCL team its communicator aborted): every call raises TeamBroken, build a
-  // new team.
+  // Whether the team is unusable for good (the NCCL team once its communicator was
+  // aborted): every call, reset() and every new collective object raise TeamBroken;
+  // build a new team.
   virtual bool broken() const { return false; }
   bool has_error() const;
 
@@ -104,9 +104,9 @@ class Team {
   // graphs of them) ran on, where those are not the team's: the team does not see
   // them. A stream that does not drain in time (an NCCL collective waiting on a rank
   // that is gone, a kernel that never ends) raises what a rank recorded (TimeoutError)
-  // where one did, else TeamBroken: the team is unusable
-  // (reset() cannot reach what still runs), build a new one; on the NCCL team its
-  // communicator is aborted first, which ends its kernels.
+  // where one did, else TeamBroken. The NCCL team aborts its communicator first, which
+  // ends its kernels, and is broken() from then on: build a new one. A local team is
+  // not: once its work has drained, reset() makes it usable again.
   void synchronize(std::chrono::milliseconds limit = std::chrono::milliseconds(0),
                    std::span<const cudaStream_t> also = {});
 
@@ -134,7 +134,7 @@ class Team {
   // throws TeamBroken otherwise.
   virtual void barrier(std::chrono::milliseconds limit) = 0;
   // Backend: a driven rank's stream did not drain in time: throws TeamBroken (the
-  // NCCL team aborts its communicator first, ending its kernels).
+  // NCCL team aborts its communicator first, ending its kernels, and is broken()).
   virtual void on_stuck(int driven, const std::string& what) = 0;
   // Called by the backend's constructor once the driven ranks are known.
   void init_contexts(const std::vector<RankContext>& contexts, bool shares_memory);

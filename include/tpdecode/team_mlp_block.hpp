@@ -75,7 +75,9 @@ class TeamMlpBlock {
 
   // Runs every driven rank's block on streams[i] (empty: the team's streams), as
   // TeamProgram::run (the launch form: PDL where the team's options allow it and the
-  // rank has its GPU alone).
+  // rank has its GPU alone). Launch-form blocks of one H and row count share the
+  // team's TpComm (above): run them one after another on each rank's stream, as a
+  // model's layers run, never two at once on other streams.
   void run(std::span<const cudaStream_t> streams = {}) const;
 
   Form form() const;

@@ -25,9 +25,17 @@ def unregister(i: int) -> None:
     objects.pop(i, None)
 
 
+def _live(i: int):
+    """What runs a compiled call's op (RuntimeError once its object was closed or freed)."""
+    run = objects.get(i)
+    if run is None:
+        raise RuntimeError(f"tpdecode: a compiled call's team, DecodeGemm or program (id {i}) was closed or freed")
+    return run
+
+
 @torch.library.custom_op("tpdecode::all_reduce", mutates_args=("out",))
 def _all_reduce(x: torch.Tensor, out: torch.Tensor, team: int) -> None:
-    objects[team].all_reduce(x, out)
+    _live(team).all_reduce(x, out)
 
 
 @torch.library.custom_op("tpdecode::ar_norm", mutates_args=("out", "residual_out", "scales"))
@@ -44,24 +52,24 @@ def _ar_norm(
     team: int,
 ) -> None:
     # quant: "none", "static" (scale read) or "group"/"group-ue8m0" (scales written).
-    objects[team].ar_norm(x, residual, weight, eps, out, residual_out, quant, scale, scales)
+    _live(team).ar_norm(x, residual, weight, eps, out, residual_out, quant, scale, scales)
 
 
 @torch.library.custom_op("tpdecode::gather", mutates_args=("out",))
 def _gather(shard: torch.Tensor, out: torch.Tensor, team: int) -> None:
-    objects[team].gather(shard, out)
+    _live(team).gather(shard, out)
 
 
 @torch.library.custom_op("tpdecode::decode_gemm", mutates_args=("out",))
 def _decode_gemm(x: torch.Tensor, out: torch.Tensor, gemm: int) -> None:
-    objects[gemm](x, out)
+    _live(gemm)(x, out)
 
 
 @torch.library.custom_op("tpdecode::program", mutates_args=("writes",))
 def _program(reads: List[torch.Tensor], writes: List[torch.Tensor], program: int, pdl: bool) -> None:
     # A GemmProgram or MlpBlock runs on the buffers it was built on; the compiler may
     # hand copies of them (the runner copies values in and out where it does).
-    objects[program](reads, writes, pdl)
+    _live(program)(reads, writes, pdl)
 
 
 def _writes_only(*args) -> None:

@@ -287,15 +287,17 @@ class Team:
     # ---- failures ----
     def check_errors(self) -> None:
         """Raises tpdecode.TimeoutError if a call of this rank recorded a timeout or
-        found the team aborted, tpdecode.TeamBroken once the team is unusable (a
-        TeamBroken was raised: build a new team); cheap: no synchronisation."""
+        found the team aborted, tpdecode.TeamBroken once an NCCL team is unusable (its
+        communicator was aborted: build a new team); cheap: no synchronisation."""
         self._handle.check_errors()
 
     def synchronize(self, timeout_s: Optional[float] = None) -> None:
         """Waits for this rank's work (at most ``timeout_s``, default the team's
         timeout + 1 s), then raises tpdecode.TimeoutError if any rank failed, a
         peer's timeout included; tpdecode.TeamBroken where the work did not drain in
-        time and no rank recorded a failure (build a new team)."""
+        time and no rank recorded a failure (an NCCL team's communicator is then
+        aborted: build a new team; a local team works again after ``reset`` once its
+        work has drained)."""
         self._handle.synchronize(0 if timeout_s is None else max(1, int(timeout_s * 1000)),
                                  _caller_stream(self._handle.device))
 

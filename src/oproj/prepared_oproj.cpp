@@ -119,10 +119,9 @@ class PreparedOproj::Impl {
     limits_.epilogue = e;
     check(mailbox_->hidden() >= w0.rows, "oproj: weight rows {} (H) exceed the mailbox rows' {}", w0.rows,
           mailbox_->hidden());
-    // Why: the unfused path's all-reduce (+ norm) runs on `comm` with up to rows_cap rows.
-    check(comm.config().hidden >= w0.rows && comm.config().rows_cap >= limits_.rows_cap,
-          "oproj: the TpComm holds {} rows of {} columns, the o-projection needs {} of {}", comm.config().rows_cap,
-          comm.config().hidden, limits_.rows_cap, w0.rows);
+    // Why: the unfused path's all-reduce (+ norm) runs on `comm` (its rows: prepare).
+    check(comm.config().hidden >= w0.rows, "oproj: the TpComm holds rows of {} columns, the o-projection's are {}",
+          comm.config().hidden, w0.rows);
     check(ar_norm_hidden_served(w0.rows), "oproj: H = {}: the row epilogues take multiples of 64 up to {}", w0.rows,
           kArNormMaxHidden);
     for (int i = 0; i < team_.driven(); ++i) {
@@ -158,6 +157,8 @@ class PreparedOproj::Impl {
     check(m >= 1 && m <= std::min(limits_.rows_cap, kOprojMaxRows), "oproj: {} rows (1 .. {})", m,
           std::min(limits_.rows_cap, kOprojMaxRows));
     check(!any_capturing(team_), "oproj: prepare() for {} rows under stream capture (prepare before capturing)", m);
+    check(m <= comm_.config().rows_cap || comm_.config().batch_invariant,
+          "oproj: {} rows, the TpComm's unfused path takes {}", m, comm_.config().rows_cap);
     if (shapes_[static_cast<std::size_t>(m)]) return;
     const RelaxedCaptureMode relaxed;
     OprojShape s;

@@ -53,9 +53,6 @@ void LocalTeam::barrier(std::chrono::milliseconds) { TPD_CUDA(cudaDeviceSynchron
 
 // Every wait of the local team's kernels is bounded, so a stream that does not
 // drain means a kernel outside tpdecode holds it: nothing tpdecode can end.
-void LocalTeam::on_stuck(int, const std::string& what) {
-  broken_ = true;  // the work still runs: nothing issued after it could be trusted
-  throw TeamBroken(what);
-}
+void LocalTeam::on_stuck(int, const std::string& what) { throw TeamBroken(what); }
 
 }  // namespace tpdecode

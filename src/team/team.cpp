@@ -114,6 +114,7 @@ namespace detail {
 const RankContext& TeamInternals::rank_context(const Team& team, int driven) { return team.context(driven); }
 
 SymmetricBuffer TeamInternals::allocate(Team& team, std::size_t bytes, uint32_t fill_word) {
+  check<TeamBroken>(!team.broken(), "{}: a new collective object on a broken team; build a new team", team.describe());
   if (!team.shares_memory_)
     throw Unavailable(team.describe() + ": the ranks do not share memory (no symmetric buffers)");
   check(bytes > 0, "symmetric allocation of 0 bytes");
@@ -140,6 +141,7 @@ SymmetricBuffer TeamInternals::allocate(Team& team, std::size_t bytes, uint32_t 
 }
 
 TpComm& TeamInternals::shared_comm(Team& team, const CommConfig& config) {
+  check<TeamBroken>(!team.broken(), "{}: a new collective object on a broken team; build a new team", team.describe());
   for (const std::unique_ptr<TpComm>& c : team.shared_comms_)
     if (c->config() == config) return *c;
   team.shared_comms_.push_back(std::make_unique<TpComm>(team, config));

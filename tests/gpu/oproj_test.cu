@@ -201,7 +201,8 @@ TEST(Oproj, ACommOrGemmContextThatDoesNotFitIsRefused) {
   short_rows.hidden = 1024;
   short_rows.rows_cap = 8;  // the mailbox holds 64
   TpComm shorter(team, short_rows);
-  EXPECT_THROW(PreparedOproj(shorter, box, c.weights(), OprojEpilogue::kArNorm), InvalidArgument);
+  EXPECT_THROW(PreparedOproj(shorter, box, c.weights(), OprojEpilogue::kArNorm, {{16}}), InvalidArgument);
+  EXPECT_NO_THROW(PreparedOproj(shorter, box, c.weights(), OprojEpilogue::kArNorm, {{8}}));
   TpComm comm = make_comm(team, 1024);
   OprojOptions shared;
   auto context = std::make_shared<CublasContext>();
