@@ -16,11 +16,11 @@ None. A call is taken where ``should_all_reduce`` / ``should_fused_add_rms_norm`
 say so: BF16, contiguous, on the communicator's device, within the size cap (per
 architecture and world size, ``TPDECODE_COMM_MAX_BYTES`` overrides it) and what the
 team was built for; None otherwise, never an error for a call it does not take.
-The verdict reads nothing that may differ from rank to rank in an SPMD program (an x
-at an address that is not 16-byte aligned runs from an aligned copy): were one rank
-to hand a call to the next backend alone, its peers would wait for it in tpdecode's
-collective. The other tensors of a call (residual, weight, out) must be 16-byte
-aligned (ValueError otherwise)."""
+The verdict reads nothing that may differ from rank to rank in an SPMD program: a
+tensor of a call at an address that is not 16-byte aligned (x, residual, weight,
+out) runs through an aligned copy instead (an output is copied back), since were one
+rank to hand a call to the next backend alone, or to raise, its peers would wait for
+it in tpdecode's collective."""
 
 import contextlib
 from typing import Optional
@@ -43,11 +43,34 @@ def _agree(ok: bool, group, device: int) -> bool:
     return bool(flag.item())
 
 
-def _aligned(x: torch.Tensor) -> torch.Tensor:
-    """x, or a copy at a 16-byte aligned address (the kernels read 16 bytes at a time;
-    see the module on why a misaligned x is not refused). Under torch.compile the op
-    itself raises for one: a traced tensor has no address to look at."""
-    return x.clone() if x.data_ptr() % 16 else x
+class _Aligned:
+    """A call's tensors at 16-byte aligned addresses (the kernels move 16 bytes at a
+    time; the module says why a misaligned one is not refused): each misaligned one
+    replaced by an aligned copy, the same copy wherever the same tensor is given (an
+    in-place pair stays one), the written ones copied back by finish(). Eager calls
+    only: under torch.compile the op raises for one (a traced tensor has no address)."""
+
+    def __init__(self, tensors):
+        self.copies = {}
+        for t in tensors:
+            if t is not None and t.data_ptr() % 16 and id(t) not in self.copies:
+                self.copies[id(t)] = t.clone()
+
+    def __call__(self, t):
+        return self.copies.get(id(t), t) if t is not None else None
+
+    def finish(self, written) -> None:
+        for t in written:
+            if t is not None and id(t) in self.copies:
+                t.copy_(self.copies[id(t)])
+
+
+def _misaligned(tensors) -> bool:
+    bits = 0
+    for t in tensors:
+        if t is not None:
+            bits |= t.data_ptr()
+    return bits % 16 != 0
 
 
 def _nccl_team_available() -> bool:
@@ -212,12 +235,16 @@ class Communicator:
             return None if self._refusal("all_reduce", x, "none", True) else self._team.all_reduce(x, out=out)
         if self._eager_refusal("all_reduce", x, "none"):
             return None
-        x = _aligned(x)
         # Why not Team.all_reduce: the runner's call alone, one compile check per call.
         if out is None:
             out = torch.empty_like(x)
+        a = _Aligned((x, out)) if _misaligned((x, out)) else None
         try:
-            self._team._run.all_reduce(x, out)
+            if a is None:
+                self._team._run.all_reduce(x, out)
+            else:
+                self._team._run.all_reduce(a(x), a(out))
+                a.finish((out,))
         except NotServed:
             return None
         return out
@@ -239,16 +266,28 @@ class Communicator:
             return self._team.ar_norm(x, residual, weight, eps, quant=quant, out=out, residual_out=residual_out)
         if self._eager_refusal("fused_add_rms_norm", x, kind):
             return None
-        x = _aligned(x)
+        tensors = (x, residual, weight, out, residual_out)
+        a = _Aligned(tensors) if _misaligned(tensors) else None
         try:
             if kind != "none":
-                return self._team.ar_norm(x, residual, weight, eps, quant=quant, out=out, residual_out=residual_out)
+                if a is None:
+                    return self._team.ar_norm(x, residual, weight, eps, quant=quant, out=out,
+                                              residual_out=residual_out)
+                got = self._team.ar_norm(a(x), a(residual), a(weight), eps, quant=quant, out=a(out),
+                                         residual_out=a(residual_out))
+                a.finish((out, residual_out))
+                return (got[0] if out is None else out, got[1] if residual_out is None else residual_out, *got[2:])
             # Why not Team.ar_norm for BF16: the runner's call alone (see all_reduce).
             if out is None:
                 out = torch.empty_like(x)
             if residual_out is None:
                 residual_out = torch.empty_like(x)
-            self._team._run.ar_norm(x, residual, weight, float(eps), out, residual_out, kind, None, None)
+            if a is None:
+                self._team._run.ar_norm(x, residual, weight, float(eps), out, residual_out, kind, None, None)
+            else:
+                self._team._run.ar_norm(a(x), a(residual), a(weight), float(eps), a(out), a(residual_out), kind,
+                                        None, None)
+                a.finish((out, residual_out))
             return out, residual_out
         except NotServed:
             return None

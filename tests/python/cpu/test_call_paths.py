@@ -188,23 +188,50 @@ def test_the_leading_dimension_of_ranks_is_a_local_teams_of_several(monkeypatch)
     assert not two.should_all_reduce(x) and two.should_all_reduce(torch.zeros(2, 4, 1024, dtype=torch.bfloat16))
 
 
-def test_a_misaligned_x_runs_from_an_aligned_copy(monkeypatch):
+class WritingRunner(FakeRunner):
+    """Writes what a one-rank team would: out = x, residual_out = x + residual."""
+
+    def all_reduce(self, x, out):
+        super().all_reduce(x, out)
+        out.copy_(x)
+
+    def ar_norm(self, x, residual, weight, eps, out, residual_out, kind, scale, scales):
+        super().ar_norm(x, residual, weight, eps, out, residual_out, kind, scale, scales)
+        sum_ = x if residual is None else x + residual
+        residual_out.copy_(sum_)
+        out.copy_(sum_ * weight)
+
+
+def test_misaligned_tensors_run_through_aligned_copies(monkeypatch):
     # Why not refused: the verdict must be every rank's (an address may differ from rank
-    # to rank; one rank handing the call to the next backend alone leaves its peers waiting).
+    # to rank; one rank handing the call on alone, or raising, leaves its peers waiting).
     c = local_communicator(monkeypatch, hidden=1024, rows=8)
-    base = torch.randn(4 * 1024 + 8).to(torch.bfloat16)
-    x = base[1 : 1 + 4 * 1024].view(4, 1024)
-    assert x.data_ptr() % 16 and c.should_all_reduce(x) and c.should_fused_add_rms_norm(x)
-    out = c.all_reduce(x)
-    op, (x_in, out_in) = c._team._run.calls.pop()
-    assert op == "all_reduce" and out_in is out and x_in.data_ptr() % 16 == 0 and torch.equal(x_in, x)
-    residual, weight = torch.randn_like(x), torch.randn(1024).to(torch.bfloat16)
-    c.fused_add_rms_norm(x, residual, weight, 1e-6)
-    op, (x_in, r_in, *_) = c._team._run.calls.pop()
-    assert op == "ar_norm" and x_in.data_ptr() % 16 == 0 and torch.equal(x_in, x) and r_in is residual
-    aligned = torch.randn(4, 1024).to(torch.bfloat16)
-    c.all_reduce(aligned)
-    assert c._team._run.calls.pop()[1][0] is aligned  # no copy where none is needed
+    c._team._run = run = WritingRunner()
+    base = torch.randn(6 * 4 * 1024 + 64).to(torch.bfloat16)
+    odd = [base[1 + i * 4 * 1024 + 8 * i : 1 + (i + 1) * 4 * 1024 + 8 * i].view(4, 1024) for i in range(4)]
+    x, residual, out, res_out = odd
+    weight = base[-1025:-1]  # [1024] at an odd address too
+    assert all(t.data_ptr() % 16 for t in (*odd, weight)) and c.should_all_reduce(x)
+    aligned = lambda t: t.data_ptr() % 16 == 0  # noqa: E731
+    assert c.all_reduce(x, out=out) is out and torch.equal(out, x)  # written back
+    _, (x_in, out_in) = run.calls.pop()
+    assert aligned(x_in) and aligned(out_in) and torch.equal(x_in, x)
+    keep = x.clone()
+    assert c.all_reduce(x, out=x) is x and torch.equal(x, keep)  # in place: one copy for both
+    _, (x_in, out_in) = run.calls.pop()
+    assert x_in is out_in and aligned(x_in)
+    want_res, want_out = x + residual, (x + residual) * weight
+    got = c.fused_add_rms_norm(x, residual, weight, 1e-6, out=out, residual_out=res_out)
+    assert got[0] is out and got[1] is res_out and torch.equal(out, want_out) and torch.equal(res_out, want_res)
+    _, (x_in, r_in, w_in, _, o_in, ro_in, *_) = run.calls.pop()
+    assert all(aligned(t) for t in (x_in, r_in, w_in, o_in, ro_in))
+    got = c.fused_add_rms_norm(x, residual, weight, 1e-6, residual_out=residual)  # vLLM's in-place residual
+    assert got[1] is residual and torch.equal(residual, want_res) and torch.equal(got[0], want_out)
+    _, (_, r_in, _, _, _, ro_in, *_) = run.calls.pop()
+    assert r_in is ro_in and aligned(r_in)
+    plain = torch.randn(4, 1024).to(torch.bfloat16)
+    c.all_reduce(plain)
+    assert run.calls.pop()[1][0] is plain  # no copy where none is needed
 
 
 def test_eager_calls_run_the_runner_on_new_outputs(monkeypatch):
