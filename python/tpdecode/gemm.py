@@ -96,7 +96,8 @@ class DecodeGemm:
         order (an engine, its CTA shape and split) fixed for the shape, so a row's bits
         do not depend on how many rows a call has (the fastest order at the hint's row
         count, tuned once per shape and hint like the default decisions; every bucket is
-        prepared when it is turned on). Setting it
+        prepared when it is turned on); x must then be contiguous and 16-byte aligned
+        (ValueError: cuBLAS would give its rows other bits). Setting it
         raises ValueError where neither engine takes the weight. Setting True where it
         is off is ``set_batch_invariant(True)`` (the engine chosen for calls of 8
         rows); where it is on, it keeps the hint."""
