@@ -126,6 +126,24 @@ struct ShardedBlock {
   }
 };
 
+// Bare blocks (no o_proj, no qkv; one set of unfilled weights for every rank) of H h
+// and I / tp inter on every rank of a team of tp, m rows: for tests that build blocks
+// and read no value.
+struct BareBlocks {
+  DeviceBuffer g, gu, d;
+  std::vector<DeviceBuffer> io;
+  std::vector<TeamMlpBlock::Weights> w;
+  std::vector<TeamMlpBlock::Buffers> b;
+
+  BareBlocks(int tp, int64_t h, int64_t inter, int m) : g(h * 2), gu(2 * inter * h * 2), d(h * inter * 2) {
+    for (int i = 0; i < tp; ++i) {
+      for (int j = 0; j < 3; ++j) io.emplace_back(static_cast<std::size_t>(m * h) * 2);
+      w.push_back({{}, view(g, 1, h), view(gu, 2 * inter, h), view(d, h, inter), view(g, 1, h), {}, kEps});
+      b.push_back({view(io[io.size() - 3], m, h), view(io[io.size() - 2], m, h), view(io.back(), m, h)});
+    }
+  }
+};
+
 TEST(TeamMlpBlock, EveryRankGivesTheShardedBlocksReference) {
   TPD_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
@@ -157,9 +175,9 @@ TEST(TeamMlpBlock, EveryRankGivesTheShardedBlocksReference) {
             first_outs.push_back(block.out(i));
             EXPECT_LT(relative_error(first_outs.back(), outs[static_cast<std::size_t>(i)]), 1e-2) << "out";
             // The residual's second add takes y, whose error against the FP64 chain (h's
-          // roundings moved by the norm's order, through gate_up and down) is of out's
-          // order; y is of the residual's size here: up to 3.6e-3 measured at one row.
-          EXPECT_LT(relative_error(block.stream(i), values(stream)), 6e-3) << "the residual stream";
+            // roundings moved by the norm's order, through gate_up and down) is of out's
+            // order; y is of the residual's size here: up to 3.6e-3 measured at one row.
+            EXPECT_LT(relative_error(block.stream(i), values(stream)), 6e-3) << "the residual stream";
             EXPECT_TRUE(block.stream(i) == block.stream(0)) << "the residual stream differs from rank 0's";
             if (!full) EXPECT_TRUE(first_outs.back() == first_outs[0]) << "out (h') differs from rank 0's";
           }
@@ -249,19 +267,10 @@ TEST(TeamMlpBlock, AModelsLayersShareTheLaunchFormsComm) {
 TEST(TeamMlpBlock, TheLaunchFormRefusesAtBuildWhatItsNormsDoNotTake) {
   TPD_REQUIRE_GPU();
   constexpr int kTp = 2, kM = 2;
-  constexpr int64_t h = 4104, inter = 64;
   LocalTeam team(kTp);
-  DeviceBuffer g(h * 2), gu(2 * inter * h * 2), d(h * inter * 2);
-  std::vector<DeviceBuffer> io;
-  std::vector<TeamMlpBlock::Weights> w;
-  std::vector<TeamMlpBlock::Buffers> b;
-  for (int i = 0; i < kTp; ++i) {
-    for (int j = 0; j < 3; ++j) io.emplace_back(static_cast<std::size_t>(kM * h) * 2);
-    w.push_back({{}, view(g, 1, h), view(gu, 2 * inter, h), view(d, h, inter), view(g, 1, h), {}, kEps});
-    b.push_back({view(io[io.size() - 3], kM, h), view(io[io.size() - 2], kM, h), view(io.back(), kM, h)});
-  }
+  const BareBlocks blocks(kTp, 4104, 64, kM);
   try {
-    TeamMlpBlock block(team, w, b, kM, TeamMlpBlock::Form::kLaunches);
+    TeamMlpBlock block(team, blocks.w, blocks.b, kM, TeamMlpBlock::Form::kLaunches);
     ADD_FAILURE() << "built";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("driven rank 0"), std::string::npos) << e.what();
@@ -278,20 +287,10 @@ TEST(TeamMlpBlock, ANormShareAboveTheCtasIsUnavailable) {
   const int share = (7168 / 8 + sms / 8 - 1) / (sms / 8);  // pieces of a row a CTA holds
   if (share * 16 <= 512 || share * 9 > 512) GTEST_SKIP() << "a GPU of " << sms << " SMs: another limit";
   constexpr int kTp = 8;
-  constexpr int64_t h = 7168, inter = 64;
   LocalTeam team(kTp);
-  DeviceBuffer g(h * 2), gu(2 * inter * h * 2), d(h * inter * 2);
-  std::vector<DeviceBuffer> io;
   auto build = [&](int m, std::optional<TeamMlpBlock::Form> form) {
-    io.clear();
-    std::vector<TeamMlpBlock::Weights> w;
-    std::vector<TeamMlpBlock::Buffers> b;
-    for (int i = 0; i < kTp; ++i) {
-      for (int j = 0; j < 3; ++j) io.emplace_back(static_cast<std::size_t>(m * h) * 2);
-      w.push_back({{}, view(g, 1, h), view(gu, 2 * inter, h), view(d, h, inter), view(g, 1, h), {}, kEps});
-      b.push_back({view(io[io.size() - 3], m, h), view(io[io.size() - 2], m, h), view(io.back(), m, h)});
-    }
-    return TeamMlpBlock(team, w, b, m, form).form();
+    const BareBlocks blocks(kTp, 7168, 64, m);
+    return TeamMlpBlock(team, blocks.w, blocks.b, m, form).form();
   };
   EXPECT_THROW(build(16, TeamMlpBlock::Form::kProgram), Unavailable);
   EXPECT_EQ(build(9, TeamMlpBlock::Form::kProgram), TeamMlpBlock::Form::kProgram);
