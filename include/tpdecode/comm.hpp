@@ -160,7 +160,7 @@ class TpComm {
  public:
   // Collective over the team (every rank, same order); before any capture. On a
   // team whose ranks do not share memory, every call runs the stock path. Its
-  // mailboxes (symmetric memory and 3 of the team's 63 epoch counters) belong to the
+  // mailboxes (symmetric memory and 3 of the team's 255 epoch counters) belong to the
   // team and live as long as it does, whatever happens to this object: build a
   // TpComm once per team (a new team per reconfiguration), not per model reload
   // (the team's counters run out: CapacityError).

@@ -30,7 +30,7 @@
 // Forms: the TeamProgram, or launches (form() kLaunches: per rank a DecodeGemm per
 // linear and the SiLU-mul kernel, both all-reduce + residual + norms as TpComm's
 // ar_norm over the team, with its bits; one TpComm the team keeps for all its blocks
-// of that H and row count: a model's layers take 3 of the team's 63 mailboxes
+// of that H and row count: a model's layers take 3 of the team's 255 mailboxes
 // between them, where the program form takes one per block). The block's
 // choice (default_form): the program up to MlpBlockProgram::kProgramMaxRows rows
 // where each rank has its GPU alone (MlpBlockProgram's threshold, measured at TP 1,

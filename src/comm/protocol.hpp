@@ -49,7 +49,9 @@ namespace tpdecode::lamport {
 
 inline constexpr uint32_t kSentinel = 0x80000000u;
 inline constexpr int kMaxRanks = 16;
-inline constexpr int kMaxMailboxes = 63;  // epoch counters in a control block
+// Epoch counters in a control block (16 bytes each): a mailbox per TpComm (3), per
+// TeamProgram (1), per OprojMailbox; room for a program per layer of a deep model.
+inline constexpr int kMaxMailboxes = 255;
 
 TPD_HD constexpr uint32_t clean(uint32_t word) { return word == kSentinel ? 0u : word; }
 TPD_HD constexpr Fragment clean(Fragment f) {

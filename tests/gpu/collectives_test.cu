@@ -7,6 +7,7 @@
 
 #include "gpu/comm_cases.hpp"
 #include "gpu/gpu_test_util.hpp"
+#include "team/team_internals.hpp"
 #include "tpdecode/comm.hpp"
 #include "tpdecode/local_team.hpp"
 #include "tpdecode/nccl_team.hpp"
@@ -70,6 +71,24 @@ TEST(Collectives, ArNormServesRealModelsHiddenSizes) {
       EXPECT_EQ(a.ranks_wrong(team), 0);
     }
   }
+}
+
+// The TpComm a team keeps for the library's objects (team_internals.hpp): the same
+// object for an equal config, another for another config.
+TEST(Collectives, TheTeamKeepsOneSharedCommPerConfig) {
+  TPD_REQUIRE_GPU();
+  LocalTeam team(2);
+  CommConfig a;
+  a.hidden = 1024;
+  a.rows_cap = 8;
+  TpComm& first = shared_comm(team, a);
+  EXPECT_EQ(&shared_comm(team, a), &first);
+  CommConfig b = a;
+  b.rows_cap = 16;
+  TpComm& other = shared_comm(team, b);
+  EXPECT_NE(&other, &first);
+  EXPECT_EQ(other.config().rows_cap, 16);
+  EXPECT_EQ(&shared_comm(team, a), &first);
 }
 
 TEST(Collectives, StockPathGivesTheSameBitsOnTheLocalTeam) {

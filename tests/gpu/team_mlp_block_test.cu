@@ -239,8 +239,7 @@ TEST(TeamMlpBlock, Refusals) {
 }
 
 // A model's layers as launch-form blocks on one team: they share one TpComm (3 of the
-// team's 63 mailboxes), so 30 blocks build where a TpComm each ran out at the 22nd;
-// the first and the last give the reference.
+// team's mailboxes, not 3 each); the first and the last give the reference.
 TEST(TeamMlpBlock, AModelsLayersShareTheLaunchFormsComm) {
   TPD_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
