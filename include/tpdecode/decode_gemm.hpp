@@ -75,8 +75,8 @@ class DecodeGemm {
   // batch-invariant mode, where 1 .. kGemmMaxRows rows must run its order:
   // InvalidArgument, as for an order not prepared on the current device). An eager
   // call prepares a new bucket (see prepare); a call under stream capture never
-  // does. out may not overlap x or the weight (InvalidArgument). Returns the path
-  // taken.
+  // does. out may not overlap x or the weight, and the current device must be the
+  // one it was built on (InvalidArgument). Returns the path taken.
   GemmPath run(const TensorView& x, const TensorView& out, cudaStream_t stream);
 
   // Programmatic dependent launch for the engines (default on): each engine kernel

@@ -363,6 +363,9 @@ void DecodeGemm::check_operands(const TensorView& x, const TensorView& out) cons
 bool DecodeGemm::engine_takes(const TensorView& x) const { return engine_eligible() && engine_activations_ok(x); }
 
 GemmPath DecodeGemm::run(const TensorView& x, const TensorView& out, cudaStream_t stream) {
+  int current = 0;
+  TPD_CUDA(cudaGetDevice(&current));
+  check(current == device_, "decode_gemm: built on device {}, run on device {}", device_, current);
   check_operands(x, out);
   // Why: in batch-invariant mode cuBLAS in place of the order would give the rows
   // other bits, silently.
