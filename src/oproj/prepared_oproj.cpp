@@ -205,17 +205,16 @@ class PreparedOproj::Impl {
     check(static_cast<int>(io.size()) == team_.driven() && static_cast<int>(streams.size()) == team_.driven(),
           "oproj: {} argument sets and {} streams for {} driven ranks", io.size(), streams.size(), team_.driven());
     check_distinct_streams(streams, "oproj");
-    check<TeamBroken>(!team_.broken(), "oproj: {} is broken; build a new team", team_.describe());
     for (const Io& a : io) check_oproj_io(a, limits_.hidden, limits_.k);
     const int m = static_cast<int>(io[0].x.rows);
     for (const Io& a : io) check(a.x.rows == m, "oproj: driven ranks' calls have different row counts");
+    team_.check_errors();  // before a prepare, which agrees with the team (TeamBroken where it is broken)
     if (!prepared(m)) {
       // Why the call's streams too: the caller's, not the team's, may be capturing.
       for (cudaStream_t s : streams)
         check(!capturing(s), "oproj: {} rows, not prepared, under stream capture (prepare before capturing)", m);
       prepare(m);  // throws where a team stream captures
     }
-    team_.check_errors();
     const OprojResult r = plan(m);
     switch (r.kind) {
       case OprojKind::kUnfused: unfused(io, streams, m); break;

@@ -141,7 +141,6 @@ SymmetricBuffer TeamInternals::allocate(Team& team, std::size_t bytes, uint32_t 
 }
 
 TpComm& TeamInternals::shared_comm(Team& team, const CommConfig& config) {
-  check<TeamBroken>(!team.broken(), "{}: a new collective object on a broken team; build a new team", team.describe());
   for (const std::unique_ptr<TpComm>& c : team.shared_comms_)
     if (c->config() == config) return *c;
   team.shared_comms_.push_back(std::make_unique<TpComm>(team, config));
