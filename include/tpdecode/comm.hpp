@@ -25,6 +25,8 @@
 //
 // Rules for callers:
 //  - Build at load, collectively (every rank, same order), never during capture.
+//    The ranks compare each mailbox's layout before allocating it: where a rank built
+//    another config, every rank raises InvalidArgument naming it.
 //  - The calls of one TpComm on one rank must be ordered (one stream, or streams
 //    joined by events): the device-side epoch counts them.
 //  - Calls must be made in the same order on every rank with the same shapes

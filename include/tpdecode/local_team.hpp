@@ -21,6 +21,7 @@ class LocalTeam final : public Team {
   void allocate_symmetric(std::size_t bytes, std::vector<void*>& local, std::vector<PeerPointers>& peers) override;
   void free_symmetric(const std::vector<void*>& local) override;
   void barrier(std::chrono::milliseconds limit) override;
+  void gather_host(const void* mine, std::size_t bytes, void* all, std::chrono::milliseconds limit) override;
   void on_stuck(int driven, const std::string& what) override;
   int device_;
 };

@@ -66,12 +66,16 @@ class NcclTeam final : public Team {
   void allocate_symmetric(std::size_t bytes, std::vector<void*>& local, std::vector<PeerPointers>& peers) override;
   void free_symmetric(const std::vector<void*>& local) override;
   void barrier(std::chrono::milliseconds limit) override;
+  void gather_host(const void* mine, std::size_t bytes, void* all, std::chrono::milliseconds limit) override;
   void on_stuck(int driven, const std::string& what) override;
   // Waits for the communicator's pending operation (non-blocking mode), at most
   // `limit`; aborts the communicator and throws TeamBroken past it. Collective
   // operations (creation, window registration) wait as long as a barrier.
   void settle(const char* what, std::chrono::milliseconds limit) const;
   [[noreturn]] void abort_comm(const std::string& why) const;
+  // Waits for the team's stream, where the last collective was queued, until
+  // `until`; aborts the communicator and throws TeamBroken past it.
+  void await_peers(const char* what, std::chrono::steady_clock::time_point until, std::chrono::milliseconds limit);
 
   mutable ncclComm* comm_ = nullptr;
   int* barrier_word_ = nullptr;

@@ -133,6 +133,11 @@ class Team {
   // Backend: every rank reaches this point before any goes on, within `limit`;
   // throws TeamBroken otherwise.
   virtual void barrier(std::chrono::milliseconds limit) = 0;
+  // Backend: every rank's `bytes` at `mine` gathered into `all` ([size()][bytes],
+  // rank order), within `limit`; collective (every rank at the same point; each
+  // rank this object drives gives `mine`). Throws TeamBroken where a rank does not
+  // arrive.
+  virtual void gather_host(const void* mine, std::size_t bytes, void* all, std::chrono::milliseconds limit) = 0;
   // Backend: a driven rank's stream did not drain in time: throws TeamBroken (the
   // NCCL team aborts its communicator first, ending its kernels, and is broken()).
   virtual void on_stuck(int driven, const std::string& what) = 0;

@@ -12,7 +12,9 @@ StockPath::StockPath(Team& team, int rows_cap, int64_t max_row_bytes, bool batch
     : team_(team), rows_cap_(rows_cap), max_row_bytes_(max_row_bytes), invariant_(batch_invariant) {
   const bool local = team.kind() == TeamKind::kLocal;
   const std::size_t row_set = static_cast<std::size_t>(rows_cap) * max_row_bytes;
-  if (local && team.size() > 1) staging_ = allocate_symmetric_buffer(team, row_set, 0);
+  if (local && team.size() > 1)
+    staging_ =
+        allocate_symmetric_buffer(team, row_set, 0, fmt::format("stock staging {}x{} B", rows_cap, max_row_bytes));
   // Why 1 + TP row sets under NCCL: the all-gather's receive buffer is [TP, rows, S],
   // beside the reduced rows an ar_norm normalises.
   const std::size_t scratch_bytes = row_set * (local ? 1 : 1 + team.size());

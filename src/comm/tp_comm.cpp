@@ -62,8 +62,8 @@ class TpComm::Impl {
     limits_.gather_row_bytes = gather_bytes;
     if (team.size() > 1 && team.shares_memory()) {
       const RankContext& ctx = rank_context(team, 0);
-      one_shot_.emplace(team, config.parities, team.size(), config.rows_cap, config.hidden * 2);
-      gather_box_.emplace(team, config.parities, 1, config.rows_cap, gather_bytes);
+      one_shot_.emplace(team, "TpComm one-shot", config.parities, team.size(), config.rows_cap, config.hidden * 2);
+      gather_box_.emplace(team, "TpComm gather", config.parities, 1, config.rows_cap, gather_bytes);
       limits_.one_shot_rows = std::min(config.rows_cap, one_shot_resident_rows(ctx, config.hidden));
       limits_.ar_norm_rows =
           ar_norm_hidden_served(config.hidden) ? std::min(config.rows_cap, ar_norm_resident_rows(ctx, config.hidden)) : 0;
@@ -157,8 +157,9 @@ class TpComm::Impl {
   void build_two_shot(Team& team, const CommConfig& config) {
     const RankContext& ctx = rank_context(team, 0);
     const int64_t owned_bytes = (config.hidden + 8 * team.size() - 1) / (8 * team.size()) * 16;
-    two_shot_recv_.emplace(team, config.parities, team.size(), config.rows_cap, owned_bytes);
-    two_shot_gather_.emplace(team, config.parities, 1, config.rows_cap, config.hidden * 2, *two_shot_recv_);
+    two_shot_recv_.emplace(team, "TpComm two-shot", config.parities, team.size(), config.rows_cap, owned_bytes);
+    two_shot_gather_.emplace(team, "TpComm two-shot gather", config.parities, 1, config.rows_cap, config.hidden * 2,
+                             *two_shot_recv_);
     two_shot_ctas_ = two_shot_all_reduce_budget(ctx);
     two_shot_clusters_ = ar_norm_hidden_served(config.hidden) ? two_shot_ar_norm_budget(ctx, config.hidden) : 0;
     limits_.two_shot_rows = two_shot_ctas_ > 0 ? config.rows_cap : 0;

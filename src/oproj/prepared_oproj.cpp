@@ -32,10 +32,10 @@ OprojMailbox::OprojMailbox(Team& team, int rows_cap, int64_t hidden) : rows_cap_
   check(hidden >= 8 && hidden % 8 == 0, "oproj mailbox: hidden {} (a positive multiple of 8)", hidden);
   impl_ = std::make_unique<Impl>(Impl{team, std::nullopt, std::nullopt, std::nullopt});
   if (team.size() < 2 || !team.shares_memory()) return;
-  impl_->box.emplace(team, 2, team.size(), rows_cap, hidden * 2);
+  impl_->box.emplace(team, "o-projection", 2, team.size(), rows_cap, hidden * 2);
   if (hidden % (8 * team.size()) == 0) {
-    impl_->recv.emplace(team, 2, team.size(), rows_cap, hidden / team.size() * 2);
-    impl_->gather.emplace(team, 2, 1, rows_cap, hidden * 2, *impl_->recv);
+    impl_->recv.emplace(team, "o-projection two-shot", 2, team.size(), rows_cap, hidden / team.size() * 2);
+    impl_->gather.emplace(team, "o-projection two-shot gather", 2, 1, rows_cap, hidden * 2, *impl_->recv);
   }
 }
 

@@ -3,15 +3,36 @@
 #include "tpdecode/team_program.hpp"
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "comm/mailbox.hpp"
 #include "core/check.hpp"
+#include "core/hash.hpp"
 #include "program/program_launch.hpp"
 #include "program/team_binding.hpp"
 #include "team/rank_streams.hpp"
 #include "team/team_internals.hpp"
 
 namespace tpdecode {
+
+namespace {
+
+// The team program's all-reduce widths as its mailbox's owner, compared across the
+// ranks (team/symmetric_layout.hpp): listed, or counted and hashed where the list
+// would not fit.
+std::string all_reduces_named(const std::vector<int64_t>& widths) {
+  std::string list;
+  uint64_t h = 0;
+  for (const int64_t w : widths) {
+    list += fmt::format("{}{}", list.empty() ? "" : ",", w);
+    h = hash::mix64(h ^ static_cast<uint64_t>(w));
+  }
+  if (list.size() <= 48) return fmt::format("team program, all-reduces of {}:", list);
+  return fmt::format("team program, {} all-reduces #{:016x}:", widths.size(), h);
+}
+
+}  // namespace
 
 struct TeamProgram::Impl {
   Team* team = nullptr;
@@ -47,7 +68,8 @@ TeamProgram::TeamProgram(Team& team, std::vector<std::vector<GemmProgram::Op>> o
   int64_t fragments = 0;  // of the mailbox's row, laid out as the kernels read it
   program::team_windows(ops[0], &fragments);
   // No mailbox (nor epoch counter) where no op all-reduces: by the contract, on no rank.
-  if (fragments > 0) p.box = std::make_unique<Mailbox>(team, 2, team.size(), m, fragments * 16);
+  if (fragments > 0)
+    p.box = std::make_unique<Mailbox>(team, all_reduces_named(widths(ops[0])), 2, team.size(), m, fragments * 16);
   int sms = 0;
   TPD_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   for (int i = 0; i < team.driven(); ++i) {

@@ -1,5 +1,7 @@
 #include "tpdecode/local_team.hpp"
 
+#include <cstring>
+
 #include "core/check.hpp"
 #include "team/rank_context.hpp"
 
@@ -50,6 +52,12 @@ void LocalTeam::free_symmetric(const std::vector<void*>& local) {
 // Why no wait: one host thread drives every rank, so every rank is here; the
 // device synchronisation makes each rank's fills visible to the others.
 void LocalTeam::barrier(std::chrono::milliseconds) { TPD_CUDA(cudaDeviceSynchronize()); }
+
+// Why a copy: one object builds every rank's objects, so every rank's `mine` is this one.
+void LocalTeam::gather_host(const void* mine, std::size_t bytes, void* all, std::chrono::milliseconds) {
+  for (int r = 0; r < size(); ++r)
+    std::memcpy(static_cast<char*>(all) + static_cast<std::size_t>(r) * bytes, mine, bytes);
+}
 
 // Every wait of the local team's kernels is bounded, so a stream that does not
 // drain means a kernel outside tpdecode holds it: nothing tpdecode can end.

@@ -210,19 +210,34 @@ void NcclTeam::free_symmetric(const std::vector<void*>& local) {
   }
 }
 
-void NcclTeam::barrier(std::chrono::milliseconds limit) {
-  // A one-word all-reduce on this rank's stream, done once every rank got here.
-  const auto until = Clock::now() + limit;
-  TPD_NCCL(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclSum, comm_, stream()));
-  settle("barrier", limit);
+void NcclTeam::await_peers(const char* what, Clock::time_point until, std::chrono::milliseconds limit) {
+  settle(what, limit);
   while (true) {
     const cudaError_t e = cudaStreamQuery(stream());
     if (e == cudaSuccess) return;
     if (e != cudaErrorNotReady) TPD_CUDA(e);
     if (Clock::now() > until)
-      abort_comm(fmt::format("rank {}: a barrier waited more than {} ms for its peers", rank(), limit.count()));
+      abort_comm(fmt::format("rank {}: a {} waited more than {} ms for its peers", rank(), what, limit.count()));
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
+}
+
+void NcclTeam::barrier(std::chrono::milliseconds limit) {
+  // A one-word all-reduce on this rank's stream, done once every rank got here.
+  const auto until = Clock::now() + limit;
+  TPD_NCCL(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclSum, comm_, stream()));
+  await_peers("barrier", until, limit);
+}
+
+void NcclTeam::gather_host(const void* mine, std::size_t bytes, void* all, std::chrono::milliseconds limit) {
+  const auto until = Clock::now() + limit;
+  TPD_CUDA(cudaSetDevice(device()));
+  DeviceBuffer words(bytes * static_cast<std::size_t>(size() + 1));  // [size] gathered, then this rank's
+  char* own = words.as<char>() + bytes * static_cast<std::size_t>(size());
+  TPD_CUDA(cudaMemcpyAsync(own, mine, bytes, cudaMemcpyHostToDevice, stream()));
+  TPD_NCCL(ncclAllGather(own, words.get(), bytes, ncclUint8, comm_, stream()));
+  await_peers("host gather", until, limit);
+  TPD_CUDA(cudaMemcpy(all, words.get(), bytes * static_cast<std::size_t>(size()), cudaMemcpyDeviceToHost));
 }
 
 void NcclTeam::on_stuck(int, const std::string& what) { abort_comm(what); }

@@ -36,6 +36,7 @@ void NcclTeam::init(int, int) {}
 void NcclTeam::allocate_symmetric(std::size_t, std::vector<void*>&, std::vector<PeerPointers>&) {}
 void NcclTeam::free_symmetric(const std::vector<void*>&) {}
 void NcclTeam::barrier(std::chrono::milliseconds) {}
+void NcclTeam::gather_host(const void*, std::size_t, void*, std::chrono::milliseconds) {}
 void NcclTeam::on_stuck(int, const std::string&) {}
 void NcclTeam::settle(const char*, std::chrono::milliseconds) const {}
 void NcclTeam::abort_comm(const std::string& why) const { throw TeamBroken(why); }

@@ -5,11 +5,12 @@
 #include <thread>
 
 #include "core/check.hpp"
-#include "tpdecode/comm.hpp"
 #include "team/error_record.hpp"
 #include "team/fill.hpp"
 #include "team/rank_context.hpp"
+#include "team/symmetric_layout.hpp"
 #include "team/team_internals.hpp"
+#include "tpdecode/comm.hpp"
 
 namespace tpdecode {
 
@@ -92,7 +93,8 @@ void Team::init_contexts(const std::vector<RankContext>& contexts, bool shares_m
     contexts_.push_back(std::move(c));
   }
   if (!shares_memory_) return;
-  const SymmetricBuffer control = detail::TeamInternals::allocate(*this, sizeof(lamport::ControlBlock), 0u);
+  const SymmetricBuffer control =
+      detail::TeamInternals::allocate(*this, sizeof(lamport::ControlBlock), 0u, "control block");
   for (std::size_t i = 0; i < n; ++i) {
     lamport::TeamRef& t = contexts_[i]->team;
     for (int r = 0; r < size_; ++r)
@@ -113,7 +115,7 @@ namespace detail {
 
 const RankContext& TeamInternals::rank_context(const Team& team, int driven) { return team.context(driven); }
 
-SymmetricBuffer TeamInternals::allocate(Team& team, std::size_t bytes, uint32_t fill_word) {
+SymmetricBuffer TeamInternals::allocate(Team& team, std::size_t bytes, uint32_t fill_word, std::string_view what) {
   check<TeamBroken>(!team.broken(), "{}: a new collective object on a broken team; build a new team", team.describe());
   if (!team.shares_memory_)
     throw Unavailable(team.describe() + ": the ranks do not share memory (no symmetric buffers)");
@@ -127,6 +129,10 @@ SymmetricBuffer TeamInternals::allocate(Team& team, std::size_t bytes, uint32_t 
   SymmetricBuffer b;
   b.bytes_ = (bytes + 15) / 16 * 16;
   b.fill_word_ = fill_word;
+  const SymmetricLayout mine = symmetric_layout(team.buffers_.size(), b.bytes_, fill_word, what);
+  std::vector<SymmetricLayout> ranks(static_cast<std::size_t>(team.size_));
+  team.gather_host(&mine, sizeof mine, ranks.data(), team.barrier_limit_);
+  check_layouts_agree(ranks);
   b.local_.resize(contexts.size());
   b.peers_.resize(contexts.size());
   team.allocate_symmetric(b.bytes_, b.local_, b.peers_);

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #include "team/rank_context.hpp"
 #include "team/symmetric_buffer.hpp"
@@ -17,7 +18,7 @@ namespace tpdecode {
 namespace detail {
 struct TeamInternals {
   static const RankContext& rank_context(const Team& team, int driven);
-  static SymmetricBuffer allocate(Team& team, std::size_t bytes, uint32_t fill_word);
+  static SymmetricBuffer allocate(Team& team, std::size_t bytes, uint32_t fill_word, std::string_view what);
   static int take_epoch_counter(Team& team);
   static TpComm& shared_comm(Team& team, const CommConfig& config);
 };
@@ -30,10 +31,13 @@ inline const RankContext& rank_context(const Team& team, int driven) {
 
 // Collective: a buffer of `bytes` (rounded up to 16) on every rank, every 32-bit
 // word set to `fill_word`. Same order on every rank; never during capture. Kept
-// until the team goes and refilled by reset(). Throws Unavailable where the ranks
-// do not share memory.
-inline SymmetricBuffer allocate_symmetric_buffer(Team& team, std::size_t bytes, uint32_t fill_word) {
-  return detail::TeamInternals::allocate(team, bytes, fill_word);
+// until the team goes and refilled by reset(). `what` names its layout (a mailbox's
+// owner, shape and epoch counter; at most 107 characters): the ranks compare it, the size and
+// the fill first, and every rank raises InvalidArgument where one differs (a rank
+// that built other objects). Throws Unavailable where the ranks do not share memory.
+inline SymmetricBuffer allocate_symmetric_buffer(Team& team, std::size_t bytes, uint32_t fill_word,
+                                                 std::string_view what) {
+  return detail::TeamInternals::allocate(team, bytes, fill_word, what);
 }
 
 // An epoch counter in the control block, for one mailbox (same order on every rank).

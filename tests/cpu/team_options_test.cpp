@@ -20,6 +20,7 @@ class NoGpuTeam final : public Team {
   void allocate_symmetric(std::size_t, std::vector<void*>&, std::vector<PeerPointers>&) override {}
   void free_symmetric(const std::vector<void*>&) override {}
   void barrier(std::chrono::milliseconds) override {}
+  void gather_host(const void*, std::size_t, void*, std::chrono::milliseconds) override {}
   void on_stuck(int, const std::string&) override {}
 };
 

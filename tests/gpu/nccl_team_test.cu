@@ -36,7 +36,7 @@ TEST(NcclTeam, WindowPeerAddressesAndStockAllReduce) {
     if (team.shares_memory()) {
       // A symmetric buffer filled with the word; the peer table's own entry is an
       // alias of the local buffer (NCCL's flat mapping).
-      SymmetricBuffer b = allocate_symmetric_buffer(team, 4096, 0x12345678u);
+      SymmetricBuffer b = allocate_symmetric_buffer(team, 4096, 0x12345678u, "test words");
       for (int p = 0; p < team.size(); ++p) EXPECT_NE(b.peers(0).base[p], nullptr);
       std::vector<uint32_t> words(1024);
       TPD_CUDA(cudaMemcpy(words.data(), b.peers(0).base[rank], 4096, cudaMemcpyDeviceToHost));
@@ -70,6 +70,34 @@ TEST(NcclTeam, WindowPeerAddressesAndStockAllReduce) {
     team.broadcast_bytes(word.get(), 4, team.stream());
     team.synchronize();
     EXPECT_EQ(test::to_host<uint32_t>(word, 1)[0], 0xAB000000u);
+  });
+}
+
+// The ranks of an NCCL team build their objects apart: a rank that built another
+// TpComm (another width) is refused on every rank before anything is allocated (no
+// peer stores into a layout that differs), and the team goes on with agreeing ones.
+TEST(NcclTeam, ARankThatBuildsAnotherObjectIsRefusedOnEveryRank) {
+  const std::vector<int> devices = test::nccl_team_devices();
+  TPD_REQUIRE_NCCL_TEAM(devices);
+  const uint64_t seed = test::fresh_seed();
+  NcclTeam::run_threads(devices, [&](NcclTeam& team) {
+    if (!team.shares_memory()) return;  // no symmetric buffers: nothing to lay out
+    CommConfig other;
+    if (team.rank() == 1) other.hidden = 4096;
+    try {
+      TpComm comm(team, other);
+      ADD_FAILURE() << "rank " << team.rank() << ": a TpComm of widths that differ across the ranks was built";
+    } catch (const InvalidArgument& e) {
+      const std::string why = e.what();
+      EXPECT_NE(why.find("; rank 1: "), std::string::npos) << why;
+      EXPECT_NE(why.find("same tpdecode objects"), std::string::npos) << why;
+    }
+    TpComm comm(team);
+    test::AllReduceCase a(team, 4, 7168, seed);
+    const CommResult res = comm.all_reduce(a.io, test::team_streams(team));
+    team.synchronize();
+    EXPECT_NE(res.path, CommPath::kStock) << res.why;
+    EXPECT_EQ(a.ranks_wrong(team), 0) << comm_path_name(res.path);
   });
 }
 
