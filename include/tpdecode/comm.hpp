@@ -176,7 +176,7 @@ class TpComm {
   void set_algorithm(CommAlgorithm a) { config_.algorithm = a; }
 
   // One call for every driven rank: io[i] and streams[i] belong to driven rank i (a
-  // stream of its own each).
+  // stream of its own each; with two or more, none the legacy default stream).
   // Throws InvalidArgument (shapes, dtype, alignment, an output overlapping another
   // operand but for the in-place forms above: checked before anything is
   // launched), CapacityError (rows above the stock path's buffers) and TimeoutError

@@ -73,6 +73,9 @@ class NcclTeam final : public Team {
   // operations (creation, window registration) wait as long as a barrier.
   void settle(const char* what, std::chrono::milliseconds limit) const;
   [[noreturn]] void abort_comm(const std::string& why) const;
+  // The communicator; TeamBroken once it was aborted (NCCL would answer a null
+  // communicator with a bare argument error).
+  ncclComm* live_comm() const;
   // Waits for the team's stream, where the last collective was queued, until
   // `until`; aborts the communicator and throws TeamBroken past it.
   void await_peers(const char* what, std::chrono::steady_clock::time_point until, std::chrono::milliseconds limit);

@@ -21,6 +21,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tpdecode/gemm_tuner.hpp"
@@ -80,7 +81,8 @@ class Team {
   // team's: all of them; DecodeGemm::set_sharing).
   int ranks_sharing_gpu() const;
   // A stream the team made for a driven rank (any stream of that device works, one
-  // per driven rank: a call given one stream for two raises InvalidArgument).
+  // per driven rank: a call given one stream for two, or the legacy default stream
+  // where it drives two or more, raises InvalidArgument).
   cudaStream_t stream(int driven = 0) const;
   // Whether every rank reaches every other rank's memory by loads and stores (one
   // GPU, or one NVLink domain): the mailbox collectives need it; without it every
@@ -172,9 +174,9 @@ class Team {
   // rank) first. Why a vector of a type declared only: it is complete wherever a
   // member of the vector is used (the library's own code).
   std::vector<SymmetricBuffer> buffers_;
-  // The TpComms the library's own objects share (TeamInternals::shared_comm),
-  // released first by release_all().
-  std::vector<std::unique_ptr<TpComm>> shared_comms_;
+  // The TpComms the library's own objects share (TeamInternals::shared_comm), with
+  // their group, released first by release_all().
+  std::vector<std::pair<int, std::unique_ptr<TpComm>>> shared_comms_;
 };
 
 }  // namespace tpdecode

@@ -30,8 +30,8 @@
 // Forms: the TeamProgram, or launches (form() kLaunches: per rank a DecodeGemm per
 // linear and the SiLU-mul kernel, both all-reduce + residual + norms as TpComm's
 // ar_norm over the team, with its bits; one TpComm the team keeps for all its blocks
-// of that H and row count: a model's layers take 3 of the team's 255 mailboxes
-// between them, where the program form takes one per block). The block's
+// of that H, row count and comm group: a model's layers take 3 of the team's 255
+// mailboxes between them, where the program form takes one per block). The block's
 // choice (default_form): the program up to MlpBlockProgram::kProgramMaxRows rows
 // where each rank has its GPU alone (MlpBlockProgram's threshold, measured at TP 1,
 // where a rank has every SM as it has at TP > 1 with one GPU per rank), launches
@@ -66,18 +66,22 @@ class TeamMlpBlock {
   // same H, I / tp and row count, next_norm given), then builds the form (above;
   // `form` asks for one) -- collective over the team: every rank builds its blocks,
   // in the same form, in the same order; host only, before any capture, on the
-  // team's device.
+  // team's device. `comm_group` (0 or more): launch-form blocks of one group share
+  // a TpComm (run()); blocks that may run at the same time, e.g. two micro-batches'
+  // graphs replayed at once on other streams, need groups of their own.
   TeamMlpBlock(Team& team, std::span<const Weights> weights, std::span<const Buffers> buffers, int m,
-               std::optional<Form> form = std::nullopt);
+               std::optional<Form> form = std::nullopt, int comm_group = 0);
   ~TeamMlpBlock();
   TeamMlpBlock(const TeamMlpBlock&) = delete;
   TeamMlpBlock& operator=(const TeamMlpBlock&) = delete;
 
   // Runs every driven rank's block on streams[i] (empty: the team's streams), as
   // TeamProgram::run (the launch form: PDL where the team's options allow it and the
-  // rank has its GPU alone). Launch-form blocks of one H and row count share the
-  // team's TpComm (above): run them one after another on each rank's stream, as a
-  // model's layers run, never two at once on other streams.
+  // rank has its GPU alone). Launch-form blocks of one H, row count and comm group
+  // share the team's TpComm (above): run them one after another on each rank (one
+  // stream, or streams joined by events), as a model's layers run. Two of them
+  // running at once would meet in its mailboxes: wrong values or timeouts, not an
+  // argument error (nothing can tell at run time); give such blocks other groups.
   void run(std::span<const cudaStream_t> streams = {}) const;
 
   Form form() const;

@@ -157,8 +157,7 @@ class PreparedOproj::Impl {
     check(m >= 1 && m <= std::min(limits_.rows_cap, kOprojMaxRows), "oproj: {} rows (1 .. {})", m,
           std::min(limits_.rows_cap, kOprojMaxRows));
     check(!any_capturing(team_), "oproj: prepare() for {} rows under stream capture (prepare before capturing)", m);
-    check(m <= comm_.config().rows_cap || comm_.config().batch_invariant,
-          "oproj: {} rows, the TpComm's unfused path takes {}", m, comm_.config().rows_cap);
+    check<TeamBroken>(!team_.broken(), "oproj: prepare() on {}, which is broken; build a new team", team_.describe());
     if (shapes_[static_cast<std::size_t>(m)]) return;
     const RelaxedCaptureMode relaxed;
     OprojShape s;
@@ -217,7 +216,12 @@ class PreparedOproj::Impl {
     }
     const OprojResult r = plan(m);
     switch (r.kind) {
-      case OprojKind::kUnfused: unfused(io, streams, m); break;
+      case OprojKind::kUnfused:
+        // Why before the GEMMs: the TpComm would refuse the rows after they were queued.
+        check<CapacityError>(m <= comm_.config().rows_cap || comm_.config().batch_invariant,
+                             "oproj: {} rows run unfused, and the TpComm takes {}", m, comm_.config().rows_cap);
+        unfused(io, streams, m);
+        break;
       default:
         for (int i = 0; i < team_.driven(); ++i) {
           const RankContext& ctx = rank_context(team_, i);

@@ -343,6 +343,11 @@ GemmProgram::GemmProgram(std::vector<Op> ops, int m, bool record_timeline, const
   const std::size_t scratch_bytes = static_cast<std::size_t>(std::max<int64_t>(plan.scratch_floats, 4)) * 4;
   p.scratch = DeviceBuffer(scratch_bytes);
   TPD_CUDA(cudaMemset(p.scratch.get(), 0xff, scratch_bytes));  // every slot empty
+  if (record_timeline) {
+    const std::size_t bytes = std::size_t{8} * static_cast<std::size_t>(p.grid * (1 + 3 * p.op_count)) * 8;
+    p.timeline = DeviceBuffer(bytes);
+    TPD_CUDA(cudaMemset(p.timeline.get(), 0, bytes));
+  }
   // The packing, the uploads and the memsets (the legacy stream) before any run,
   // which may be on a stream that does not wait for the legacy one.
   TPD_CUDA(cudaDeviceSynchronize());
@@ -360,17 +365,11 @@ GemmProgram::GemmProgram(std::vector<Op> ops, int m, bool record_timeline, const
   p.args.stages = p.shape.stages;
   p.args.inflight_stages = p.shape.inflight_stages;
   p.args.polling_inflight_stages = p.shape.polling_inflight_stages;
-  p.args.timeline = nullptr;
+  p.args.timeline = static_cast<uint64_t*>(p.timeline.get());  // null without record_timeline
   p.args.team_ops = team_fragments > 0 ? 1 : 0;
   if (team != nullptr) {
     p.args.team = team->team;
     p.args.team_box = team->box;
-  }
-  if (record_timeline) {
-    const std::size_t bytes = std::size_t{8} * static_cast<std::size_t>(p.grid * (1 + 3 * p.op_count)) * 8;
-    p.timeline = DeviceBuffer(bytes);
-    TPD_CUDA(cudaMemset(p.timeline.get(), 0, bytes));
-    p.args.timeline = static_cast<uint64_t*>(p.timeline.get());
   }
 }
 

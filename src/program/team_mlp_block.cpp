@@ -20,8 +20,9 @@ struct TeamMlpBlock::Impl {
 };
 
 TeamMlpBlock::TeamMlpBlock(Team& team, std::span<const Weights> weights, std::span<const Buffers> buffers, int m,
-                           std::optional<Form> form)
+                           std::optional<Form> form, int comm_group)
     : impl_(std::make_unique<Impl>()) {
+  check(comm_group >= 0, "team mlp block: comm group {} (0 or more)", comm_group);
   const auto driven = static_cast<std::size_t>(team.driven());
   check(weights.size() == driven && buffers.size() == driven,
         "team mlp block: {} weight sets and {} buffer sets for the {} ranks this object drives", weights.size(),
@@ -71,7 +72,7 @@ TeamMlpBlock::TeamMlpBlock(Team& team, std::span<const Weights> weights, std::sp
   }
   std::vector<program::MlpBlockScratch> views;
   for (const program::MlpBlockScratchMemory& s : p.scratch) views.push_back(s.views);
-  p.launches = std::make_unique<program::TeamMlpBlockLaunches>(team, weights, buffers, views, m);
+  p.launches = std::make_unique<program::TeamMlpBlockLaunches>(team, weights, buffers, views, m, comm_group);
 }
 
 TeamMlpBlock::~TeamMlpBlock() = default;

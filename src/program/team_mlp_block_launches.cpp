@@ -12,7 +12,7 @@ namespace tpdecode::program {
 
 TeamMlpBlockLaunches::TeamMlpBlockLaunches(Team& team, std::span<const TeamMlpBlock::Weights> weights,
                                            std::span<const TeamMlpBlock::Buffers> buffers,
-                                           std::span<const MlpBlockScratch> scratch, int m) {
+                                           std::span<const MlpBlockScratch> scratch, int m, int comm_group) {
   // Why here: at run() the o-projections would be queued before the norm refused.
   for (std::size_t i = 0; i < weights.size(); ++i)
     for (bool post : {true, false}) try {
@@ -24,7 +24,7 @@ TeamMlpBlockLaunches::TeamMlpBlockLaunches(Team& team, std::span<const TeamMlpBl
   CommConfig config;
   config.hidden = buffers[0].residual.cols;
   config.rows_cap = m;
-  comm_ = &shared_comm(team, config);  // one for the team's blocks of this H and m
+  comm_ = &shared_comm(team, config, comm_group);  // one for the team's blocks of this H, m and group
   // The weights may still be written on the caller's streams.
   TPD_CUDA(cudaDeviceSynchronize());
   for (std::size_t i = 0; i < weights.size(); ++i) {

@@ -23,12 +23,13 @@ class TeamMlpBlockLaunches {
  public:
   // Per driven rank its checked weights, buffers and scratch (TeamMlpBlock's). Checks
   // the norms' operands as the team's ar_norm takes them (InvalidArgument naming the
-  // driven rank, before anything collective), takes the team's shared TpComm for H
-  // and m rows (shared_comm: made by the first such block, collective over the team),
+  // driven rank, before anything collective), takes the team's shared TpComm for H,
+  // m rows and `comm_group` (shared_comm: made by the first such block, collective),
   // copies the GEMM weights and decides each GEMM's path for m rows; host only,
   // before any capture.
   TeamMlpBlockLaunches(Team& team, std::span<const TeamMlpBlock::Weights> weights,
-                       std::span<const TeamMlpBlock::Buffers> buffers, std::span<const MlpBlockScratch> scratch, int m);
+                       std::span<const TeamMlpBlock::Buffers> buffers, std::span<const MlpBlockScratch> scratch, int m,
+                       int comm_group);
   ~TeamMlpBlockLaunches();
 
   // streams[i]: driven rank i's (empty: the team's).

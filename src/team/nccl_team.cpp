@@ -164,8 +164,13 @@ void NcclTeam::abort_comm(const std::string& why) const {
                                why));
 }
 
-void NcclTeam::settle(const char* what, std::chrono::milliseconds limit) const {
+ncclComm* NcclTeam::live_comm() const {
   if (!comm_) throw TeamBroken("the team's NCCL communicator was aborted earlier; build a new team");
+  return comm_;
+}
+
+void NcclTeam::settle(const char* what, std::chrono::milliseconds limit) const {
+  live_comm();
   const auto until = Clock::now() + limit;
   while (true) {
     ncclResult_t state = ncclSuccess;
@@ -185,7 +190,7 @@ void NcclTeam::allocate_symmetric(std::size_t bytes, std::vector<void*>& local, 
   void* buffer = nullptr;
   TPD_NCCL(ncclMemAlloc(&buffer, padded));
   ncclWindow_t window = nullptr;
-  TPD_NCCL(ncclCommWindowRegister(comm_, buffer, padded, &window, NCCL_WIN_COLL_SYMMETRIC));
+  TPD_NCCL(ncclCommWindowRegister(live_comm(), buffer, padded, &window, NCCL_WIN_COLL_SYMMETRIC));
   settle("window registration", barrier_limit());
   peers[0] = read_lsa_pointers(window, size(), stream());
   // Why: NCCL maps every rank's copy into one flat range; the own entry there is
@@ -225,7 +230,7 @@ void NcclTeam::await_peers(const char* what, Clock::time_point until, std::chron
 void NcclTeam::barrier(std::chrono::milliseconds limit) {
   // A one-word all-reduce on this rank's stream, done once every rank got here.
   const auto until = Clock::now() + limit;
-  TPD_NCCL(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclSum, comm_, stream()));
+  TPD_NCCL(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclSum, live_comm(), stream()));
   await_peers("barrier", until, limit);
 }
 
@@ -235,7 +240,7 @@ void NcclTeam::gather_host(const void* mine, std::size_t bytes, void* all, std::
   DeviceBuffer words(bytes * static_cast<std::size_t>(size() + 1));  // [size] gathered, then this rank's
   char* own = words.as<char>() + bytes * static_cast<std::size_t>(size());
   TPD_CUDA(cudaMemcpyAsync(own, mine, bytes, cudaMemcpyHostToDevice, stream()));
-  TPD_NCCL(ncclAllGather(own, words.get(), bytes, ncclUint8, comm_, stream()));
+  TPD_NCCL(ncclAllGather(own, words.get(), bytes, ncclUint8, live_comm(), stream()));
   await_peers("host gather", until, limit);
   TPD_CUDA(cudaMemcpy(all, words.get(), bytes * static_cast<std::size_t>(size()), cudaMemcpyDeviceToHost));
 }
@@ -243,17 +248,17 @@ void NcclTeam::gather_host(const void* mine, std::size_t bytes, void* all, std::
 void NcclTeam::on_stuck(int, const std::string& what) { abort_comm(what); }
 
 void NcclTeam::all_reduce_bf16(const void* in, void* out, std::size_t count, cudaStream_t stream) const {
-  TPD_NCCL(ncclAllReduce(in, out, count, ncclBfloat16, ncclSum, comm_, stream));
+  TPD_NCCL(ncclAllReduce(in, out, count, ncclBfloat16, ncclSum, live_comm(), stream));
   settle("all-reduce", default_limit());
 }
 
 void NcclTeam::all_gather_bytes(const void* in, void* out, std::size_t bytes_per_rank, cudaStream_t stream) const {
-  TPD_NCCL(ncclAllGather(in, out, bytes_per_rank, ncclUint8, comm_, stream));
+  TPD_NCCL(ncclAllGather(in, out, bytes_per_rank, ncclUint8, live_comm(), stream));
   settle("all-gather", default_limit());
 }
 
 void NcclTeam::broadcast_bytes(void* data, std::size_t bytes, cudaStream_t stream) const {
-  TPD_NCCL(ncclBroadcast(data, data, bytes, ncclUint8, 0, comm_, stream));
+  TPD_NCCL(ncclBroadcast(data, data, bytes, ncclUint8, 0, live_comm(), stream));
   settle("broadcast", default_limit());
 }
 

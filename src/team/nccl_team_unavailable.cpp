@@ -39,6 +39,7 @@ void NcclTeam::barrier(std::chrono::milliseconds) {}
 void NcclTeam::gather_host(const void*, std::size_t, void*, std::chrono::milliseconds) {}
 void NcclTeam::on_stuck(int, const std::string&) {}
 void NcclTeam::settle(const char*, std::chrono::milliseconds) const {}
+ncclComm* NcclTeam::live_comm() const { throw Unavailable(TPDECODE_NCCL_REASON); }
 void NcclTeam::abort_comm(const std::string& why) const { throw TeamBroken(why); }
 
 }  // namespace tpdecode

@@ -146,11 +146,13 @@ SymmetricBuffer TeamInternals::allocate(Team& team, std::size_t bytes, uint32_t 
   return b;
 }
 
-TpComm& TeamInternals::shared_comm(Team& team, const CommConfig& config) {
-  for (const std::unique_ptr<TpComm>& c : team.shared_comms_)
-    if (c->config() == config) return *c;
-  team.shared_comms_.push_back(std::make_unique<TpComm>(team, config));
-  return *team.shared_comms_.back();
+TpComm& TeamInternals::shared_comm(Team& team, const CommConfig& config, int group) {
+  check<TeamBroken>(!team.broken(), "{}: a collective object on a broken team; build a new team", team.describe());
+  check(group >= 0, "a shared TpComm's group {} (0 or more)", group);
+  for (const auto& [g, c] : team.shared_comms_)
+    if (g == group && c->config() == config) return *c;
+  team.shared_comms_.emplace_back(group, std::make_unique<TpComm>(team, config));
+  return *team.shared_comms_.back().second;
 }
 
 int TeamInternals::take_epoch_counter(Team& team) {

@@ -20,7 +20,7 @@ struct TeamInternals {
   static const RankContext& rank_context(const Team& team, int driven);
   static SymmetricBuffer allocate(Team& team, std::size_t bytes, uint32_t fill_word, std::string_view what);
   static int take_epoch_counter(Team& team);
-  static TpComm& shared_comm(Team& team, const CommConfig& config);
+  static TpComm& shared_comm(Team& team, const CommConfig& config, int group);
 };
 }  // namespace detail
 
@@ -44,12 +44,14 @@ inline SymmetricBuffer allocate_symmetric_buffer(Team& team, std::size_t bytes, 
 inline int take_epoch_counter(Team& team) { return detail::TeamInternals::take_epoch_counter(team); }
 
 // A TpComm of `config` the team keeps for the library's objects to share (the MLP
-// blocks of a model's layers): the one made for an equal config before, else a new
-// one (collective: every rank asks for the same configs in the same order; host
-// only, before any capture). Why: each TpComm takes 3 of the team's 63 mailbox
-// epoch counters and its memory for as long as the team lives.
-inline TpComm& shared_comm(Team& team, const CommConfig& config) {
-  return detail::TeamInternals::shared_comm(team, config);
+// blocks of a model's layers): the one made for an equal config and `group` before,
+// else a new one (collective: every rank asks for the same configs in the same
+// order; host only, before any capture; TeamBroken on a broken team). Why: each
+// TpComm takes 3 of the team's 255 mailbox epoch counters and its memory for as long
+// as the team lives. Its users' calls must be ordered on each rank; objects whose
+// calls may run at once take other groups.
+inline TpComm& shared_comm(Team& team, const CommConfig& config, int group = 0) {
+  return detail::TeamInternals::shared_comm(team, config, group);
 }
 
 }  // namespace tpdecode

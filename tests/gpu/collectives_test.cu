@@ -89,6 +89,12 @@ TEST(Collectives, TheTeamKeepsOneSharedCommPerConfig) {
   EXPECT_NE(&other, &first);
   EXPECT_EQ(other.config().rows_cap, 16);
   EXPECT_EQ(&shared_comm(team, a), &first);
+  // Another group: another TpComm of the same config (users that may run at once).
+  TpComm& apart = shared_comm(team, a, 1);
+  EXPECT_NE(&apart, &first);
+  EXPECT_EQ(&shared_comm(team, a, 1), &apart);
+  EXPECT_EQ(&shared_comm(team, a, 0), &first);
+  EXPECT_THROW(shared_comm(team, a, -1), InvalidArgument);
 }
 
 TEST(Collectives, StockPathGivesTheSameBitsOnTheLocalTeam) {

@@ -188,8 +188,10 @@ TEST(Oproj, BindAheadMergedIsTheDirectComputation) {
   }
 }
 
-// A TpComm narrower or shorter than the o-projection's rows, and one GEMM context for
-// two driven ranks (their GEMMs run at once), are refused at construction.
+// A TpComm narrower than the o-projection and one GEMM context for two driven ranks
+// (their GEMMs run at once) are refused at construction; a TpComm shorter than a
+// call's rows where the call runs unfused (the kind that uses it), before anything
+// is queued.
 TEST(Oproj, ACommOrGemmContextThatDoesNotFitIsRefused) {
   TPD_REQUIRE_GPU();
   LocalTeam team(2);
@@ -201,8 +203,15 @@ TEST(Oproj, ACommOrGemmContextThatDoesNotFitIsRefused) {
   short_rows.hidden = 1024;
   short_rows.rows_cap = 8;  // the mailbox holds 64
   TpComm shorter(team, short_rows);
-  EXPECT_THROW(PreparedOproj(shorter, box, c.weights(), OprojEpilogue::kArNorm, {{16}}), InvalidArgument);
-  EXPECT_NO_THROW(PreparedOproj(shorter, box, c.weights(), OprojEpilogue::kArNorm, {{8}}));
+  {
+    PreparedOproj op16(shorter, box, c.weights(), OprojEpilogue::kArNorm, {{16}});
+    op16.set_kind(OprojKind::kUnfused);
+    OprojCase c16(team, {16, 1024, 256, OprojEpilogue::kArNorm}, test::fresh_seed());
+    const std::vector<OprojOutputs> before = {c16.outputs(0), c16.outputs(1)};
+    EXPECT_THROW(op16.run(c16.ar_norm_io(), test::team_streams(team)), CapacityError);
+    team.synchronize();
+    for (int i = 0; i < 2; ++i) EXPECT_EQ(c16.outputs(i), before[static_cast<std::size_t>(i)]) << "queued on " << i;
+  }
   TpComm comm = make_comm(team, 1024);
   OprojOptions shared;
   auto context = std::make_shared<CublasContext>();

@@ -239,11 +239,12 @@ TEST(TeamMlpBlock, Refusals) {
 }
 
 // A model's layers as launch-form blocks on one team: they share one TpComm (3 of the
-// team's mailboxes, not 3 each); the first and the last give the reference.
+// team's mailboxes, not 3 each: 100 layers with a TpComm each would need 300 of the
+// 255); the first, the last and a block of another comm group give the reference.
 TEST(TeamMlpBlock, AModelsLayersShareTheLaunchFormsComm) {
   TPD_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
-  constexpr int kTp = 2, kM = 3, kLayers = 30;
+  constexpr int kTp = 2, kM = 3, kLayers = 100;
   LocalTeam team(kTp);
   ShardedBlock block(kTp, kM, true, true, rng);
   const std::vector<TeamMlpBlock::Weights> weights = block.weights();
@@ -251,8 +252,11 @@ TEST(TeamMlpBlock, AModelsLayersShareTheLaunchFormsComm) {
   std::vector<std::unique_ptr<TeamMlpBlock>> layers;
   for (int l = 0; l < kLayers; ++l)
     layers.push_back(std::make_unique<TeamMlpBlock>(team, weights, buffers, kM, TeamMlpBlock::Form::kLaunches));
+  const TeamMlpBlock other_group(team, weights, buffers, kM, TeamMlpBlock::Form::kLaunches, 1);
+  EXPECT_THROW(TeamMlpBlock(team, weights, buffers, kM, TeamMlpBlock::Form::kLaunches, -1), InvalidArgument);
   const auto [outs, stream] = block.reference();
-  for (const TeamMlpBlock* layer : {layers.front().get(), layers.back().get()}) {
+  for (const TeamMlpBlock* layer :
+       std::vector<const TeamMlpBlock*>{layers.front().get(), layers.back().get(), &other_group}) {
     block.restart();
     layer->run();
     team.synchronize();
