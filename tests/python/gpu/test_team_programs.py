@@ -208,3 +208,57 @@ def test_team_program_refusals(world):
     with pytest.raises(ValueError, match="build it in a TeamProgram"):
         tpdecode.GemmProgram(ops[0])
     world.barrier()
+
+
+@pytest.mark.parametrize("backend", ["inductor", "aot_eager"])
+def test_team_objects_under_torch_compile(world, backend):
+    """TeamProgram and a team MlpBlock inside torch.compile: new inputs written in the
+    compiled function reach every rank's kernels, and their results reach the
+    caller's tensors with the eager calls' bits (whether or not the compiler hands
+    the op copies of the buffers)."""
+    if not world.team.shares_memory:
+        pytest.skip("the program needs ranks that share memory")
+    m, tp = 3, world.size
+    lead = (tp,) if world.local else ()
+    t = team_program_tensors(world, m)
+    r0 = t["residual"].clone()
+    program = tpdecode.TeamProgram(world.team, team_program_ops(world, t))
+    w, attn = shards(world, m, True, True)
+    b0 = world.shared(8, m, H).float().mul(2).to(torch.bfloat16).expand(*lead, m, H).contiguous()
+    residual = b0.clone()
+    out = torch.empty(*lead, m, Q // tp, device=world.device, dtype=torch.bfloat16)
+    block = tpdecode.MlpBlock(**w, attn=attn, residual=residual, out=out, eps=EPS, team=world.team)
+    program_attn, block_attn = world.random(21, m, A // tp), world.random(22, m, A // tp)
+
+    def fresh(stale):
+        t["residual"].copy_(r0)
+        residual.copy_(b0)
+        for o in (t["o"], t["h"], t["out"], out):
+            o.fill_(float("nan"))
+        if stale:  # values the compiled step must overwrite
+            t["attn"].copy_(world.random(23, m, A // tp))
+            attn.copy_(world.random(24, m, A // tp))
+
+    fresh(False)
+    t["attn"].copy_(program_attn)
+    attn.copy_(block_attn)
+    program()
+    block()
+    world.team.synchronize()
+    eager = [t["out"].clone(), t["residual"].clone(), out.clone(), residual.clone()]
+
+    @torch.compile(fullgraph=True, backend=backend)
+    def step(pa, ba):
+        t["attn"].copy_(pa)
+        attn.copy_(ba)
+        program()
+        return t["out"] * 1, block() * 1  # the results read after the ops ran
+
+    fresh(True)
+    got_program, got_block = step(program_attn, block_attn)
+    world.team.synchronize()
+    assert torch.equal(got_program, eager[0]) and torch.equal(t["out"], eager[0])
+    assert torch.equal(t["residual"], eager[1])
+    assert torch.equal(got_block, eager[2]) and torch.equal(out, eager[2])
+    assert torch.equal(residual, eager[3])
+    world.barrier()
