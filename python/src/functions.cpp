@@ -136,9 +136,10 @@ ffi::ObjectRef mlp_block(ffi::Optional<DLView> o_proj, DLView post_norm, DLView 
 
 ffi::ObjectRef team_mlp_block(ffi::ObjectRef team, ffi::Optional<DLView> o_proj, DLView post_norm, DLView gate_up,
                               DLView down, DLView next_norm, ffi::Optional<DLView> qkv, double eps, DLView attn,
-                              DLView residual, DLView out, ffi::String form) {
+                              DLView residual, DLView out, ffi::String form, int64_t comm_group) {
   return ffi::ObjectRef(ffi::make_object<TeamMlpBlockObj>(std::move(team), o_proj, post_norm, gate_up, down, next_norm,
-                                                          qkv, eps, attn, residual, out, std::string(form)));
+                                                          qkv, eps, attn, residual, out, std::string(form),
+                                                          comm_group));
 }
 
 ffi::ObjectRef team_program(ffi::ObjectRef team) {

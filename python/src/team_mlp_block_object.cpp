@@ -2,6 +2,7 @@
 
 #include <tvm/ffi/reflection/registry.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,7 +13,8 @@ namespace tpdecode::python {
 
 TeamMlpBlockObj::TeamMlpBlockObj(tvm::ffi::ObjectRef team, tvm::ffi::Optional<DLView> o_proj, DLView post_norm,
                                  DLView gate_up, DLView down, DLView next_norm, tvm::ffi::Optional<DLView> qkv,
-                                 double eps, DLView attn, DLView residual, DLView out, const std::string& form)
+                                 double eps, DLView attn, DLView residual, DLView out, const std::string& form,
+                                 int64_t comm_group)
     : team_ref_(std::move(team)) {
   translated([&] {
     std::optional<TeamMlpBlock::Form> wanted;
@@ -50,7 +52,9 @@ TeamMlpBlockObj::TeamMlpBlockObj(tvm::ffi::ObjectRef team, tvm::ffi::Optional<DL
     }
     rows = buffers[0].residual.rows;
     DeviceScope scope(dev);
-    block_ = std::make_unique<TeamMlpBlock>(team_->team(), weights, buffers, static_cast<int>(rows), wanted);
+    if (comm_group < 0 || comm_group > INT32_MAX) raise(kind::kValue, "MlpBlock: comm_group must be 0 or more");
+    block_ = std::make_unique<TeamMlpBlock>(team_->team(), weights, buffers, static_cast<int>(rows), wanted,
+                                            static_cast<int>(comm_group));
     launches = block_->form() == TeamMlpBlock::Form::kLaunches;
   });
 }

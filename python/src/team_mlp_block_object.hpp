@@ -23,10 +23,10 @@ class TeamMlpBlockObj : public tvm::ffi::Object {
   // Every rank's weights and buffers as TeamMlpBlock's, each a contiguous bf16 tensor
   // on the team's device: on a local team of n, [n, ...] (block i rank i's), else
   // this rank's; the norms' weights [H] (or [1, H]), one for every rank. `form`: ""
-  // (the block's choice), "program" or "launches".
+  // (the block's choice), "program" or "launches"; `comm_group` as TeamMlpBlock's.
   TeamMlpBlockObj(tvm::ffi::ObjectRef team, tvm::ffi::Optional<DLView> o_proj, DLView post_norm, DLView gate_up,
                   DLView down, DLView next_norm, tvm::ffi::Optional<DLView> qkv, double eps, DLView attn,
-                  DLView residual, DLView out, const std::string& form);
+                  DLView residual, DLView out, const std::string& form, int64_t comm_group);
 
   // Runs from PyTorch's current stream (taken from `on`, any tensor of the device);
   // pdl as the team's options say (TeamProgram::run).

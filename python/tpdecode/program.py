@@ -287,13 +287,22 @@ class MlpBlock(_Program):
     local team of n: ``[n, ...]``, block i rank i's), contiguous; the norm weights [H]
     are every rank's. Every rank's residual holds the same bits after a call. The
     block keeps the team alive; a rank that never arrives raises through the team
-    (``Team.synchronize``; then ``Team.reset`` on every rank)."""
+    (``Team.synchronize``; then ``Team.reset`` on every rank). The launches of a
+    team's blocks of one H, row count and ``comm_group`` share one ``ar_norm``
+    communicator: call them one after another (a model's layers); blocks that may run
+    at the same time (two micro-batches on two streams under torchrun) need other
+    ``comm_group`` values, else they meet in its mailboxes (wrong values or a
+    timeout, not an error)."""
 
     def __init__(self, *, post_norm: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor,
                  attn: torch.Tensor, residual: torch.Tensor, out: torch.Tensor,
                  o_proj: Optional[torch.Tensor] = None, next_norm: Optional[torch.Tensor] = None,
                  qkv: Optional[torch.Tensor] = None, eps: float = 1e-6, fold: bool = True,
-                 form: Optional[str] = None, team=None):
+                 form: Optional[str] = None, team=None, comm_group: int = 0):
+        if team is None and comm_group != 0:
+            raise ValueError("MlpBlock: comm_group is a team block's (team=...)")
+        if isinstance(comm_group, bool) or not isinstance(comm_group, int) or comm_group < 0:
+            raise ValueError(f"MlpBlock: comm_group must be an int, 0 or more (got {comm_group!r})")
         _not_capturing("MlpBlock")
         weights = [o_proj, post_norm, gate_up, down, next_norm, qkv]
         if team is None:
@@ -306,7 +315,7 @@ class MlpBlock(_Program):
             if next_norm is None:
                 raise ValueError("MlpBlock: a team block needs next_norm (down's partial is all-reduced into it)")
             handle = _lib.module.team_mlp_block(_team_handle(team, "MlpBlock"), *map(_detached, weights), float(eps), _detached(attn),
-                                                _detached(residual), _detached(out), form or "")
+                                                _detached(residual), _detached(out), form or "", int(comm_group))
             self.post_norm_folded = self.next_norm_folded = False
             self.form = "launches" if handle.launches else "program"
         self.rows = handle.rows

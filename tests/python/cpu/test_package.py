@@ -61,7 +61,17 @@ def test_team_mlp_block_takes_only_a_team():
     w = np.zeros((64, 64), np.float32)
     not_a_team = _lib.module.gemm_program()
     with pytest.raises(ValueError, match="team is not a tpdecode team"):
-        _lib.module.team_mlp_block(not_a_team, None, w, w, w, w, None, 1e-6, w, w, w, "")
+        _lib.module.team_mlp_block(not_a_team, None, w, w, w, w, None, 1e-6, w, w, w, "", 0)
+
+
+def test_mlp_block_comm_group_is_a_team_blocks_and_not_negative():
+    pytest.importorskip("torch")
+    none = dict(post_norm=None, gate_up=None, down=None, attn=None, residual=None, out=None)
+    with pytest.raises(ValueError, match="comm_group is a team block's"):
+        tpdecode.MlpBlock(**none, comm_group=1)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="comm_group must be an int, 0 or more"):
+            tpdecode.MlpBlock(**none, team=object(), comm_group=bad)
 
 
 def test_team_program_takes_only_a_team():
