@@ -1,6 +1,6 @@
 # Shared by scripts/test.sh and scripts/run.sh.
 
-PACKAGES=(cmake ninja-build g++ libgtest-dev libcli11-dev libfmt-dev nlohmann-json3-dev)
+PACKAGES=(cmake ninja-build g++ libgtest-dev libcli11-dev libfmt-dev nlohmann-json3-dev python3-venv)
 
 # Installs the Debian packages that are missing (needs apt-get; skipped where every
 # package is present, e.g. the GPU machine, which has no package registry).

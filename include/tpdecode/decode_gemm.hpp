@@ -126,9 +126,9 @@ class DecodeGemm {
   // invariant_candidates timed at that row count's bucket (the wide and narrow warp
   // CTAs and the wgmma engine at every split; cached under a key of its own and
   // agreed by a team like other decisions); without, the static invariant_decision.
-  // Calls far from the hint pay for it: an order fast at 8 rows is 1.5-6 x the
-  // default at 32-64 (the narrow CTA runs calls above 16 rows as launches of 16;
-  // docs/performance.md). Another hint decides again, so a row's bits may change
+  // Calls far from the hint pay for it: an order fast at 8 rows ran 1.0-3.7 x the
+  // default at 16-64, the narrow CTA up to 5.5 x (it runs calls above 16 rows as
+  // launches of 16; docs/performance.md). Another hint decides again, so a row's bits may change
   // between hints, never between calls. Prepares every bucket now (host only, never
   // under capture; InvalidArgument where neither engine takes the weight; on any
   // error the mode is off); set_sharing prepares them again. Turning it off drops

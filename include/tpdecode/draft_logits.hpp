@@ -13,7 +13,7 @@
 namespace tpdecode {
 
 // Gathers every rank's [M, S] shard into [M, TP*S] (rank r's shard at columns
-// [r*S, (r+1)*S)) on `stream`: DrafterComm::gather_logits or the stock gather.
+// [r*S, (r+1)*S)) on `stream`: e.g. a TpComm gather, or NCCL's all-gather.
 using LogitsGather = std::function<void(const TensorView& shard, const TensorView& gathered, cudaStream_t stream)>;
 
 struct LogitsEpilogue {

@@ -279,11 +279,13 @@ class MlpBlock(_Program):
     I/tp]), their partials all-reduced into the residual before each norm; gate_up
     ([2I/tp, H]: the rank's gate rows, then its up rows) and qkv ([Q/tp, H])
     column-parallel. Without o_proj, attn [M, H] is the rank's partial. ``next_norm``
-    is required and no norm folds. Up to 16 rows one kernel per rank with the
-    all-reduces inside (ranks that share memory: a local team, or an NCCL team over
-    NVLink), else launches with the team's ``ar_norm`` (and where the program does not
-    serve: a norm's share of a rank's CTAs above what they hold, ranks sharing a GPU;
-    asked for as "program" there: ``tpdecode.Unavailable``). Tensors are the rank's (a
+    is required and no norm folds. By default, up to 16 rows one kernel per rank with
+    the all-reduces inside where each rank has its GPU and the ranks share memory (an
+    NCCL team over NVLink), else launches with the team's ``ar_norm`` (a local team's
+    ranks share one GPU, where the launches measured faster). ``form="program"`` asks
+    for the kernel wherever it is served (a local team too); where it is not (ranks
+    that do not share memory, a norm's share of a rank's CTAs above what they hold):
+    ``tpdecode.Unavailable``. Tensors are the rank's (a
     local team of n: ``[n, ...]``, block i rank i's), contiguous; the norm weights [H]
     are every rank's. Every rank's residual holds the same bits after a call. The
     block keeps the team alive; a rank that never arrives raises through the team

@@ -123,8 +123,8 @@ TPD_HD bool gather_collect(Memory& mem, const TeamRef& team, const MailboxRef& b
 // computed from the values polled, and no peer relies on the order of an owner's
 // sums and its re-arm (a peer's next push into that parity waits for the owner's
 // next call).
-// Three parities serve a reader that re-arms lazily, during its next call (the
-// seed's MoE tail): o's re-arm of u may then follow its sums of u+1, so u+2 is not
+// Three parities serve a reader that re-arms lazily, during its next call (an
+// MoE tail that re-arms the previous layer's rows): o's re-arm of u may then follow its sums of u+1, so u+2 is not
 // safe; s pushes u+3 only after seeing o's sums of u+2, stored in o's call u+2,
 // after its call u+1 (and the lazy re-arm) completed. The kernels here re-arm in
 // the call; CommConfig::parities = 3 builds buffers for callers that do not.
