@@ -28,6 +28,7 @@
 #include "core/weight_rotation.hpp"
 #include "chain_glue.hpp"
 #include "gemm_shapes.hpp"
+#include "json_file.hpp"
 #include "program/program_timeline.hpp"
 #include "read_ceiling.hpp"
 #include "tpdecode/decode_gemm.hpp"
@@ -383,17 +384,22 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const ben
       j["rows"].back()["program_timeline_runs"].push_back(std::move(t));
     }
   }
-  std::ofstream(path) << j.dump(2) << "\n";
+  write_json_file(path, j);
 }
 
-void run(const Options& o) {
-  const Gpu gpu = require_gpu("bench chain");
-  for (int m : o.ms) check(m >= 1, "bench chain: --m {}", m);
+void run(Options o) {
+  // Every option checked before the GPU: a bad one is refused at once, not after a run.
+  o.tps = unique_in_order(o.tps);
+  o.ms = unique_in_order(o.ms);
+  o.force = unique_in_order(o.force);
+  for (int tp : o.tps) check(tp == 1 || tp == 2 || tp == 4 || tp == 8, "bench chain: --tp {} (1, 2, 4, 8)", tp);
+  for (int m : o.ms) check(m >= 1 && m <= kGemmMaxRows, "bench chain: --m {} (1 .. {})", m, kGemmMaxRows);
   check(o.layers >= 1, "bench chain: --layers {}", o.layers);
   for (const std::string& name : o.force)
     check(valid_force(name), "bench chain: --force {} (warp or cublas)", name);
   check(!o.timeline || !o.norms, "bench chain: --timeline with --norms is not served (the norm ops have no MMAs)");
   check(!o.fold_norms || o.norms, "bench chain: --fold-norms needs --norms");
+  const Gpu gpu = require_gpu("bench chain");
   cudaStream_t stream;
   TPD_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   fmt::print(stderr, "bench chain: {} ({} SMs); measuring the read ceiling\n", gpu.name, gpu.sms);
@@ -417,7 +423,7 @@ void register_bench_chain(CLI::App& app) {
   cmd->add_option("--tp", o->tps, "TP shapes (repeatable; default 8 4 2 1)");
   cmd->add_option("--m", o->ms, "rows per call (repeatable; default 1 8 16 28)");
   cmd->add_option("--layers", o->layers, "draft layers in the chain")->capture_default_str();
-  cmd->add_option("--replays", o->replays, "timed graph replays per measurement")->capture_default_str();
+  cmd->add_option("--replays", o->replays, "timed graph replays per measurement")->capture_default_str()->check(positive_count());
   cmd->add_option("--force", o->force,
                   "also time the chain with every link forced to: warp (the rule's split) or cublas (repeatable)");
   cmd->add_flag("--timeline", o->timeline,
@@ -432,7 +438,7 @@ void register_bench_chain(CLI::App& app) {
   cmd->add_flag("--fold-norms", o->fold_norms,
                "with --norms: the program folds each norm that a GEMM of it reads into that GEMM (GemmProgram::Norm::"
                "folded: no stage waits for the norm; the readers' bits differ by the roundings moved)");
-  cmd->add_option("--json", o->json, "also write the rows as JSON to this file");
+  cmd->add_option("--json", o->json, "also write the rows as JSON to this file")->check(writable_file());
   cmd->callback([o] { run(*o); });
 }
 

@@ -21,6 +21,7 @@
 #include "core/random_fill.hpp"
 #include "core/weight_rotation.hpp"
 #include "gemm_shapes.hpp"
+#include "json_file.hpp"
 #include "read_ceiling.hpp"
 #include "tpdecode/decode_gemm.hpp"
 #include "tpdecode/device_buffer.hpp"
@@ -300,9 +301,14 @@ void print_invariant(const std::vector<Row>& rows) {
     fmt::print("{:<6} {:<12} {:>3} {:>8.2f} {:>9.2f} {:>6.3f} {:>7}  {}\n", r.shape.set, r.shape.name, r.m, r.ours_us,
                *r.invariant_us, ratio, tuned, r.invariant_tactic);
   }
-  if (count)
-    fmt::print("target invariant <= {:.2f} x the default at M <= 8: {} rows above; worst {:.3f}\n", kTarget, above,
-               worst);
+  if (count == 0) return;
+  int measured = 0;
+  for (const Row& r : rows) measured += r.invariant_us && r.m <= 8;
+  if (measured == 0)
+    fmt::print("target invariant <= {:.2f} x the default at M <= 8: not measured (no row of M <= 8)\n", kTarget);
+  else
+    fmt::print("target invariant <= {:.2f} x the default at M <= 8: {} of {} rows above; worst {:.3f}\n", kTarget,
+               above, measured, worst);
 }
 
 void write_json(const std::string& path, const std::vector<Row>& rows, const bench::ReadCeiling& ceiling,
@@ -312,7 +318,8 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const ben
   j["read_ceiling"] = {{"tb_per_s", ceiling.tb_per_s}, {"bytes", ceiling.bytes}, {"median_us", ceiling.median_us}};
   j["replays"] = o.replays;
   j["rows"] = nlohmann::json::array();
-  auto finite = [](double v) { return std::isfinite(v) ? v : 0.0; };
+  // A path that did not run has no time (null), not 0 us.
+  auto finite = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
   for (const Row& r : rows) {
     const double b = r.shape.bytes();
     nlohmann::json forced = nlohmann::json::array();
@@ -350,13 +357,16 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const ben
       j["rows"].back()["invariant_tuned_us"] = r.invariant_tuned_us;
     }
   }
-  std::ofstream(path) << j.dump(2) << "\n";
+  write_json_file(path, j);
 }
 
-void run(const Options& o) {
-  const Gpu gpu = require_gpu("bench gemm");
+void run(Options o) {
+  // Every option checked before the GPU: a bad one is refused at once, not after a run.
+  o.sets = unique_in_order(o.sets);
+  o.ms = unique_in_order(o.ms);
   const std::vector<GemmShape> shapes = shapes_of(o);
-  for (int m : o.ms) check(m >= 1, "bench gemm: --m {}", m);
+  for (int m : o.ms) check(m >= 1 && m <= kGemmMaxRows, "bench gemm: --m {} (1 .. {})", m, kGemmMaxRows);
+  const Gpu gpu = require_gpu("bench gemm");
   cudaStream_t stream;
   TPD_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   fmt::print(stderr, "bench gemm: {} ({} SMs, L2 {} MB); measuring the read ceiling\n", gpu.name, gpu.sms,
@@ -388,8 +398,8 @@ void register_bench_gemm(CLI::App& app) {
       ->check(CLI::Range(1, kGemmMaxRows))
       ->capture_default_str();
   cmd->add_option("--m", o->ms, "rows per call (repeatable; default 1 2 4 8 16 32 48 64)");
-  cmd->add_option("--replays", o->replays, "timed graph replays per measurement")->capture_default_str();
-  cmd->add_option("--json", o->json, "also write the rows as JSON to this file");
+  cmd->add_option("--replays", o->replays, "timed graph replays per measurement")->capture_default_str()->check(positive_count());
+  cmd->add_option("--json", o->json, "also write the rows as JSON to this file")->check(writable_file());
   cmd->callback([o] { run(*o); });
 }
 

@@ -358,8 +358,8 @@ void print_table(const std::vector<Row>& rows) {
                vs_stock >= 1.5 ? "met" : "MISSED");
   }
 
-  // Rule-table rows this run supports: consecutive measured M where the best kind
-  // beat unfused by kOprojRuleGain, as one range.
+  // Rule-table rows this run supports: consecutive measured M (ascending) where the
+  // best kind beat unfused by kOprojRuleGain, as one range.
   fmt::print("\nrule table rows supported by this run (src/oproj/oproj_rules.cpp):\n");
   for (std::size_t i = 0; i < rows.size();) {
     double best = 0;
@@ -403,7 +403,11 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Opt
   write_json_file(path, j);
 }
 
-void run(const Options& o) {
+void run(Options o) {
+  // Row counts ascending, once each: the rule-table rows below are ranges of them.
+  std::sort(o.rows.begin(), o.rows.end());
+  o.rows.erase(std::unique(o.rows.begin(), o.rows.end()), o.rows.end());
+  o.tp = unique_in_order(o.tp);
   const Gpu gpu = require_gpu("bench oproj");
   int count = 0;
   TPD_CUDA(cudaGetDeviceCount(&count));
@@ -452,9 +456,9 @@ void register_bench_oproj(CLI::App& app) {
   cmd->add_option("--kind", o->kinds, "mailbox kinds to time (repeatable; default all three)")
       ->check(CLI::IsMember({"producer-consumer", "fused", "two-shot"}));
   cmd->add_option("--blocks", o->blocks, "AttnRes saved blocks")->capture_default_str()->check(CLI::Range(0, kAttnResMaxBlocks));
-  cmd->add_option("--replays", o->replays, "timed graph replays per measurement")->capture_default_str()->check(CLI::Range(1, 100000));
+  cmd->add_option("--replays", o->replays, "timed graph replays per measurement")->capture_default_str()->check(positive_count());
   cmd->add_option("--calls", o->calls, "calls per graph (at least; rounded up to whole rotations of the weight copies)")->capture_default_str()->check(CLI::Range(1, 1000));
-  cmd->add_option("--json", o->json, "also write the rows as JSON to this file");
+  cmd->add_option("--json", o->json, "also write the rows as JSON to this file")->check(writable_file());
   cmd->callback([o] { run(*o); });
 }
 

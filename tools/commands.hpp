@@ -3,9 +3,15 @@
 
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
+#include <vector>
 
 namespace tpdecode::cli {
 
@@ -37,11 +43,44 @@ inline CLI::Validator finite_non_negative(const std::string& what) {
       [what](std::string& text) -> std::string {
         char* end = nullptr;
         const double v = std::strtod(text.c_str(), &end);
-        if (end == text.c_str() || *end != '\0' || !std::isfinite(v) || v < 0)
+        // Why FLT_MAX: the option is a float; a larger double would become inf.
+        if (end == text.c_str() || *end != '\0' || !std::isfinite(v) || v < 0 || v > FLT_MAX)
           return what + " " + text + ": a finite number >= 0 is required";
         return {};
       },
       "FINITE >= 0");
+}
+
+// An output file's check, before anything runs: a name whose folder exists and can be
+// written, and the file itself where it exists (a benchmark's --json would otherwise
+// fail only after the whole run).
+inline CLI::Validator writable_file() {
+  return CLI::Validator(
+      [](std::string& path) -> std::string {
+        if (path.empty()) return "an empty file name";
+        const std::filesystem::path p(path);
+        std::error_code e;
+        if (std::filesystem::is_directory(p, e)) return path + " is a folder";
+        const std::filesystem::path folder = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
+        if (!std::filesystem::is_directory(folder, e)) return "the folder of " + path + " does not exist";
+        if (::access(folder.c_str(), W_OK) != 0) return "the folder of " + path + " cannot be written";
+        if (std::filesystem::exists(p, e) && ::access(path.c_str(), W_OK) != 0) return path + " cannot be written";
+        return {};
+      },
+      "WRITABLE FILE");
+}
+
+// A count's check: 1 .. 100000 (timed replays, calls).
+inline CLI::Range positive_count() { return CLI::Range(1, 100000); }
+
+// A repeatable option's values with repeats dropped, first occurrences in order (a row
+// counted twice would count twice in a benchmark's targets).
+template <class T>
+std::vector<T> unique_in_order(const std::vector<T>& values) {
+  std::vector<T> out;
+  for (const T& v : values)
+    if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+  return out;
 }
 
 inline CLI::App* bench_group(CLI::App& app) {

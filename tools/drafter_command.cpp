@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "core/check.hpp"
 #include "json_file.hpp"
 #include "drafter_run.hpp"
 #include "read_ceiling.hpp"
@@ -45,12 +47,15 @@ struct Options {
   CLI::Option* replays_option = nullptr;  // given on the command line (refused without a GPU)
   CLI::Option* local_tp_option = nullptr;
   CLI::Option* oproj_option = nullptr;
+  CLI::Option* k_option = nullptr;  // only with --requests
 };
 
 // The row counts to run: --rows, plus requests · k. Refuses what a step cannot take
 // before anything is built (no GPU needed to hear it).
 std::vector<int> row_counts(const Options& o, std::vector<int> defaults) {
-  std::vector<int> rows = o.rows.empty() ? std::move(defaults) : o.rows;
+  require(o.k_option->count() == 0 || o.requests > 0,
+          "drafter: --k is the draft tokens of each of --requests; give --requests too (or the rows with --rows)");
+  std::vector<int> rows = o.rows.empty() ? std::move(defaults) : unique_in_order(o.rows);
   if (o.requests > 0) {
     const long m = static_cast<long>(o.requests) * o.k;
     require(m <= kRowsCap, fmt::format("drafter: --requests {} x --k {} = {} rows; a step takes at most {} rows",
@@ -58,7 +63,7 @@ std::vector<int> row_counts(const Options& o, std::vector<int> defaults) {
     rows.push_back(static_cast<int>(m));
   }
   for (int m : rows) require(m >= 1 && m <= kRowsCap, fmt::format("drafter: --rows {} outside 1 ... {}", m, kRowsCap));
-  return rows;
+  return unique_in_order(rows);
 }
 
 struct TeamRun {
@@ -69,6 +74,7 @@ struct TeamRun {
   bool ranks_identical = true;  // NCCL team: every rank's logits hash equal, per row
   int64_t weight_bytes = 0;     // one rank's weights read per step (count_step_ops)
   int ranks_per_gpu = 1;        // the local team: every rank on GPU 0
+  std::string error;            // why the run stopped ("" where it ran to the end)
 };
 
 // The step's floor: the weights one GPU streams per step (a rank's, times the ranks
@@ -88,11 +94,16 @@ bench::ReadCeiling measure_ceiling() {
   return c;
 }
 
+// What a run without a GPU refuses (before it says it runs the CPU step instead).
+void refuse_gpu_options(const Options& o) {
+  for (const auto* opt : {o.replays_option, o.local_tp_option})
+    require(opt->count() == 0, fmt::format("drafter: {} needs a GPU (this machine has none)", opt->get_name()));
+  require(o.oproj == "auto", "drafter: --oproj " + o.oproj + " needs a GPU (this machine has none)");
+}
+
 // No GPU: the CPU reference step of the reduced configuration at each row count,
 // with its checks; --json gets the checks.
 bool run_cpu(const Options& o) {
-  for (const auto* opt : {o.replays_option, o.local_tp_option, o.oproj_option})
-    require(opt->count() == 0, fmt::format("drafter: {} needs a GPU (this machine has none)", opt->get_name()));
   drafter::DrafterConfig c = drafter::DrafterConfig::reduced_cpu();
   c.layers = o.layers;
   nlohmann::json j{{"device", "cpu"}, {"config", c.describe()}, {"rows", nlohmann::json::array()}};
@@ -120,19 +131,19 @@ void print_run(const TeamRun& t, const bench::ReadCeiling& ceiling) {
   fmt::print("floor {:.1f} us: {}{:.1f} MB of weights per rank / {:.2f} TB/s\n", floor,
              t.ranks_per_gpu > 1 ? fmt::format("{} ranks x ", t.ranks_per_gpu) : "", t.weight_bytes / 1e6,
              ceiling.tb_per_s);
-  fmt::print("{:>4} {:>10} {:>10} {:>6} {:>9} {:>10} | {:>23} | {:>23} | {:>9} {:>9} {:>8} {:>6}\n", "M", "stock us",
-             "spec us", "ratio", "floor us", "step/floor", "stock gemm/coll/other", "spec gemm/coll/other", "tokens",
-             "near-tie", "max|dL|", "bitwise");
+  fmt::print("{:>4} {:>10} {:>10} {:>6} {:>9} {:>10} | {:>23} | {:>23} | {:>9} {:>9} {:>8} {:>6} {:>7}\n", "M",
+             "stock us", "spec us", "ratio", "floor us", "step/floor", "stock gemm/coll/other", "spec gemm/coll/other",
+             "tokens", "near-tie", "max|dL|", "bitwise", "non-fin");
   for (const DrafterRow& r : t.rows) {
     const auto parts = [](const PathTimes& p) {
       return fmt::format("{:.0f}/{:.0f}/{:.0f}", p.gemm_us, p.collective_us, p.other_us);
     };
     fmt::print("{:>4} {:>10.1f} {:>10.1f} {:>6} {:>9.1f} {:>10.2f} | {:>23} | {:>23} | {:>4}/{:<4} {:>9} {:>8.4f} "
-               "{:>6}\n",
+               "{:>6} {:>7}\n",
                r.m, r.stock.step_us, r.specialised.step_us, ratio(r.stock.step_us, r.specialised.step_us), floor,
                r.specialised.step_us / floor, parts(r.stock), parts(r.specialised), r.m - r.token_disagreements, r.m,
                fmt::format("{}/{}", r.disagreements_near_tie, r.token_disagreements), r.max_logit_diff,
-               r.repeat_bitwise && r.ranks_identical ? "yes" : "NO");
+               r.repeat_bitwise && r.ranks_identical ? "yes" : "NO", r.non_finite_logits);
   }
   if (t.rows.empty() || t.rows.front().program.step_us <= 0) return;
   fmt::print("the program path (form programs: the step's GEMMs, norms, residual adds, all-reduce + norms and "
@@ -168,6 +179,7 @@ void write_json(const std::string& path, const std::vector<TeamRun>& runs, const
                       {"weight_bytes_per_rank", t.weight_bytes},
                       {"ranks_per_gpu", t.ranks_per_gpu},
                       {"rows", nlohmann::json::array()}};
+    if (!t.error.empty()) jt["error"] = t.error;
     const double floor = floor_us(t, ceiling);
     for (const DrafterRow& r : t.rows) {
       jt["rows"].push_back({{"m", r.m},
@@ -179,7 +191,8 @@ void write_json(const std::string& path, const std::vector<TeamRun>& runs, const
                             {"read_ceiling_tb_per_s", ceiling.tb_per_s},
                             {"token_disagreements", r.token_disagreements},
                             {"disagreements_near_tie", r.disagreements_near_tie},
-                            {"max_logit_diff", r.max_logit_diff},
+                            {"max_logit_diff", std::isnan(r.max_logit_diff) ? nlohmann::json() : nlohmann::json(r.max_logit_diff)},
+                            {"non_finite_logits", r.non_finite_logits},
                             {"repeat_bitwise", r.repeat_bitwise},
                             {"ranks_identical", r.ranks_identical}});
       if (r.program.step_us > 0)
@@ -201,10 +214,12 @@ void run(const Options& o) {
   ro.replays = o.replays;
   for (OprojKind k : {OprojKind::kUnfused, OprojKind::kProducerConsumer, OprojKind::kFused})
     if (o.oproj == oproj_kind_name(k)) ro.oproj = k;
-  for (int tp : o.local_tp) require(supported_team_size(tp), fmt::format("drafter: --local-tp {} (1, 2, 4, 8 or 16)", tp));
+  const std::vector<int> local_tp = unique_in_order(o.local_tp);
+  for (int tp : local_tp) require(supported_team_size(tp), fmt::format("drafter: --local-tp {} (1, 2, 4, 8 or 16)", tp));
   std::string why;
   const int gpus = visible_gpu_count(&why);
   if (gpus == 0) {
+    refuse_gpu_options(o);
     fmt::print("tpdecode drafter: no GPU visible ({}); running the CPU reference step instead.\n", why);
     if (!run_cpu(o)) throw Error("drafter: CPU reference checks failed");
     return;
@@ -258,7 +273,7 @@ void run(const Options& o) {
     print_run(t, ceiling);
     runs.push_back(t);
   } else {
-    for (int tp : o.local_tp.empty() ? std::vector<int>{1, 8} : o.local_tp) {
+    for (int tp : local_tp.empty() ? std::vector<int>{1, 8} : local_tp) {
       TeamOptions options;
       options.pdl = tp == 1;  // ranks sharing a GPU: no PDL (apps/drafter/gpu_step_ops.cpp says why)
       TeamRun t{tp == 1 ? std::string("TP 1 on one GPU")
@@ -272,14 +287,19 @@ void run(const Options& o) {
       } catch (const Error& e) {
         // Why go on: the other team size's results are still worth printing.
         fmt::print("{}: FAILED: {}\n", t.team, e.what());
+        t.error = e.what();
         failed = true;
       }
       print_run(t, ceiling);
       runs.push_back(t);
     }
   }
+  int non_finite = 0;
+  for (const TeamRun& t : runs)
+    for (const DrafterRow& r : t.rows) non_finite += r.non_finite_logits;
   if (!o.json.empty()) write_json(o.json, runs, config, prop.name, ceiling);
   if (failed) throw Error("drafter: a team run failed (see above)");
+  check<Error>(non_finite == 0, "drafter: {} logits were NaN or infinite (the non-fin column)", non_finite);
 }
 
 }  // namespace
@@ -289,11 +309,13 @@ void register_drafter(CLI::App& app) {
     auto o = std::make_shared<Options>();  // one per subcommand: it keeps that subcommand's options
     cmd->add_option("--rows", o->rows, "rows per step M (repeatable; default 1 7 14 28 56)")->check(CLI::Range(1, 64));
     cmd->add_option("--requests", o->requests, "also run M = requests · k (at most 64 rows)")->check(CLI::Range(1, 64));
-    cmd->add_option("--k", o->k, "draft tokens per request")->capture_default_str()->check(CLI::Range(1, 64));
+    o->k_option = cmd->add_option("--k", o->k, "draft tokens per request (with --requests)")
+                      ->capture_default_str()
+                      ->check(CLI::Range(1, 64));
     cmd->add_option("--layers", o->layers, "draft layers")->capture_default_str()->check(CLI::Range(1, 64));
     o->replays_option = cmd->add_option("--replays", o->replays, "timed graph replays per measurement (GPU)")
                             ->capture_default_str()
-                            ->check(CLI::Range(1, 100000));
+                            ->check(positive_count());
     o->local_tp_option =
         cmd->add_option("--local-tp", o->local_tp, "one GPU: local team sizes to run (repeatable; default 1 8)");
     o->oproj_option = cmd->add_option("--oproj", o->oproj,
@@ -301,7 +323,7 @@ void register_drafter(CLI::App& app) {
                                       "table), unfused, producer-consumer or fused (GPU)")
                           ->capture_default_str()
                           ->check(CLI::IsMember({"auto", "unfused", "producer-consumer", "fused"}));
-    cmd->add_option("--json", o->json, "also write the results as JSON to this file (with or without a GPU)");
+    cmd->add_option("--json", o->json, "also write the results as JSON to this file (with or without a GPU)")->check(writable_file());
     cmd->callback([o] { run(*o); });
   };
   add(app.add_subcommand("drafter", "the main job: the drafter step, stock vs specialised (CPU reference without a GPU)"));

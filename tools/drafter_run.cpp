@@ -39,6 +39,13 @@ PathTimes time_path(GpuDrafter& d, DrafterPath path, int m, int replays) {
   return t;
 }
 
+// Logits that are NaN or infinite (a step's bug: the drafter's logits are finite).
+int non_finite(const std::vector<uint16_t>& logits) {
+  int n = 0;
+  for (uint16_t v : logits) n += !std::isfinite(bf16::to_float(v));
+  return n;
+}
+
 // One eager step, then driven rank 0's logits.
 std::vector<uint16_t> eager_logits(GpuDrafter& d, DrafterPath path, int m) {
   d.enqueue_step(path, m);
@@ -68,9 +75,13 @@ void measure_drafter(Team& team, const drafter::DrafterConfig& config, const Dra
     r.ranks_identical = true;
     for (int i = 1; i < team.driven(); ++i) r.ranks_identical &= d.logits(i, m) == spec;
     r.logits_hash = fnv1a(spec);
-    for (std::size_t i = 0; i < stock.size(); ++i)
-      r.max_logit_diff =
-          std::max(r.max_logit_diff, static_cast<double>(std::abs(bf16::to_float(stock[i]) - bf16::to_float(spec[i]))));
+    r.non_finite_logits = non_finite(stock) + non_finite(spec);
+    for (std::size_t i = 0; i < stock.size(); ++i) {
+      const double diff = std::abs(bf16::to_float(stock[i]) - bf16::to_float(spec[i]));
+      // Why not std::max: it keeps the old value against a NaN, which would hide it.
+      if (std::isnan(diff) || diff > r.max_logit_diff) r.max_logit_diff = diff;
+      if (std::isnan(r.max_logit_diff)) break;
+    }
     const drafter::TokenAgreement spec_agreement = drafter::compare_tokens(stock, stock_tokens, spec_tokens, config.vocab);
     r.token_disagreements = spec_agreement.disagreements;
     r.disagreements_near_tie = spec_agreement.near_ties;
@@ -82,6 +93,7 @@ void measure_drafter(Team& team, const drafter::DrafterConfig& config, const Dra
       r.program.form = drafter::form_name(drafter::GpuDrafter::program_form(m));
       say(fmt::format("M = {}: the program path ({}), eager and timed", m, r.program.form));
       const std::vector<uint16_t> prog = eager_logits(d, DrafterPath::kProgram, m);
+      r.non_finite_logits += non_finite(prog);
       const drafter::TokenAgreement agreement = drafter::compare_tokens(stock, stock_tokens, d.tokens(0, m), config.vocab);
       r.program.token_disagreements = agreement.disagreements;
       r.program.disagreements_near_tie = agreement.near_ties;

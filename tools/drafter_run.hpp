@@ -27,7 +27,8 @@ struct DrafterRow {
   PathTimes stock, specialised;
   int token_disagreements = 0;  // rows whose draft tokens differ between the paths
   int disagreements_near_tie = 0;  // of those, stock's top-2 gap within kNearTieUlps ulps
-  double max_logit_diff = 0;       // largest |stock - specialised| logit
+  double max_logit_diff = 0;       // largest |stock - specialised| logit (NaN where one is NaN)
+  int non_finite_logits = 0;       // NaN or infinite logits of the stock, specialised and program paths
   bool repeat_bitwise = false;     // specialised logits: eager run == graph replay, bit for bit
   bool ranks_identical = false;    // every driven rank's specialised logits identical
   uint64_t logits_hash = 0;        // FNV-1a of the specialised logits (ranks of an NCCL team compare it)

@@ -3,6 +3,9 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
+#include <charconv>
+#include <string_view>
+
 #include "core/check.hpp"
 #include "tpdecode/cublas_context.hpp"
 
@@ -32,10 +35,18 @@ std::vector<GemmShape> mid_shapes() {
 }
 
 GemmShape parse_shape(const std::string& text) {
-  const auto x = text.find('x');
-  check(x != std::string::npos, "--shape {} is not NxK", text);
-  GemmShape s{"custom", text, std::stoll(text.substr(0, x)), std::stoll(text.substr(x + 1))};
-  check(s.n > 0 && s.k > 0, "--shape {} must be positive", text);
+  // Why from_chars over the whole text: stoll would take "12x34x56" as 12x34.
+  const auto whole = [](std::string_view t, int64_t& v) {
+    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    return !t.empty() && ec == std::errc() && end == t.data() + t.size();
+  };
+  const std::string_view t(text);
+  const auto x = t.find('x');
+  GemmShape s{"custom", text, 0, 0};
+  check(x != std::string_view::npos && whole(t.substr(0, x), s.n) && whole(t.substr(x + 1), s.k),
+        "--shape {}: NxK, two integers (e.g. 2112x7168)", text);
+  check(s.n > 0 && s.k > 0 && s.n <= kMaxShapeSide && s.k <= kMaxShapeSide && s.n * s.k <= kMaxShapeElements,
+        "--shape {}: N and K from 1 to {}, N x K at most {} elements", text, kMaxShapeSide, kMaxShapeElements);
   return s;
 }
 

@@ -26,7 +26,11 @@ std::vector<GemmShape> layer_shapes(int tp);
 // Mid-size weights (1152 x 1536 to 40960 x 7168): cuBLAS streams several of them at
 // 73-85 % of the read ceiling, and a static rule is easily wrong on them.
 std::vector<GemmShape> mid_shapes();
-GemmShape parse_shape(const std::string& text);  // "NxK"
+// "NxK": InvalidArgument for anything else, or sides outside [1, kMaxShapeSide], or
+// more than kMaxShapeElements (32 GiB of BF16: the commands allocate copies of it).
+inline constexpr int64_t kMaxShapeSide = (int64_t{1} << 31) - 1;
+inline constexpr int64_t kMaxShapeElements = int64_t{1} << 34;
+GemmShape parse_shape(const std::string& text);
 
 struct Gpu {
   std::string name;

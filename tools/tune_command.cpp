@@ -16,6 +16,7 @@
 #include "core/check.hpp"
 #include "core/random_fill.hpp"
 #include "gemm_shapes.hpp"
+#include "json_file.hpp"
 #include "tpdecode/decode_gemm.hpp"
 #include "tpdecode/device_buffer.hpp"
 
@@ -40,21 +41,33 @@ struct Row {
 };
 
 void run(const Options& o) {
-  const Gpu gpu = require_gpu("tune");
+  // Every option checked before the GPU: a bad one is refused at once, not after a run.
   std::string cache = o.cache;
   if (cache.empty())
     if (const char* env = std::getenv("TPDECODE_TUNE_CACHE")) cache = env;
   check(!cache.empty(), "tune: name the cache file with --cache or TPDECODE_TUNE_CACHE");
+  std::string cache_text = cache;
+  const std::string unwritable = writable_file()(cache_text);
+  check(unwritable.empty(), "tune: the cache file: {}", unwritable);
   std::vector<GemmShape> shapes;
-  for (int tp : o.tps)
+  for (int tp : unique_in_order(o.tps)) {
+    check(tp == 1 || tp == 2 || tp == 4 || tp == 8, "tune: --tp {} (1, 2, 4, 8)", tp);
     for (const GemmShape& s : drafter_shapes(tp)) shapes.push_back(s);
-  for (const std::string& t : o.shapes) shapes.push_back(parse_shape(t));
+  }
+  for (const std::string& t : unique_in_order(o.shapes)) shapes.push_back(parse_shape(t));
   check(!shapes.empty(), "tune: no shapes (--tp or --shape)");
   for (int m : o.ms) check(m >= 1 && m <= kGemmMaxRows, "tune: --m {} (1..{})", m, kGemmMaxRows);
+  const Gpu gpu = require_gpu("tune");
 
+  // Why the warnings kept: the tuner only warns where its file is unusable or not
+  // saved, and writing that file is this command's one job.
+  std::vector<std::string> file_problems;
   GemmTunerOptions file_options;
   file_options.cache_path = cache;
+  file_options.warn = [&](const std::string& message) { file_problems.push_back(message); };
   auto file = std::make_shared<GemmTuner>(file_options);
+  check<Error>(file_problems.empty(), "tune: {}: {} (fix or remove the file)", cache,
+               file_problems.empty() ? "" : file_problems.front());
   // --fresh: decide in memory, ignoring what the file holds, then record there.
   auto tuner = o.fresh ? std::make_shared<GemmTuner>(GemmTunerOptions{}) : file;
   cudaStream_t stream;
@@ -98,6 +111,7 @@ void run(const Options& o) {
                d.measured_us > 0 ? r.shape.bytes() / (d.measured_us * 1e6) : 0.0, d.tune_ms, d.tune_finalists,
                d.tune_rounds, d.tune_finalists > 1 && !d.tune_stable ? "!" : " ", r.tactic);
   }
+  check<Error>(file_problems.empty(), "tune: {}: {}", cache, file_problems.empty() ? "" : file_problems.front());
   fmt::print("\n{} decisions in {} ({:.0f} ms of tuning, at most {:.1f} ms for one; 'cache': already there, not "
              "re-timed — --fresh re-times). retimed = finalists x rounds of phase 2 (1x0: no rival within 5 % in "
              "phase 1); {} decisions re-timed, {} of them ('!') ended at the round cap or the time budget without "
@@ -121,7 +135,7 @@ void run(const Options& o) {
                    {"finalists", r.decision.tune_finalists},
                    {"rounds", r.decision.tune_rounds},
                    {"stable", r.decision.tune_stable}});
-    std::ofstream(o.json) << j.dump(2) << "\n";
+    write_json_file(o.json, j);
   }
 }
 
@@ -133,11 +147,11 @@ void register_tune(CLI::App& app) {
   cmd->add_option("--tp", o->tps, "the drafter's per-rank linears at this TP (repeatable: 1 2 4 8)");
   cmd->add_option("--shape", o->shapes, "a shape NxK (repeatable)");
   cmd->add_option("--m", o->ms, "rows (repeatable; default one per bucket: 1 2 4 8 12 16 24 32 48 64)");
-  cmd->add_option("--cache", o->cache, "the cache file (default: $TPDECODE_TUNE_CACHE)");
+  cmd->add_option("--cache", o->cache, "the cache file (default: $TPDECODE_TUNE_CACHE)")->check(writable_file());
   cmd->add_flag("--fresh", o->fresh, "re-time shapes the file already holds");
   cmd->add_flag("--alone", o->alone,
                 "decide for GEMMs run alone (default: as links of a PDL chain, the way the drafter's step runs them)");
-  cmd->add_option("--json", o->json, "also write the decisions as JSON to this file");
+  cmd->add_option("--json", o->json, "also write the decisions as JSON to this file")->check(writable_file());
   cmd->callback([o] { run(*o); });
 }
 

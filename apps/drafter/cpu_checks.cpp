@@ -64,7 +64,10 @@ std::vector<CheckResult> check_cpu_reference(const DrafterConfig& c, int rows) {
                        bf16::to_float(w[static_cast<std::size_t>(j)]);
       ss += v * v;
     }
-    worst = std::max(worst, std::abs(std::sqrt(ss / static_cast<double>(c.hidden)) - 1.0));
+    // Why not std::max: it keeps the old value against a NaN, which would pass the check.
+    const double off = std::abs(std::sqrt(ss / static_cast<double>(c.hidden)) - 1.0);
+    if (std::isnan(off) || off > worst) worst = off;
+    if (std::isnan(worst)) break;
   }
   out.push_back({"final norm", worst < 5e-3, fmt::format("largest |RMS(hidden / weight) - 1| = {:.2e}", worst)});
 

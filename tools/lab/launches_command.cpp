@@ -37,9 +37,9 @@ bool selected(const Options& o, const std::string& tactic) {
 }
 
 void run(const Options& o) {
-  const Gpu gpu = require_gpu("lab launches");
   const GemmShape s = parse_shape(o.shape);
   check<InvalidArgument>(o.m >= 1 && o.m <= kGemmMaxRows, "lab launches: --m {} (1 .. {})", o.m, kGemmMaxRows);
+  const Gpu gpu = require_gpu("lab launches");
   cudaStream_t stream = nullptr;
   TPD_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const auto bytes = static_cast<std::size_t>(s.bytes());
@@ -61,7 +61,7 @@ void run(const Options& o) {
   TPD_CUDA(cudaEventCreate(&stop));
   fmt::print("{} ({:.1f} MB, {} copies), M {}: {} launches per candidate\n", o.shape, bytes / 1e6, copies, o.m,
              o.calls);
-  int call = 0;
+  int call = 0, ran = 0;
   // Why the bucket's largest row count: force() checks a decision there (as the tuner times it).
   for (const GemmDecision& d : gemms[0]->candidates(gemm_bucket_max(gemm_m_bucket(o.m)))) {
     const std::string tactic = tactic_of(d, s.n, s.k, o.m);
@@ -74,7 +74,9 @@ void run(const Options& o) {
     float ms = 0;
     TPD_CUDA(cudaEventElapsedTime(&ms, start, stop));
     fmt::print("  {:>9.2f} us/launch  {}\n", 1e3 * ms / o.calls, tactic);
+    ++ran;
   }
+  if (ran == 0) fmt::print("  no candidate matched --match\n");
   TPD_CUDA(cudaEventDestroy(start));
   TPD_CUDA(cudaEventDestroy(stop));
   TPD_CUDA(cudaStreamDestroy(stream));
@@ -89,8 +91,7 @@ void register_lab_launches(CLI::App& app) {
   cmd->add_option("--shape", o->shape, "weight NxK")->capture_default_str();
   cmd->add_option("--m", o->m, "activation rows (1 .. 64)")->capture_default_str();
   cmd->add_option("--match", o->match, "only candidates whose description holds this text (repeatable)");
-  cmd->add_option("--calls", o->calls, "eager launches per candidate")->capture_default_str()->check(
-      CLI::Range(1, 100000));
+  cmd->add_option("--calls", o->calls, "eager launches per candidate")->capture_default_str()->check(positive_count());
   cmd->callback([o] { run(*o); });
 }
 

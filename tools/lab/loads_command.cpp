@@ -57,6 +57,10 @@ struct Options {
 };
 
 void run(const Options& o) {
+  for (const std::string& text : o.shapes) {  // all before the GPU: one bad shape refuses the run at once
+    const GemmShape s = parse_shape(text);
+    check<InvalidArgument>(s.n % 64 == 0 && s.k % 512 == 0, "lab loads: {} (N a multiple of 64, K of 512)", text);
+  }
   const Gpu gpu = require_gpu("lab loads");
   cudaStream_t stream = nullptr;
   TPD_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -64,7 +68,6 @@ void run(const Options& o) {
   j["gpu"] = {{"name", gpu.name}, {"sms", gpu.sms}, {"l2_bytes", gpu.l2}};
   for (const std::string& text : o.shapes) {
     const GemmShape s = parse_shape(text);
-    check<InvalidArgument>(s.n % 64 == 0 && s.k % 512 == 0, "lab loads: {} (N a multiple of 64, K of 512)", text);
     const auto bytes = static_cast<std::size_t>(s.bytes());
     const int copies = weight_copies(bytes, gpu.l2);  // every pass reads HBM (weight_rotation.hpp)
     const int calls = std::max(copies, 10);
@@ -107,8 +110,8 @@ void register_lab_loads(CLI::App& app) {
       "loads", "how fast each load pattern streams a weight into shared memory, against a plain read");
   auto o = std::make_shared<Options>();
   cmd->add_option("--shape", o->shapes, "weight NxK, N a multiple of 64, K of 512 (repeatable)")->capture_default_str();
-  cmd->add_option("--replays", o->replays, "timed graph replays per measurement")->capture_default_str();
-  cmd->add_option("--json", o->json, "also write the table as JSON to this file");
+  cmd->add_option("--replays", o->replays, "timed graph replays per measurement")->capture_default_str()->check(positive_count());
+  cmd->add_option("--json", o->json, "also write the table as JSON to this file")->check(writable_file());
   cmd->callback([o] { run(*o); });
 }
 
