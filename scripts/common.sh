@@ -1,12 +1,13 @@
 # Shared by scripts/test.sh and scripts/run.sh.
 
-PACKAGES=(cmake ninja-build g++ libgtest-dev libcli11-dev libfmt-dev nlohmann-json3-dev python3-venv)
+PACKAGES=(cmake ninja-build g++ libgtest-dev libcli11-dev libfmt-dev nlohmann-json3-dev)
 
-# Installs the Debian packages that are missing (needs apt-get; skipped where every
-# package is present, e.g. the GPU machine, which has no package registry).
+# Installs the Debian packages that are missing, PACKAGES and any named (needs
+# apt-get; skipped where every package is present, e.g. the GPU machine, which has no
+# package registry).
 ensure_packages() {
   local missing=()
-  for p in "${PACKAGES[@]}"; do
+  for p in "${PACKAGES[@]}" "$@"; do
     dpkg -s "$p" > /dev/null 2>&1 || missing+=("$p")
   done
   if [[ ${#missing[@]} -gt 0 ]] && command -v apt-get > /dev/null; then

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds tpdecode and runs its tests. On a fresh Debian/Ubuntu machine it first
-# installs what is missing (CMake, ninja, GoogleTest, CLI11, fmt, nlohmann-json);
+# installs what is missing (CMake, ninja, GoogleTest, CLI11, fmt, nlohmann-json,
+# python3-venv);
 # the CUDA toolkit (nvcc, with NCCL) is expected under /usr/local/cuda or on PATH.
 # GPU tests skip cleanly where there is no GPU. Then it installs the library into a
 # temporary prefix, builds and runs the example that uses the installed package,
@@ -10,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/common.sh
-ensure_packages
+ensure_packages python3-venv
 BUILD=${BUILD:-build}
 configure_and_build "$BUILD"
 (cd "$BUILD" && ctest --output-on-failure -j"$(nproc)" --timeout 1500)

@@ -51,23 +51,26 @@ inline CLI::Validator finite_non_negative(const std::string& what) {
       "FINITE >= 0");
 }
 
-// An output file's check, before anything runs: a name whose folder exists and can be
-// written, and the file itself where it exists (a benchmark's --json would otherwise
-// fail only after the whole run).
-inline CLI::Validator writable_file() {
+// An output file's check, before anything runs (a benchmark's --json would otherwise
+// fail only after the whole run): a file that exists and can be written (/dev/null
+// too), or a new name in a folder that exists and can be written. `replaced`: the
+// file is written as a new file renamed over the old one (the tuning cache), so its
+// folder must be writable even where the file exists.
+inline CLI::Validator writable_file(bool replaced = false) {
   return CLI::Validator(
-      [](std::string& path) -> std::string {
+      [replaced](std::string& path) -> std::string {
         if (path.empty()) return "an empty file name";
         const std::filesystem::path p(path);
         std::error_code e;
         if (std::filesystem::is_directory(p, e)) return path + " is a folder";
+        const bool exists = std::filesystem::exists(p, e);
+        if (exists && !replaced) return ::access(path.c_str(), W_OK) == 0 ? "" : path + " cannot be written";
         const std::filesystem::path folder = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
         if (!std::filesystem::is_directory(folder, e)) return "the folder of " + path + " does not exist";
         if (::access(folder.c_str(), W_OK) != 0) return "the folder of " + path + " cannot be written";
-        if (std::filesystem::exists(p, e) && ::access(path.c_str(), W_OK) != 0) return path + " cannot be written";
         return {};
       },
-      "WRITABLE FILE");
+      replaced ? "WRITABLE FOLDER" : "WRITABLE FILE");
 }
 
 // A count's check: 1 .. 100000 (timed replays, calls).

@@ -47,7 +47,7 @@ void run(const Options& o) {
     if (const char* env = std::getenv("TPDECODE_TUNE_CACHE")) cache = env;
   check(!cache.empty(), "tune: name the cache file with --cache or TPDECODE_TUNE_CACHE");
   std::string cache_text = cache;
-  const std::string unwritable = writable_file()(cache_text);
+  const std::string unwritable = writable_file(true)(cache_text);
   check(unwritable.empty(), "tune: the cache file: {}", unwritable);
   std::vector<GemmShape> shapes;
   for (int tp : unique_in_order(o.tps)) {
@@ -59,12 +59,18 @@ void run(const Options& o) {
   for (int m : o.ms) check(m >= 1 && m <= kGemmMaxRows, "tune: --m {} (1..{})", m, kGemmMaxRows);
   const Gpu gpu = require_gpu("tune");
 
-  // Why the warnings kept: the tuner only warns where its file is unusable or not
-  // saved, and writing that file is this command's one job.
+  // Why the file's warnings kept: writing that file is this command's one job, and
+  // the tuner only warns where the file is unusable or not saved ("tuning cache
+  // ..."); its other warnings (a candidate that failed, say) go to stderr as usual.
   std::vector<std::string> file_problems;
   GemmTunerOptions file_options;
   file_options.cache_path = cache;
-  file_options.warn = [&](const std::string& message) { file_problems.push_back(message); };
+  file_options.warn = [&](const std::string& message) {
+    if (message.rfind("tuning cache", 0) == 0)
+      file_problems.push_back(message);
+    else
+      fmt::print(stderr, "tpdecode: warning: {}\n", message);
+  };
   auto file = std::make_shared<GemmTuner>(file_options);
   check<Error>(file_problems.empty(), "tune: {}: {} (fix or remove the file)", cache,
                file_problems.empty() ? "" : file_problems.front());
@@ -147,7 +153,7 @@ void register_tune(CLI::App& app) {
   cmd->add_option("--tp", o->tps, "the drafter's per-rank linears at this TP (repeatable: 1 2 4 8)");
   cmd->add_option("--shape", o->shapes, "a shape NxK (repeatable)");
   cmd->add_option("--m", o->ms, "rows (repeatable; default one per bucket: 1 2 4 8 12 16 24 32 48 64)");
-  cmd->add_option("--cache", o->cache, "the cache file (default: $TPDECODE_TUNE_CACHE)")->check(writable_file());
+  cmd->add_option("--cache", o->cache, "the cache file (default: $TPDECODE_TUNE_CACHE)")->check(writable_file(true));
   cmd->add_flag("--fresh", o->fresh, "re-time shapes the file already holds");
   cmd->add_flag("--alone", o->alone,
                 "decide for GEMMs run alone (default: as links of a PDL chain, the way the drafter's step runs them)");

@@ -138,8 +138,9 @@ class PreparedOproj {
  public:
   // weights[i]: driven rank i's o_proj shard [H, K] bf16 (contiguous, 16-byte
   // aligned; it must outlive this object). `comm` holds H columns (InvalidArgument
-  // otherwise); a call that runs unfused (the kind that uses `comm`) with more rows
-  // than `comm` holds raises CapacityError before anything is queued. Collective
+  // otherwise); more rows than `comm` holds where they run unfused (the kind that
+  // uses `comm`) raise CapacityError: at prepare where the plan is unfused, and in a
+  // call before anything is queued (a kind set since). Collective
   // (every rank, same order); before any capture.
   PreparedOproj(TpComm& comm, std::shared_ptr<OprojMailbox> mailbox, std::span<const TensorView> weights,
                 OprojEpilogue epilogue, const OprojOptions& options = {});

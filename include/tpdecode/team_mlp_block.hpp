@@ -68,7 +68,9 @@ class TeamMlpBlock {
   // in the same form, in the same order; host only, before any capture, on the
   // team's device. `comm_group` (0 or more): launch-form blocks of one group share
   // a TpComm (run()); blocks that may run at the same time, e.g. two micro-batches'
-  // graphs replayed at once on other streams, need groups of their own.
+  // graphs replayed at once on other streams, need groups of their own, and a group
+  // other than 0 runs as launches (the program form holds a rank's SMs and waits on
+  // its peers, so two at once may wait on each other; asked for: InvalidArgument).
   TeamMlpBlock(Team& team, std::span<const Weights> weights, std::span<const Buffers> buffers, int m,
                std::optional<Form> form = std::nullopt, int comm_group = 0);
   ~TeamMlpBlock();

@@ -294,7 +294,9 @@ class MlpBlock(_Program):
     communicator: call them one after another (a model's layers); blocks that may run
     at the same time (two micro-batches on two streams under torchrun) need other
     ``comm_group`` values, else they meet in its mailboxes (wrong values or a
-    timeout, not an error)."""
+    timeout, not an error). A ``comm_group`` other than 0 runs as launches (the
+    program form holds a rank's SMs and waits on its peers; ``form="program"`` with
+    it: ValueError)."""
 
     def __init__(self, *, post_norm: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor,
                  attn: torch.Tensor, residual: torch.Tensor, out: torch.Tensor,

@@ -157,6 +157,7 @@ struct GemmTuner::Impl {
     } catch (const Error& e) {
       entries.clear();
       file_usable = false;
+      // "tuning cache" first: `tpdecode tune` tells the file's warnings by it.
       warn(fmt::format("tuning cache ignored and left as it is ({}); deciding without it", e.what()));
     }
   }

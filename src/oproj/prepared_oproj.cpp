@@ -186,6 +186,7 @@ class PreparedOproj::Impl {
       }
     }
     shapes_[static_cast<std::size_t>(m)] = s;
+    if (plan(m).kind == OprojKind::kUnfused) require_unfused_rows(m);
   }
 
   bool prepared(int m) const { return m >= 1 && m <= kOprojMaxRows && shapes_[static_cast<std::size_t>(m)]; }
@@ -217,9 +218,7 @@ class PreparedOproj::Impl {
     const OprojResult r = plan(m);
     switch (r.kind) {
       case OprojKind::kUnfused:
-        // Why before the GEMMs: the TpComm would refuse the rows after they were queued.
-        check<CapacityError>(m <= comm_.config().rows_cap || comm_.config().batch_invariant,
-                             "oproj: {} rows run unfused, and the TpComm takes {}", m, comm_.config().rows_cap);
+        require_unfused_rows(m);  // again: set_kind may have changed the plan since prepare
         unfused(io, streams, m);
         break;
       default:
@@ -247,6 +246,13 @@ class PreparedOproj::Impl {
   // Else (not the engine, or its narrow CTAs: the producer's CTA is the wide one)
   // the rule's split among the powers of two (the fused kind's clusters of 8 need
   // a divisor).
+  // The unfused kind's all-reduce runs through the TpComm: its rows, or CapacityError
+  // (at prepare where the plan is unfused, and before a call's GEMMs are queued).
+  void require_unfused_rows(int m) const {
+    check<CapacityError>(m <= comm_.config().rows_cap || comm_.config().batch_invariant,
+                         "oproj: {} rows run unfused, and the TpComm takes {}", m, comm_.config().rows_cap);
+  }
+
   int producer_split(int m, int sms) const {
     const DecodeGemm& g = *ranks_[0].gemm;
     if (g.prepared(m) && g.decision(m).path == GemmPath::kWarpSplitK && g.decision(m).sub_tiles == kWarpWarps)

@@ -23,6 +23,12 @@ TeamMlpBlock::TeamMlpBlock(Team& team, std::span<const Weights> weights, std::sp
                            std::optional<Form> form, int comm_group)
     : impl_(std::make_unique<Impl>()) {
   check(comm_group >= 0, "team mlp block: comm group {} (0 or more)", comm_group);
+  // Why: a group other than 0 is for blocks that may run at once; the program form
+  // holds a rank's SMs and waits on its peers, so two at once may wait on each other.
+  check(comm_group == 0 || form != Form::kProgram,
+        "team mlp block: comm group {} is for blocks that may run at once, which the program form cannot: ask for "
+        "launches (or group 0)",
+        comm_group);
   const auto driven = static_cast<std::size_t>(team.driven());
   check(weights.size() == driven && buffers.size() == driven,
         "team mlp block: {} weight sets and {} buffer sets for the {} ranks this object drives", weights.size(),
@@ -62,7 +68,7 @@ TeamMlpBlock::TeamMlpBlock(Team& team, std::span<const Weights> weights, std::sp
           check(!views_overlap(*mine, *other), "team mlp block: driven rank {}'s {} overlaps driven rank {}'s {}", i,
                 name, j, other_name);
     }
-  if (form.value_or(default_form(m, rank_context(team, 0).ranks_on_device)) == Form::kProgram) {
+  if (comm_group == 0 && form.value_or(default_form(m, rank_context(team, 0).ranks_on_device)) == Form::kProgram) {
     try {
       p.program = std::make_unique<TeamProgram>(team, std::move(ops), m);
       return;

@@ -1,6 +1,7 @@
 // NCCL team (NCCL >= 2.28.9 with the symmetric-window device API).
 #include <nccl.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -216,7 +217,9 @@ void NcclTeam::free_symmetric(const std::vector<void*>& local) {
 }
 
 void NcclTeam::await_peers(const char* what, Clock::time_point until, std::chrono::milliseconds limit) {
-  settle(what, limit);
+  // Why the time left, not `limit`: the enqueue's settle and the stream share one deadline.
+  settle(what, std::max(std::chrono::milliseconds(0),
+                        std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now())));
   while (true) {
     const cudaError_t e = cudaStreamQuery(stream());
     if (e == cudaSuccess) return;
@@ -242,7 +245,9 @@ void NcclTeam::gather_host(const void* mine, std::size_t bytes, void* all, std::
   TPD_CUDA(cudaMemcpyAsync(own, mine, bytes, cudaMemcpyHostToDevice, stream()));
   TPD_NCCL(ncclAllGather(own, words.get(), bytes, ncclUint8, live_comm(), stream()));
   await_peers("host gather", until, limit);
-  TPD_CUDA(cudaMemcpy(all, words.get(), bytes * static_cast<std::size_t>(size()), cudaMemcpyDeviceToHost));
+  TPD_CUDA(cudaMemcpyAsync(all, words.get(), bytes * static_cast<std::size_t>(size()), cudaMemcpyDeviceToHost,
+                           stream()));
+  TPD_CUDA(cudaStreamSynchronize(stream()));
 }
 
 void NcclTeam::on_stuck(int, const std::string& what) { abort_comm(what); }

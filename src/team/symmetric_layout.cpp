@@ -25,6 +25,8 @@ SymmetricLayout symmetric_layout(uint64_t sequence, uint64_t bytes, uint32_t fil
   l.bytes = bytes;
   l.fill_word = fill_word;
   std::memcpy(l.what, what.data(), std::min(what.size(), sizeof l.what - 1));
+  l.what_hash = 0xcbf29ce484222325ull;  // FNV-1a
+  for (const char c : what) l.what_hash = (l.what_hash ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
   return l;
 }
 
@@ -37,7 +39,8 @@ void check_layouts_agree(std::span<const SymmetricLayout> ranks) {
   for (const int r : other) lines += fmt::format("; rank {}: {}", r, describe(ranks[static_cast<std::size_t>(r)]));
   throw InvalidArgument(fmt::format(
       "the ranks' symmetric buffers differ (rank 0: {}{}): every rank must build the same tpdecode objects (configs, "
-      "row counts, widths) in the same order; nothing was allocated",
+      "row counts, widths) in the same order; this allocation was not made (the object's earlier ones, alike on "
+      "every rank, stay until the team goes)",
       describe(ranks[0]), lines));
 }
 

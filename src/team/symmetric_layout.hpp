@@ -17,12 +17,13 @@ struct SymmetricLayout {
   uint64_t sequence = 0;  // the team's symmetric allocations before this one
   uint64_t bytes = 0;
   uint32_t fill_word = 0;
-  char what[108] = {};  // what the caller lays out in it (a mailbox's owner and shape), NUL-padded
+  char what[100] = {};     // what the caller lays out in it (a mailbox's owner and shape), NUL-padded, cut
+  uint64_t what_hash = 0;  // of the whole text: a cut text still compares all of it
   bool operator==(const SymmetricLayout&) const = default;
 };
 static_assert(sizeof(SymmetricLayout) == 128 && std::is_trivially_copyable_v<SymmetricLayout>);
 
-// `what` is cut to 107 characters.
+// `what` is kept whole as its hash and cut to 99 characters as text.
 SymmetricLayout symmetric_layout(uint64_t sequence, uint64_t bytes, uint32_t fill_word, std::string_view what);
 
 // Throws InvalidArgument naming the ranks whose layout differs from rank 0's and

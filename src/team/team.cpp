@@ -131,7 +131,13 @@ SymmetricBuffer TeamInternals::allocate(Team& team, std::size_t bytes, uint32_t 
   b.fill_word_ = fill_word;
   const SymmetricLayout mine = symmetric_layout(team.buffers_.size(), b.bytes_, fill_word, what);
   std::vector<SymmetricLayout> ranks(static_cast<std::size_t>(team.size_));
-  team.gather_host(&mine, sizeof mine, ranks.data(), team.barrier_limit_);
+  try {
+    team.gather_host(&mine, sizeof mine, ranks.data(), team.barrier_limit_);
+  } catch (const TeamBroken& e) {
+    throw TeamBroken(fmt::format("{} (agreeing on symmetric allocation {}: {}; a rank that builds an object its "
+                                 "peers do not build, or builds it later, waits here)",
+                                 e.what(), mine.sequence, what));
+  }
   check_layouts_agree(ranks);
   b.local_.resize(contexts.size());
   b.peers_.resize(contexts.size());

@@ -32,7 +32,7 @@ inline const RankContext& rank_context(const Team& team, int driven) {
 // Collective: a buffer of `bytes` (rounded up to 16) on every rank, every 32-bit
 // word set to `fill_word`. Same order on every rank; never during capture. Kept
 // until the team goes and refilled by reset(). `what` names its layout (a mailbox's
-// owner, shape and epoch counter; at most 107 characters): the ranks compare it, the size and
+// owner, shape and epoch counter): the ranks compare it, the size and
 // the fill first, and every rank raises InvalidArgument where one differs (a rank
 // that built other objects). Throws Unavailable where the ranks do not share memory.
 inline SymmetricBuffer allocate_symmetric_buffer(Team& team, std::size_t bytes, uint32_t fill_word,

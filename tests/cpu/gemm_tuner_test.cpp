@@ -426,7 +426,9 @@ TEST(GemmTuner, CorruptCacheWarnsIsIgnoredAndKept) {
     o.cache_path = file.path;
     o.warn = warnings.sink();
     GemmTuner tuner(o);
-    EXPECT_EQ(warnings.count(), 1u);
+    ASSERT_EQ(warnings.count(), 1u);
+    // `tpdecode tune` tells the file's warnings from the others by this beginning.
+    EXPECT_EQ(warnings.seen[0].rfind("tuning cache", 0), 0u) << warnings.seen[0];
     FakeTimer t{{9, 8, 7, 6, 5, 4}};
     EXPECT_TRUE(tuner.decide(key_of(4608), 0, kCandidates, t.measure(), cublas_decision()).same_path(lt(0x1234)));
     EXPECT_EQ(t.calls, 1);

@@ -54,9 +54,11 @@ TEST(SymmetricLayout, EveryFieldThatDiffersIsARefusalNamingTheRanks) {
 TEST(SymmetricLayout, LongDescriptionsAreCutAndStillCompared) {
   const std::string long_what(200, 'x');
   const SymmetricLayout a = symmetric_layout(0, 16, 0, long_what);
-  EXPECT_EQ(std::string(a.what), std::string(107, 'x'));
+  EXPECT_EQ(std::string(a.what), std::string(99, 'x'));
   EXPECT_EQ(refusal({a, symmetric_layout(0, 16, 0, long_what)}), "");
-  EXPECT_NE(refusal({a, symmetric_layout(0, 16, 0, std::string(106, 'x'))}), "");
+  EXPECT_NE(refusal({a, symmetric_layout(0, 16, 0, std::string(98, 'x'))}), "");
+  // Texts that differ only beyond the cut still differ.
+  EXPECT_NE(refusal({a, symmetric_layout(0, 16, 0, long_what + "y")}), "");
 }
 
 }  // namespace

@@ -204,11 +204,13 @@ TEST(Oproj, ACommOrGemmContextThatDoesNotFitIsRefused) {
   short_rows.rows_cap = 8;  // the mailbox holds 64
   TpComm shorter(team, short_rows);
   {
-    PreparedOproj op16(shorter, box, c.weights(), OprojEpilogue::kArNorm, {{16}});
-    op16.set_kind(OprojKind::kUnfused);
+    // The rule table is empty: 16 rows plan to run unfused, through a TpComm of 8.
+    EXPECT_THROW(PreparedOproj(shorter, box, c.weights(), OprojEpilogue::kArNorm, {{16}}), CapacityError);
+    PreparedOproj op8(shorter, box, c.weights(), OprojEpilogue::kArNorm, {{8}});
+    op8.set_kind(OprojKind::kUnfused);
     OprojCase c16(team, {16, 1024, 256, OprojEpilogue::kArNorm}, test::fresh_seed());
     const std::vector<OprojOutputs> before = {c16.outputs(0), c16.outputs(1)};
-    EXPECT_THROW(op16.run(c16.ar_norm_io(), test::team_streams(team)), CapacityError);
+    EXPECT_THROW(op8.run(c16.ar_norm_io(), test::team_streams(team)), CapacityError);
     team.synchronize();
     for (int i = 0; i < 2; ++i) EXPECT_EQ(c16.outputs(i), before[static_cast<std::size_t>(i)]) << "queued on " << i;
   }

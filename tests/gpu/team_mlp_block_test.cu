@@ -254,6 +254,8 @@ TEST(TeamMlpBlock, AModelsLayersShareTheLaunchFormsComm) {
     layers.push_back(std::make_unique<TeamMlpBlock>(team, weights, buffers, kM, TeamMlpBlock::Form::kLaunches));
   const TeamMlpBlock other_group(team, weights, buffers, kM, TeamMlpBlock::Form::kLaunches, 1);
   EXPECT_THROW(TeamMlpBlock(team, weights, buffers, kM, TeamMlpBlock::Form::kLaunches, -1), InvalidArgument);
+  EXPECT_THROW(TeamMlpBlock(team, weights, buffers, kM, TeamMlpBlock::Form::kProgram, 1), InvalidArgument);
+  EXPECT_EQ(TeamMlpBlock(team, weights, buffers, kM, std::nullopt, 2).form(), TeamMlpBlock::Form::kLaunches);
   const auto [outs, stream] = block.reference();
   for (const TeamMlpBlock* layer :
        std::vector<const TeamMlpBlock*>{layers.front().get(), layers.back().get(), &other_group}) {
