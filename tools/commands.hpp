@@ -66,7 +66,7 @@ inline CLI::Validator writable_file(bool replaced = false) {
         const bool exists = std::filesystem::exists(p, e);
         if (exists && !replaced) return ::access(path.c_str(), W_OK) == 0 ? "" : path + " cannot be written";
         const std::filesystem::path folder = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
-        if (!std::filesystem::is_directory(folder, e)) return "the folder of " + path + " does not exist";
+        if (!std::filesystem::is_directory(folder, e)) return "the folder of " + path + " does not exist (or cannot be reached)";
         if (::access(folder.c_str(), W_OK) != 0) return "the folder of " + path + " cannot be written";
         return {};
       },
