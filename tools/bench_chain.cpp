@@ -10,9 +10,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
-#include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -21,12 +20,12 @@
 #include <tuple>
 #include <vector>
 
+#include "chain_glue.hpp"
 #include "commands.hpp"
 #include "core/check.hpp"
 #include "core/graph_timing.hpp"
 #include "core/random_fill.hpp"
 #include "core/weight_rotation.hpp"
-#include "chain_glue.hpp"
 #include "gemm_shapes.hpp"
 #include "json_file.hpp"
 #include "program/program_timeline.hpp"
@@ -423,7 +422,9 @@ void register_bench_chain(CLI::App& app) {
   cmd->add_option("--tp", o->tps, "TP shapes (repeatable; default 8 4 2 1)");
   cmd->add_option("--m", o->ms, "rows per call (repeatable; default 1 8 16 28)");
   cmd->add_option("--layers", o->layers, "draft layers in the chain")->capture_default_str();
-  cmd->add_option("--replays", o->replays, "timed graph replays per measurement")->capture_default_str()->check(positive_count());
+  cmd->add_option("--replays", o->replays, "timed graph replays per measurement")
+      ->capture_default_str()
+      ->check(positive_count());
   cmd->add_option("--force", o->force,
                   "also time the chain with every link forced to: warp (the rule's split) or cublas (repeatable)");
   cmd->add_flag("--timeline", o->timeline,

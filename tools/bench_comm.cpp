@@ -411,7 +411,9 @@ void register_bench_comm(CLI::App& app) {
   cmd->add_option("--hidden", o->hidden, "hidden sizes (repeatable; multiples of 64 up to 16384)")
       ->check(CLI::Range(int64_t{64}, kArNormMaxHidden))
       ->check(CLI::Validator(
-          [](std::string& text) { return std::stoll(text) % 64 == 0 ? std::string() : text + " is not a multiple of 64"; },
+          [](std::string& text) {
+            return std::stoll(text) % 64 == 0 ? std::string() : text + " is not a multiple of 64";
+          },
           "MULTIPLE OF 64"));
   cmd->add_option("--rows", o->rows, "rows per call (repeatable; default 1 2 4 8 16 32 64)")->check(CLI::Range(1, kRowsCap));
   cmd->add_option("--op", o->ops,
@@ -419,7 +421,9 @@ void register_bench_comm(CLI::App& app) {
                   "ar_norm_fp8-group-ue8m0, gather_context, gather_logits (repeatable)")
       ->check(CLI::IsMember(kOps));
   cmd->add_option("--vocab-shard", o->vocab_shard, "lm_head columns per rank")->capture_default_str()->check(CLI::Range(8, 1 << 20));
-  cmd->add_option("--replays", o->replays, "timed graph replays per measurement")->capture_default_str()->check(positive_count());
+  cmd->add_option("--replays", o->replays, "timed graph replays per measurement")
+      ->capture_default_str()
+      ->check(positive_count());
   cmd->add_option("--calls", o->calls, "calls per graph")->capture_default_str()->check(CLI::Range(1, 1000));
   cmd->add_option("--eps", o->eps, "ar_norm's eps (a finite number >= 0)")
       ->capture_default_str()

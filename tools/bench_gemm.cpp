@@ -7,11 +7,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <memory>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -398,7 +397,9 @@ void register_bench_gemm(CLI::App& app) {
       ->check(CLI::Range(1, kGemmMaxRows))
       ->capture_default_str();
   cmd->add_option("--m", o->ms, "rows per call (repeatable; default 1 2 4 8 16 32 48 64)");
-  cmd->add_option("--replays", o->replays, "timed graph replays per measurement")->capture_default_str()->check(positive_count());
+  cmd->add_option("--replays", o->replays, "timed graph replays per measurement")
+      ->capture_default_str()
+      ->check(positive_count());
   cmd->add_option("--json", o->json, "also write the rows as JSON to this file")->check(writable_file());
   cmd->callback([o] { run(*o); });
 }

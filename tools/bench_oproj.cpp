@@ -456,7 +456,9 @@ void register_bench_oproj(CLI::App& app) {
   cmd->add_option("--kind", o->kinds, "mailbox kinds to time (repeatable; default all three)")
       ->check(CLI::IsMember({"producer-consumer", "fused", "two-shot"}));
   cmd->add_option("--blocks", o->blocks, "AttnRes saved blocks")->capture_default_str()->check(CLI::Range(0, kAttnResMaxBlocks));
-  cmd->add_option("--replays", o->replays, "timed graph replays per measurement")->capture_default_str()->check(positive_count());
+  cmd->add_option("--replays", o->replays, "timed graph replays per measurement")
+      ->capture_default_str()
+      ->check(positive_count());
   cmd->add_option("--calls", o->calls, "calls per graph (at least; rounded up to whole rotations of the weight copies)")->capture_default_str()->check(CLI::Range(1, 1000));
   cmd->add_option("--json", o->json, "also write the rows as JSON to this file")->check(writable_file());
   cmd->callback([o] { run(*o); });

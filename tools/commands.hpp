@@ -1,10 +1,9 @@
 // The subcommands of the tpdecode tool; each registers itself on the app.
 #pragma once
 
-#include <CLI/CLI.hpp>
-
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -66,7 +65,8 @@ inline CLI::Validator writable_file(bool replaced = false) {
         const bool exists = std::filesystem::exists(p, e);
         if (exists && !replaced) return ::access(path.c_str(), W_OK) == 0 ? "" : path + " cannot be written";
         const std::filesystem::path folder = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
-        if (!std::filesystem::is_directory(folder, e)) return "the folder of " + path + " does not exist (or cannot be reached)";
+        if (!std::filesystem::is_directory(folder, e))
+          return "the folder of " + path + " does not exist (or cannot be reached)";
         if (::access(folder.c_str(), W_OK) != 0) return "the folder of " + path + " cannot be written";
         return {};
       },

@@ -19,13 +19,13 @@
 
 #include "commands.hpp"
 #include "core/check.hpp"
-#include "json_file.hpp"
-#include "drafter_run.hpp"
-#include "read_ceiling.hpp"
-#include "tpdecode/device_info.hpp"
 #include "drafter/cpu_checks.hpp"
 #include "drafter/gpu_drafter.hpp"
 #include "drafter/step.hpp"
+#include "drafter_run.hpp"
+#include "json_file.hpp"
+#include "read_ceiling.hpp"
+#include "tpdecode/device_info.hpp"
 #include "tpdecode/error.hpp"
 #include "tpdecode/local_team.hpp"
 #include "tpdecode/nccl_team.hpp"
@@ -138,12 +138,13 @@ void print_run(const TeamRun& t, const bench::ReadCeiling& ceiling) {
     const auto parts = [](const PathTimes& p) {
       return fmt::format("{:.0f}/{:.0f}/{:.0f}", p.gemm_us, p.collective_us, p.other_us);
     };
-    fmt::print("{:>4} {:>10.1f} {:>10.1f} {:>6} {:>9.1f} {:>10.2f} | {:>23} | {:>23} | {:>4}/{:<4} {:>9} {:>8.4f} "
-               "{:>6} {:>7}\n",
-               r.m, r.stock.step_us, r.specialised.step_us, ratio(r.stock.step_us, r.specialised.step_us), floor,
-               r.specialised.step_us / floor, parts(r.stock), parts(r.specialised), r.m - r.token_disagreements, r.m,
-               fmt::format("{}/{}", r.disagreements_near_tie, r.token_disagreements), r.max_logit_diff,
-               r.repeat_bitwise && r.ranks_identical ? "yes" : "NO", r.non_finite_logits);
+    fmt::print(
+        "{:>4} {:>10.1f} {:>10.1f} {:>6} {:>9.1f} {:>10.2f} | {:>23} | {:>23} | {:>4}/{:<4} {:>9} {:>8.4f} "
+        "{:>6} {:>7}\n",
+        r.m, r.stock.step_us, r.specialised.step_us, ratio(r.stock.step_us, r.specialised.step_us), floor,
+        r.specialised.step_us / floor, parts(r.stock), parts(r.specialised), r.m - r.token_disagreements, r.m,
+        fmt::format("{}/{}", r.disagreements_near_tie, r.token_disagreements), r.max_logit_diff,
+        r.repeat_bitwise && r.ranks_identical ? "yes" : "NO", r.non_finite_logits);
   }
   if (t.rows.empty() || t.rows.front().program.step_us <= 0) return;
   fmt::print("the program path (form programs: the step's GEMMs, norms, residual adds, all-reduce + norms and "
@@ -182,19 +183,20 @@ void write_json(const std::string& path, const std::vector<TeamRun>& runs, const
     if (!t.error.empty()) jt["error"] = t.error;
     const double floor = floor_us(t, ceiling);
     for (const DrafterRow& r : t.rows) {
-      jt["rows"].push_back({{"m", r.m},
-                            {"stock", to_json(r.stock)},
-                            {"specialised", to_json(r.specialised)},
-                            {"ratio", r.stock.step_us / r.specialised.step_us},
-                            {"floor_us", floor},
-                            {"step_over_floor", r.specialised.step_us / floor},
-                            {"read_ceiling_tb_per_s", ceiling.tb_per_s},
-                            {"token_disagreements", r.token_disagreements},
-                            {"disagreements_near_tie", r.disagreements_near_tie},
-                            {"max_logit_diff", std::isnan(r.max_logit_diff) ? nlohmann::json() : nlohmann::json(r.max_logit_diff)},
-                            {"non_finite_logits", r.non_finite_logits},
-                            {"repeat_bitwise", r.repeat_bitwise},
-                            {"ranks_identical", r.ranks_identical}});
+      jt["rows"].push_back(
+          {{"m", r.m},
+           {"stock", to_json(r.stock)},
+           {"specialised", to_json(r.specialised)},
+           {"ratio", r.stock.step_us / r.specialised.step_us},
+           {"floor_us", floor},
+           {"step_over_floor", r.specialised.step_us / floor},
+           {"read_ceiling_tb_per_s", ceiling.tb_per_s},
+           {"token_disagreements", r.token_disagreements},
+           {"disagreements_near_tie", r.disagreements_near_tie},
+           {"max_logit_diff", std::isnan(r.max_logit_diff) ? nlohmann::json() : nlohmann::json(r.max_logit_diff)},
+           {"non_finite_logits", r.non_finite_logits},
+           {"repeat_bitwise", r.repeat_bitwise},
+           {"ranks_identical", r.ranks_identical}});
       if (r.program.step_us > 0)
         jt["rows"].back()["program"] = {{"form", r.program.form},
                                         {"step_us", r.program.step_us},
@@ -215,7 +217,8 @@ void run(const Options& o) {
   for (OprojKind k : {OprojKind::kUnfused, OprojKind::kProducerConsumer, OprojKind::kFused})
     if (o.oproj == oproj_kind_name(k)) ro.oproj = k;
   const std::vector<int> local_tp = unique_in_order(o.local_tp);
-  for (int tp : local_tp) require(supported_team_size(tp), fmt::format("drafter: --local-tp {} (1, 2, 4, 8 or 16)", tp));
+  for (int tp : local_tp)
+    require(supported_team_size(tp), fmt::format("drafter: --local-tp {} (1, 2, 4, 8 or 16)", tp));
   std::string why;
   const int gpus = visible_gpu_count(&why);
   if (gpus == 0) {
@@ -323,7 +326,8 @@ void register_drafter(CLI::App& app) {
                                       "table), unfused, producer-consumer or fused (GPU)")
                           ->capture_default_str()
                           ->check(CLI::IsMember({"auto", "unfused", "producer-consumer", "fused"}));
-    cmd->add_option("--json", o->json, "also write the results as JSON to this file (with or without a GPU)")->check(writable_file());
+    cmd->add_option("--json", o->json, "also write the results as JSON to this file (with or without a GPU)")
+        ->check(writable_file());
     cmd->callback([o] { run(*o); });
   };
   add(app.add_subcommand("drafter", "the main job: the drafter step, stock vs specialised (CPU reference without a GPU)"));

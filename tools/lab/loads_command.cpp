@@ -110,7 +110,9 @@ void register_lab_loads(CLI::App& app) {
       "loads", "how fast each load pattern streams a weight into shared memory, against a plain read");
   auto o = std::make_shared<Options>();
   cmd->add_option("--shape", o->shapes, "weight NxK, N a multiple of 64, K of 512 (repeatable)")->capture_default_str();
-  cmd->add_option("--replays", o->replays, "timed graph replays per measurement")->capture_default_str()->check(positive_count());
+  cmd->add_option("--replays", o->replays, "timed graph replays per measurement")
+      ->capture_default_str()
+      ->check(positive_count());
   cmd->add_option("--json", o->json, "also write the table as JSON to this file")->check(writable_file());
   cmd->callback([o] { run(*o); });
 }
