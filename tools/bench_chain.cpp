@@ -286,6 +286,8 @@ void print_table(const std::vector<Row>& rows, const bench::ReadCeiling& ceiling
       if (std::isfinite(r.forced_us[i]))
         fmt::print("{:>27} {:>17} {:>9.1f} {:>13} {:>5.0f}%\n", "", "forced " + o.force[i], r.forced_us[i], "",
                    pct(r, r.forced_us[i]));
+      else
+        fmt::print("{:>27} {:>17} {:>9}  (a link the forced path cannot run)\n", "", "forced " + o.force[i], "-");
   }
   fmt::print(
       "\nOne CUDA graph per chain: the per-rank GEMMs of the drafter's layers (distinct weights per layer) and, in "
@@ -363,7 +365,8 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const ben
                          {"paths", r.paths},
                          {"links", r.links}});
     for (std::size_t i = 0; i < r.forced_us.size(); ++i)
-      if (std::isfinite(r.forced_us[i])) j["rows"].back()["forced_us"][o.force[i]] = r.forced_us[i];
+      j["rows"].back()["forced_us"][o.force[i]] =
+          std::isfinite(r.forced_us[i]) ? nlohmann::json(r.forced_us[i]) : nlohmann::json();  // null: not run
     auto figures = [](const program::BoundaryFigures& b) {
       return nlohmann::json{{"runs", b.runs},           {"span_us", b.span_us},   {"lateness_us", b.lateness_us},
                             {"epilogue_us", b.epilogue_us}, {"start_us", b.start_us}, {"last_start_us", b.last_start_us}};
