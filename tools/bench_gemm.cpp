@@ -82,8 +82,11 @@ struct Row {
   static bool lt(GemmPath p) { return p == GemmPath::kCublasLt; }
   static bool any(GemmPath) { return true; }
   // ours / the fastest path forced: the best engine tactic, cuBLAS or cuBLASLt (the
-  // target's reference).
-  double vs_best() const { return ours_us / best(any); }
+  // target's reference); NaN where no forced path ran (no reference).
+  double vs_best() const {
+    const double b = best(any);
+    return std::isfinite(b) ? ours_us / b : std::numeric_limits<double>::quiet_NaN();
+  }
 };
 
 std::string us_or_dash(double us) { return std::isfinite(us) ? fmt::format("{:.2f}", us) : "-"; }
@@ -221,11 +224,20 @@ void print_table(const std::vector<Row>& rows, const bench::ReadCeiling& ceiling
 
   // The DecodeGemm targets (docs/performance.md, "Targets"), over the rows above.
   const Row* worst = nullptr;
-  for (const Row& r : rows)
+  int unreferenced = 0;
+  for (const Row& r : rows) {
+    if (std::isnan(r.vs_best())) {
+      ++unreferenced;
+      continue;
+    }
     if (!worst || r.vs_best() > worst->vs_best()) worst = &r;
+  }
   if (worst)
-    fmt::print("target dispatch <= {:.2f} x the fastest path forced: {} rows above; worst {:.3f} ({} {}x{} M {})\n",
-               kDispatchSlack, flagged, worst->vs_best(), worst->shape.name, worst->shape.n, worst->shape.k, worst->m);
+    fmt::print("target dispatch <= {:.2f} x the fastest path forced: {} of {} rows above; worst {:.3f} ({} {}x{} M {})"
+               "{}\n",
+               kDispatchSlack, flagged, rows.size() - unreferenced, worst->vs_best(), worst->shape.name, worst->shape.n,
+               worst->shape.k, worst->m,
+               unreferenced ? fmt::format("; {} rows not measured (no forced path ran)", unreferenced) : "");
   auto ceiling_target = [&](const char* what, double percent, bool (*in)(const Row&)) {
     const Row* low = nullptr;
     int below = 0, count = 0;
