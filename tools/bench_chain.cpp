@@ -319,19 +319,24 @@ void print_table(const std::vector<Row>& rows, const bench::ReadCeiling& ceiling
                  f.span_us, f.lateness_us, f.epilogue_us);
     }
   }
-  // The chain targets (docs/performance.md, "Targets"): the layers' chain at TP 8 (M <= 8)
-  // >= 85 % of the read ceiling, at TP 4 and TP 2 >= 88 %.
-  for (const auto& [tp, percent, max_m] : {std::tuple{8, 85.0, 8}, std::tuple{4, 88.0, 1 << 30},
-                                            std::tuple{2, 88.0, 1 << 30}}) {
-    double lowest = 1e9, lowest_program = 1e9;
+  // The chain targets (docs/performance.md, "Targets"): the layers' chain at TP 8 >= 90 %
+  // of the read ceiling at M <= 8 and >= 88 % at M 28-64, TP 4 >= 92 %, TP 1 >= 96 %;
+  // a row counts its better form (the launches or the program: a step may run either).
+  for (const auto& [tp, percent, min_m, max_m] : {std::tuple{8, 90.0, 1, 8}, std::tuple{8, 88.0, 28, 64},
+                                                  std::tuple{4, 92.0, 1, 64}, std::tuple{1, 96.0, 1, 64}}) {
+    double lowest = 1e9, lowest_launches = 1e9, lowest_program = 1e9;
+    int count = 0;
     for (const Row& r : rows)
-      if (r.tp == tp && r.chain == "layers" && r.m <= max_m) {
-        lowest = std::min(lowest, pct(r, r.ours_us));
+      if (r.tp == tp && r.chain == "layers" && r.m >= min_m && r.m <= max_m) {
+        ++count;
+        lowest = std::min(lowest, std::max(pct(r, r.ours_us), pct(r, r.program_us)));
+        lowest_launches = std::min(lowest_launches, pct(r, r.ours_us));
         lowest_program = std::min(lowest_program, pct(r, r.program_us));
       }
-    if (lowest < 1e9)
-      fmt::print("target TP {} layers{} >= {:.0f} %: lowest {:.1f} % -> {} (as one program: lowest {:.1f} %)\n", tp,
-                 max_m < 1000 ? " at M <= 8" : "", percent, lowest, lowest >= percent ? "met" : "missed",
+    if (count > 0)
+      fmt::print("target TP {} layers at M {}-{} >= {:.0f} %: lowest {:.1f} % over {} rows (the better form of each) "
+                 "-> {} (launches: lowest {:.1f} %, as one program: lowest {:.1f} %)\n",
+                 tp, min_m, max_m, percent, lowest, count, lowest >= percent ? "met" : "missed", lowest_launches,
                  lowest_program);
   }
 }
