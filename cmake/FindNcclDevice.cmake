@@ -4,6 +4,14 @@
 # unavailable. NCCL_ROOT (variable or environment) points at an install prefix
 # (e.g. the Python wheel's site-packages/nvidia/nccl).
 set(TPDECODE_NCCL_MIN_VERSION 22809)
+# Why: find_path/find_library keep what an earlier configure found; a new NCCL_ROOT
+# (a rebuild against another NCCL, e.g. pip's persistent build folder) searches again.
+set(_nccl_root_now "${NCCL_ROOT}|$ENV{NCCL_ROOT}")
+if(NOT _nccl_root_now STREQUAL "${TPDECODE_NCCL_ROOT_SEARCHED}")
+  unset(NCCL_INCLUDE_DIR CACHE)
+  unset(NCCL_LIBRARY CACHE)
+  set(TPDECODE_NCCL_ROOT_SEARCHED "${_nccl_root_now}" CACHE INTERNAL "the NCCL_ROOT of the last NCCL search")
+endif()
 set(_nccl_hints ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_LIBRARY_ROOT} /usr/local/cuda /usr)
 find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${_nccl_hints} PATH_SUFFIXES include NO_DEFAULT_PATH)
 find_path(NCCL_INCLUDE_DIR nccl.h)

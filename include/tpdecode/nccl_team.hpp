@@ -24,8 +24,13 @@ namespace tpdecode {
 
 using NcclUniqueId = std::array<char, 128>;
 
-// Whether this build and machine can make NCCL teams; `why` says why not.
+// Whether this build and machine can make NCCL teams; `why` says why not (among the
+// reasons: a runtime older than 2.28.9, or of another release than the headers this
+// build was compiled with: see nccl_versions_match).
 bool nccl_team_available(std::string* why);
+// Whether NCCL version codes (e.g. 22809) are one release (major.minor): the device
+// API's structs are compiled in and change between releases.
+constexpr bool nccl_versions_match(int runtime, int built) { return runtime / 100 == built / 100; }
 // NCCL's runtime version code (e.g. 22809), or 0 without NCCL.
 int nccl_runtime_version();
 

@@ -12,6 +12,8 @@
 #include "gemm_object.hpp"
 #include "gemm_program_object.hpp"
 #include "mlp_block_object.hpp"
+#include <cuda_runtime_api.h>
+
 #include "team_mlp_block_object.hpp"
 #include "team_program_object.hpp"
 #include "team_object.hpp"
@@ -77,6 +79,9 @@ TeamOptions team_options(int64_t timeout_ms, bool pdl) {
   o.pdl = pdl;
   return o;
 }
+
+// The CUDA major version the extension was built with (its libcudart, libcublas).
+int64_t built_cuda_major() { return CUDART_VERSION / 1000; }
 
 // Builds a team on `device` without moving the caller's current device.
 template <class Make>
@@ -150,6 +155,7 @@ ffi::ObjectRef team_program(ffi::ObjectRef team) {
 }  // namespace tpdecode::python
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(info, tpdecode::python::info);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(built_cuda_major, tpdecode::python::built_cuda_major);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(local_team, tpdecode::python::local_team);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(nccl_team, tpdecode::python::nccl_team);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(nccl_team_from_comm, tpdecode::python::nccl_team_from_comm);

@@ -2,6 +2,8 @@
 object types."""
 
 import os
+import sys
+from typing import Optional
 
 try:
     # Why first: the extension needs libcudart, libcublas and libnccl; with PyTorch's
@@ -17,6 +19,25 @@ from . import errors  # noqa: F401  (registers the error kinds first)
 
 PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libtpdecode_ffi.so")
 module = tvm_ffi.load_module(PATH)
+
+
+def cuda_mismatch(torch_cuda: Optional[str], built_major: int) -> str:
+    """Why this extension cannot share a process with a torch built for another CUDA
+    major version ("" where it can, or torch has no CUDA): the process would load two
+    CUDA runtimes and two cuBLAS, and tensors would cross between them."""
+    if not torch_cuda:
+        return ""
+    major = int(torch_cuda.split(".")[0])
+    if major == built_major:
+        return ""
+    return (f"tpdecode was built with CUDA {built_major} and torch is a CUDA {torch_cuda} build: install a "
+            f"CUDA {built_major} build of torch, or build tpdecode with CUDA {major}")
+
+
+_why = cuda_mismatch(getattr(getattr(sys.modules.get("torch"), "version", None), "cuda", None),
+                     int(module.built_cuda_major()))
+if _why:
+    raise ImportError(_why)
 
 
 @tvm_ffi.register_object("tpdecode.Team")

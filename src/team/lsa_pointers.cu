@@ -16,7 +16,12 @@ __global__ void lsa_pointers_kernel(ncclWindow_t window, int size, PeerPointers*
 }  // namespace
 
 int lsa_team_size(ncclComm_t comm, const std::function<void(const char*)>& settle) {
-  ncclDevCommRequirements reqs = {};  // lsaMultimem stays false: never multicast
+  // lsaMultimem stays false: never multicast.
+#ifdef NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER
+  ncclDevCommRequirements reqs = NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER;  // releases that version the struct
+#else
+  ncclDevCommRequirements reqs = {};
+#endif
   ncclDevComm dev = {};
   const ncclResult_t r = ncclDevCommCreate(comm, &reqs, &dev);
   if (r != ncclSuccess && r != ncclInProgress)

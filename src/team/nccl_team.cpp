@@ -65,6 +65,18 @@ bool nccl_team_available(std::string* why) {
     if (why) *why = fmt::format("NCCL runtime {} is older than 2.28.9 (no symmetric-window device API)", v);
     return false;
   }
+  // Why the same release (major.minor): the device API is compiled in from the headers
+  // (ncclDevComm, the window that ncclGetLsaPointer reads), and releases change those
+  // structs: another runtime would read or write them at other offsets.
+  if (!nccl_versions_match(v, NCCL_VERSION_CODE)) {
+    if (why)
+      *why = fmt::format(
+          "NCCL runtime {} is another release than the {} tpdecode was built against (the device API's structs "
+          "differ between releases): build with NCCL_ROOT at the NCCL that runs, or run with the one it was built "
+          "against",
+          v, NCCL_VERSION_CODE);
+    return false;
+  }
   return true;
 }
 

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "tpdecode/error.hpp"
+#include "tpdecode/nccl_team.hpp"
 #include "tpdecode/team.hpp"
 
 namespace tpdecode {
@@ -48,6 +49,15 @@ TEST(TeamOptions, EnvironmentDeadlinesAreBoundedToo) {
   EXPECT_THROW(NoGpuTeam(with(0, 0)), InvalidArgument);
   unsetenv("TPDECODE_BARRIER_TIMEOUT_MS");
   EXPECT_NO_THROW(NoGpuTeam(with(0, 0)));
+}
+
+// The NCCL team needs the runtime of the release its device API was compiled against.
+TEST(NcclVersions, OneReleaseMatchesAnotherDoesNot) {
+  EXPECT_TRUE(nccl_versions_match(22809, 22809));
+  EXPECT_TRUE(nccl_versions_match(22812, 22809));  // a patch release
+  EXPECT_FALSE(nccl_versions_match(23007, 22809));  // 2.30.7 against 2.28.9's headers
+  EXPECT_FALSE(nccl_versions_match(22809, 23007));
+  EXPECT_FALSE(nccl_versions_match(32809, 22809));
 }
 
 }  // namespace

@@ -30,6 +30,16 @@ def test_info_describes_the_machine():
         assert g["sms"] > 0 and g["memory_bytes"] > 0
 
 
+def test_a_torch_of_another_cuda_major_is_refused():
+    built = int(_lib.module.built_cuda_major())
+    assert built >= 12
+    assert _lib.cuda_mismatch(None, built) == ""  # a CPU build of torch
+    assert _lib.cuda_mismatch(f"{built}.0", built) == ""
+    assert _lib.cuda_mismatch(f"{built}.9", built) == ""
+    why = _lib.cuda_mismatch(f"{built - 1}.8", built)
+    assert f"built with CUDA {built}" in why and f"CUDA {built - 1}.8 build" in why
+
+
 def test_error_classes():
     assert issubclass(tpdecode.TimeoutError, builtins.TimeoutError)
     assert issubclass(tpdecode.NotServed, ValueError)
