@@ -83,6 +83,8 @@ TeamOptions team_options(int64_t timeout_ms, bool pdl) {
 // The CUDA major version the extension was built with (its libcudart, libcublas).
 int64_t built_cuda_major() { return CUDART_VERSION / 1000; }
 
+ffi::String library_version() { return ffi::String(tpdecode::version()); }
+
 // Builds a team on `device` without moving the caller's current device.
 template <class Make>
 ffi::ObjectRef team_on(int64_t device, Make make) {
@@ -156,6 +158,7 @@ ffi::ObjectRef team_program(ffi::ObjectRef team) {
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(info, tpdecode::python::info);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(built_cuda_major, tpdecode::python::built_cuda_major);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(library_version, tpdecode::python::library_version);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(local_team, tpdecode::python::local_team);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(nccl_team, tpdecode::python::nccl_team);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(nccl_team_from_comm, tpdecode::python::nccl_team_from_comm);

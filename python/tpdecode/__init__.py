@@ -27,6 +27,9 @@ from .errors import (  # noqa: E402
     UnsupportedDType,
 )
 from .info import info  # noqa: E402
+from ._lib import module as _module  # noqa: E402
+
+__version__ = str(_module.library_version())  # the C++ library's (tpdecode::version())
 
 __all__ = [
     "CapacityError",

@@ -40,6 +40,11 @@ def test_a_torch_of_another_cuda_major_is_refused():
     assert f"built with CUDA {built}" in why and f"CUDA {built - 1}.8 build" in why
 
 
+def test_version_is_the_librarys():
+    assert tpdecode.__version__ == tpdecode.info()["version"]
+    assert tpdecode.__version__.count(".") == 2
+
+
 def test_error_classes():
     assert issubclass(tpdecode.TimeoutError, builtins.TimeoutError)
     assert issubclass(tpdecode.NotServed, ValueError)
