@@ -55,7 +55,7 @@ struct Options {
 std::vector<int> row_counts(const Options& o, std::vector<int> defaults) {
   require(o.k_option->count() == 0 || o.requests > 0,
           "drafter: --k is the draft tokens of each of --requests; give --requests too (or the rows with --rows)");
-  std::vector<int> rows = o.rows.empty() ? std::move(defaults) : unique_in_order(o.rows);
+  std::vector<int> rows = o.rows.empty() ? std::move(defaults) : o.rows;
   if (o.requests > 0) {
     const long m = static_cast<long>(o.requests) * o.k;
     require(m <= kRowsCap, fmt::format("drafter: --requests {} x --k {} = {} rows; a step takes at most {} rows",
