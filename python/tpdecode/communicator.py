@@ -48,13 +48,23 @@ class _Aligned:
     time; the module says why a misaligned one is not refused): each misaligned one
     replaced by an aligned copy, the same copy wherever the same tensor is given (an
     in-place pair stays one), the written ones copied back by finish(). Eager calls
-    only: under torch.compile the op raises for one (a traced tensor has no address)."""
+    only: under torch.compile the op raises for one (a traced tensor has no address).
+    ``of`` gives the shared _AS_GIVEN where every address is aligned (no copies: the
+    common case costs one pass over the addresses)."""
 
     def __init__(self, tensors):
         self.copies = {}
         for t in tensors:
             if t is not None and t.data_ptr() % 16 and id(t) not in self.copies:
                 self.copies[id(t)] = t.clone()
+
+    @staticmethod
+    def of(tensors):
+        bits = 0
+        for t in tensors:
+            if t is not None:
+                bits |= t.data_ptr()
+        return _Aligned(tensors) if bits % 16 else _AS_GIVEN
 
     def __call__(self, t):
         return self.copies.get(id(t), t) if t is not None else None
@@ -65,12 +75,7 @@ class _Aligned:
                 t.copy_(self.copies[id(t)])
 
 
-def _misaligned(tensors) -> bool:
-    bits = 0
-    for t in tensors:
-        if t is not None:
-            bits |= t.data_ptr()
-    return bits % 16 != 0
+_AS_GIVEN = _Aligned(())  # no copies: every tensor as given
 
 
 def _nccl_team_available() -> bool:
@@ -238,13 +243,10 @@ class Communicator:
         # Why not Team.all_reduce: the runner's call alone, one compile check per call.
         if out is None:
             out = torch.empty_like(x)
-        a = _Aligned((x, out)) if _misaligned((x, out)) else None
+        a = _Aligned.of((x, out))
         try:
-            if a is None:
-                self._team._run.all_reduce(x, out)
-            else:
-                self._team._run.all_reduce(a(x), a(out))
-                a.finish((out,))
+            self._team._run.all_reduce(a(x), a(out))
+            a.finish((out,))
         except NotServed:
             return None
         return out
@@ -267,12 +269,9 @@ class Communicator:
         if self._eager_refusal("fused_add_rms_norm", x, kind):
             return None
         tensors = (x, residual, weight, out, residual_out)
-        a = _Aligned(tensors) if _misaligned(tensors) else None
+        a = _Aligned.of(tensors)
         try:
             if kind != "none":
-                if a is None:
-                    return self._team.ar_norm(x, residual, weight, eps, quant=quant, out=out,
-                                              residual_out=residual_out)
                 got = self._team.ar_norm(a(x), a(residual), a(weight), eps, quant=quant, out=a(out),
                                          residual_out=a(residual_out))
                 a.finish((out, residual_out))
@@ -282,12 +281,9 @@ class Communicator:
                 out = torch.empty_like(x)
             if residual_out is None:
                 residual_out = torch.empty_like(x)
-            if a is None:
-                self._team._run.ar_norm(x, residual, weight, float(eps), out, residual_out, kind, None, None)
-            else:
-                self._team._run.ar_norm(a(x), a(residual), a(weight), float(eps), a(out), a(residual_out), kind,
-                                        None, None)
-                a.finish((out, residual_out))
+            self._team._run.ar_norm(a(x), a(residual), a(weight), float(eps), a(out), a(residual_out), kind, None,
+                                    None)
+            a.finish((out, residual_out))
             return out, residual_out
         except NotServed:
             return None
