@@ -1,7 +1,9 @@
-// The per-stream GEMM context: a cuBLAS and a cuBLASLt handle with their own
-// workspace, set once before any graph capture. DecodeGemm runs its cuBLAS paths on
-// one. Objects that run concurrently on different streams must not share a context
-// (the workspace is not stream-safe); calls on one stream may share it.
+// The GEMM context DecodeGemm runs its cuBLAS paths on: a cuBLAS and a cuBLASLt
+// handle, and a workspace for each stream that calls it (made on that stream's first
+// call, also under capture, and kept while the context lives). Objects on different
+// streams may share one, also from several host threads (a call holds the context
+// until it is queued). A graph's calls use the workspace of the stream they were
+// captured on: graphs captured on one stream must not replay at once on two.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -18,7 +20,8 @@ namespace tpdecode {
 
 class CublasContext {
  public:
-  // Creates the handles on the current device and a workspace of `workspace_bytes`.
+  // Creates the handles on the current device; each stream's workspace has
+  // `workspace_bytes` (0: none, which some cuBLASLt algorithms need).
   explicit CublasContext(std::size_t workspace_bytes = std::size_t{32} << 20);
   ~CublasContext();
   CublasContext(const CublasContext&) = delete;
@@ -44,6 +47,8 @@ class CublasContext {
   static std::string describe_lt(const CublasLtAlgo& algo);
   // "<major>.<minor>.<patch>" of the cuBLASLt library loaded.
   static std::string lt_version();
+  // The workspaces made so far (one per stream that called).
+  std::size_t workspace_count() const;
 
  private:
   struct Impl;

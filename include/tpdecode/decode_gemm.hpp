@@ -29,8 +29,8 @@ class DecodeGemm {
  public:
   // `weight`: [N, K] bf16 on the current device; it must outlive this object.
   // A strided or misaligned weight is accepted and always runs on cuBLAS.
-  // `cublas`: shared by objects that never run concurrently (e.g. one per stream);
-  // null makes a private one. `tuner`: null is GemmTuner::shared(). Construct
+  // `cublas`: may be shared by every object of the device (it keeps a workspace per
+  // stream); null makes a private one. `tuner`: null is GemmTuner::shared(). Construct
   // before any graph capture.
   explicit DecodeGemm(const TensorView& weight, std::shared_ptr<CublasContext> cublas = nullptr,
                       std::shared_ptr<GemmTuner> tuner = nullptr);

@@ -128,9 +128,8 @@ class OprojMailbox {
 struct OprojOptions {
   std::vector<int> rows;          // row counts to prepare at construction (others: prepare())
   std::optional<OprojKind> kind;  // force a kind where it serves (else kUnfused, with why); empty: the rule table
-  // The unfused path's GEMM context per driven rank (shared with the caller's other
-  // GEMMs on that rank's stream; not with another driven rank's); empty: a private
-  // one per driven rank.
+  // The unfused path's GEMM context per driven rank (one of that rank's device, which
+  // the caller's other GEMMs may share); empty: a private one per driven rank.
   std::vector<std::shared_ptr<CublasContext>> cublas;
 };
 

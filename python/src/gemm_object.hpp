@@ -19,8 +19,8 @@ class DecodeGemmObj : public tvm::ffi::Object {
   bool engine_eligible = false;
 
   // `weight` [N, K] bf16 (the caller keeps it alive). `shared_cublas`: one cuBLAS
-  // context per device for every such object (they must not run concurrently on
-  // different streams); else a private one (its own 32 MB workspace).
+  // context per device for every such object (a 32 MB workspace per stream); else
+  // a private one (its own workspaces).
   DecodeGemmObj(DLView weight, bool shared_cublas);
 
   // Host work only; ValueError under stream capture.

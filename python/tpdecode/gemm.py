@@ -42,8 +42,8 @@ class DecodeGemm:
     weight: [N, K] bfloat16 on a CUDA device (kept referenced by this object). Update
     it in place (``weight.copy_``): a call whose weight's storage was replaced
     (``weight.data = ...``) raises RuntimeError (under torch.compile, when the op runs).
-    shared_cublas: use the device's shared cuBLAS context (one 32 MB workspace for
-    all DecodeGemms; they must not run concurrently on different streams), else a
+    shared_cublas: use the device's shared cuBLAS context (one 32 MB workspace per
+    stream that runs a cuBLAS path, for all DecodeGemms of the device), else a
     private one.
     chain: this GEMM is a link of a chain of kernels launched with programmatic
     dependent launch (e.g. consecutive DecodeGemms in one graph): a cuBLAS

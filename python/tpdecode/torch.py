@@ -11,9 +11,9 @@ alive), or until ``forget(weight)`` or ``uninstall``. Making one measures its ro
 counts' paths as they come, so a weight made anew for every call runs slower than
 ``F.linear``.
 
-The weights' DecodeGemms share the device's cuBLAS context (one workspace): run the
-routed linears of a device on one stream at a time (linears running at once on a
-side stream would share that workspace in their cuBLAS calls)."""
+The weights' DecodeGemms share the device's cuBLAS context, which keeps a 32 MB
+workspace for each stream that runs a cuBLAS path: routed linears may run at once on
+several streams."""
 
 import fnmatch
 import weakref

@@ -8,8 +8,11 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
+#include <mutex>
 
 #include "core/check.hpp"
+#include "core/relaxed_capture_mode.hpp"
 #include "gemm/gemm_tactic.hpp"
 #include "tpdecode/device_buffer.hpp"
 #include "tpdecode/error.hpp"
@@ -80,11 +83,34 @@ T algo_config(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttribut
 struct CublasContext::Impl {
   cublasHandle_t handle = nullptr;
   cublasLtHandle_t lt = nullptr;
-  DeviceBuffer workspace;  // [workspace_bytes] bytes
+  int device = 0;
   std::size_t workspace_bytes = 0;
+  // Why one per stream: a cuBLAS call's workspace is in use until the call ends on
+  // its stream, so calls on two streams at once need two. Made on a stream's first
+  // call, kept while the context lives (a graph captured on that stream keeps
+  // using it).
+  std::mutex mutex;  // the map, and the handle's stream and workspace until the call is queued
+  std::map<cudaStream_t, DeviceBuffer> workspaces;
+
+  // The caller holds `mutex`.
+  void* workspace_for(cudaStream_t stream) {
+    if (!workspace_bytes) return nullptr;
+    auto it = workspaces.find(stream);
+    if (it == workspaces.end()) {
+      // Why relaxed: a first call may come under capture (an engine capturing on a
+      // stream of its own); the allocation is not a stream operation.
+      const RelaxedCaptureMode relaxed;
+      int current = 0;
+      TPD_CUDA(cudaGetDevice(&current));
+      check(current == device, "cublas: a call on device {} with the context of device {}", current, device);
+      it = workspaces.emplace(stream, DeviceBuffer(workspace_bytes)).first;
+    }
+    return it->second.get();
+  }
 };
 
 CublasContext::CublasContext(std::size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
+  TPD_CUDA(cudaGetDevice(&impl_->device));
   check_cublas(cublasCreate(&impl_->handle), "create");
   const cublasStatus_t lt = cublasLtCreate(&impl_->lt);
   if (lt != CUBLAS_STATUS_SUCCESS) {
@@ -92,13 +118,6 @@ CublasContext::CublasContext(std::size_t workspace_bytes) : impl_(std::make_uniq
     check_cublas(lt, "Lt create");
   }
   impl_->workspace_bytes = workspace_bytes;
-  try {
-    if (workspace_bytes) impl_->workspace = DeviceBuffer(workspace_bytes);
-  } catch (...) {
-    cublasLtDestroy(impl_->lt);
-    cublasDestroy(impl_->handle);
-    throw;
-  }
 }
 
 CublasContext::~CublasContext() {
@@ -106,16 +125,23 @@ CublasContext::~CublasContext() {
   if (impl_->handle) cublasDestroy(impl_->handle);
 }
 
+std::size_t CublasContext::workspace_count() const {
+  const std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->workspaces.size();
+}
+
 void CublasContext::gemm(const TensorView& x, const TensorView& w, const TensorView& out, cudaStream_t stream) {
   // Column-major view: out^T [N, M] = W [N, K] (op T of the [K, N] column-major
   // weight) times x^T [K, M].
-  check_cublas(cublasSetStream(impl_->handle, stream), "set stream");
-  // Why: cublasSetStream resets the workspace to cuBLAS's pool, which would allocate
-  // under graph capture; our own workspace is set again after it, every call.
-  check_cublas(cublasSetWorkspace(impl_->handle, impl_->workspace.get(), impl_->workspace_bytes), "set workspace");
   // Why: cublasGemmEx takes 32-bit sizes and leading dimensions.
   for (int64_t v : {w.rows, x.rows, x.cols, w.row_stride, x.row_stride, out.row_stride})
     check(v <= std::numeric_limits<int>::max(), "cublas gemm: a size or row stride of {} (at most 2^31 - 1)", v);
+  const std::lock_guard<std::mutex> lock(impl_->mutex);
+  void* workspace = impl_->workspace_for(stream);
+  check_cublas(cublasSetStream(impl_->handle, stream), "set stream");
+  // Why: cublasSetStream resets the workspace to cuBLAS's pool, which would allocate
+  // under graph capture; the stream's own workspace is set again after it, every call.
+  check_cublas(cublasSetWorkspace(impl_->handle, workspace, impl_->workspace_bytes), "set workspace");
   const float alpha = 1.0f;
   const float beta = 0.0f;
   check_cublas(cublasGemmEx(impl_->handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows), static_cast<int>(x.rows),
@@ -131,8 +157,9 @@ void CublasContext::gemm_lt(const TensorView& x, const TensorView& w, const Tens
   const cublasLtMatmulAlgo_t a = to_lt(algo);
   const float alpha = 1.0f;
   const float beta = 0.0f;
+  const std::lock_guard<std::mutex> lock(impl_->mutex);
   check_cublas(cublasLtMatmul(impl_->lt, p.op, &alpha, w.data, p.a, x.data, p.b, &beta, out.data, p.c, out.data, p.c,
-                              &a, impl_->workspace.get(), impl_->workspace_bytes, stream),
+                              &a, impl_->workspace_for(stream), impl_->workspace_bytes, stream),
                "Lt matmul");
 }
 

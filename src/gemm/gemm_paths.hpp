@@ -9,28 +9,14 @@
 #include <memory>
 #include <vector>
 
+#include "core/relaxed_capture_mode.hpp"
 #include "gemm/gemm_tactic.hpp"
 #include "gemm/wgmma_launch.hpp"
 #include "tpdecode/cublas_context.hpp"
-#include "tpdecode/error.hpp"
 #include "tpdecode/gemm_tuner.hpp"
 #include "tpdecode/tensor.hpp"
 
 namespace tpdecode {
-
-// Host work outside any capture (tuning, preparing) runs in relaxed capture mode.
-// Why: another thread may be capturing in global mode (a rank of a team); our
-// allocations and synchronisations must neither fail nor break its capture.
-class RelaxedCaptureMode {
- public:
-  RelaxedCaptureMode() { TPD_CUDA(cudaThreadExchangeStreamCaptureMode(&mode_)); }
-  ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
-  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
-  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
-
- private:
-  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
-};
 
 // The weight's map for the warp engine's tensor-map form ([2][16][64] boxes).
 CUtensorMap warp_tensor_map_of(const TensorView& weight);

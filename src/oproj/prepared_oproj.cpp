@@ -6,6 +6,7 @@
 
 #include "comm/mailbox.hpp"
 #include "core/check.hpp"
+#include "core/relaxed_capture_mode.hpp"
 #include "gemm/gemm_paths.hpp"
 #include "oproj/oproj_kernels.hpp"
 #include "oproj/oproj_rules.hpp"

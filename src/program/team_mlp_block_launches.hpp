@@ -42,8 +42,8 @@ class TeamMlpBlockLaunches {
     MlpBlockScratch s;
     DeviceBuffer gate_up_out;  // [m, 2 I / tp]
     TensorView gate_up_view;
-    // Why a cuBLAS context per rank: a local team's ranks run their GEMMs at once on
-    // their own streams, and one handle's workspace must not serve two at once.
+    // Why a cuBLAS context per rank: a context serves one device, and a local
+    // team's ranks may each have their own.
     std::shared_ptr<CublasContext> cublas;
     MlpLinear o_proj, gate_up, down, qkv;
     bool pdl = false;

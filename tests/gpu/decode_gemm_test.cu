@@ -251,7 +251,7 @@ TEST(DecodeGemm, PdlChainsBackToBack) {
   const int m = 7;
   std::vector<DeviceBuffer> weights;
   std::vector<std::unique_ptr<DecodeGemm>> gemms;
-  auto context = std::make_shared<CublasContext>();  // one stream: one context, shared workspace
+  auto context = std::make_shared<CublasContext>();  // shared by the chain's links
   for (const GemmDecision& d : links) {
     weights.emplace_back(static_cast<std::size_t>(kDim * kDim) * 2);
     fill_uniform(weights.back().get(), kDim * kDim, rng, nullptr, 1.0f / 64);  // keeps values O(1) along the chain
