@@ -76,6 +76,26 @@ def test_decode_gemm_in_a_cuda_graph():
         torch.testing.assert_close(out.float(), reference(x, w).float(), rtol=2**-7, atol=2**-6)
 
 
+def test_decode_gemms_of_a_device_run_at_once_on_two_streams():
+    # They share the device's cuBLAS context; rows above max_rows run cuBLAS, whose
+    # split of K uses the workspace: each stream has its own, so no call sees another's.
+    gemms = [tpdecode.DecodeGemm(weight(1536, 7168, seed=s)) for s in (3, 4)]
+    xs = [torch.randn(96, 7168, device="cuda").to(torch.bfloat16) for _ in gemms]
+    alone = [g(x) for g, x in zip(gemms, xs)]
+    streams = [torch.cuda.Stream() for _ in gemms]
+    torch.cuda.synchronize()
+    outs = [[], []]
+    for s in streams:
+        s.wait_stream(torch.cuda.current_stream())
+    for _ in range(20):
+        for i, (g, x, s) in enumerate(zip(gemms, xs, streams)):
+            with torch.cuda.stream(s):
+                outs[i].append(g(x))
+    torch.cuda.synchronize()
+    for i in range(2):
+        assert all(torch.equal(o, alone[i]) for o in outs[i]), f"stream {i}"
+
+
 def make_model():
     torch.manual_seed(0)
     return torch.nn.Sequential(
