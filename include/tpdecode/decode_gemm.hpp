@@ -6,7 +6,9 @@
 // default and cuBLASLt's best few algorithms -- and keeps the fastest (GemmTuner:
 // shared by the process, optionally on disk). Everything else runs cuBLAS. BF16
 // operands, FP32 accumulation, one BF16 rounding; the engines' results are bitwise
-// identical from run to run for a given decision.
+// identical from run to run for a given decision. One object is called by one host
+// thread at a time (a call may make its bucket's decision); different objects, and
+// the tuner and cuBLAS context they share, may be called from several threads.
 #pragma once
 
 #include <cuda_runtime_api.h>
