@@ -3,7 +3,9 @@
 // call, also under capture, and kept while the context lives). Objects on different
 // streams may share one, also from several host threads (a call holds the context
 // until it is queued). A graph's calls use the workspace of the stream they were
-// captured on: graphs captured on one stream must not replay at once on two.
+// captured on: graphs captured on one stream must not replay at once on two. A
+// destroyed stream's workspace stays until the context goes: give a context to
+// streams that live (the tuner keeps its timing streams for that reason).
 #pragma once
 
 #include <cuda_runtime_api.h>

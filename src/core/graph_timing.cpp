@@ -1,6 +1,8 @@
 #include "core/graph_timing.hpp"
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "tpdecode/error.hpp"
 
@@ -13,11 +15,36 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-TimingStream::TimingStream() { TPD_CUDA(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+namespace {
+
+// This thread's timing streams not in use, by device. Why kept rather than made per
+// timing: a stream is the key of its cuBLAS workspace (CublasContext), so a stream
+// per timing would leave a workspace per timing.
+struct IdleTimingStreams {
+  std::vector<std::pair<int, cudaStream_t>> streams;
+  ~IdleTimingStreams() {
+    for (const auto& [device, s] : streams) cudaStreamDestroy(s);
+  }
+};
+thread_local IdleTimingStreams idle_timing_streams;
+
+}  // namespace
+
+TimingStream::TimingStream() {
+  TPD_CUDA(cudaGetDevice(&device_));
+  auto& idle = idle_timing_streams.streams;
+  const auto it = std::find_if(idle.begin(), idle.end(), [&](const auto& e) { return e.first == device_; });
+  if (it != idle.end()) {
+    s_ = it->second;
+    idle.erase(it);
+  } else {
+    TPD_CUDA(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking));
+  }
+}
 
 TimingStream::~TimingStream() {
   cudaStreamSynchronize(s_);
-  cudaStreamDestroy(s_);
+  idle_timing_streams.streams.emplace_back(device_, s_);
 }
 
 TimedGraph::Exec::~Exec() {

@@ -69,6 +69,7 @@ double median(std::vector<double> v);
 
 // A non-blocking stream of the timing code's own (a capture cannot run on the legacy
 // default stream, nor on a caller's stream mid-use); its work ends before it goes.
+// The thread keeps it for its next timing on the device (its cuBLAS workspace too).
 class TimingStream {
  public:
   TimingStream();
@@ -79,6 +80,7 @@ class TimingStream {
 
  private:
   cudaStream_t s_ = nullptr;
+  int device_ = 0;
 };
 
 }  // namespace tpdecode

@@ -10,6 +10,7 @@
 
 #include "gpu/gemm_problem.hpp"
 #include "tpdecode/cublas_context.hpp"
+#include "tpdecode/decode_gemm.hpp"
 
 namespace tpdecode {
 namespace {
@@ -122,6 +123,25 @@ TEST(CublasContext, StreamsShareAContextAtOnce) {
   TPD_CUDA(cudaGraphExecDestroy(exec));
   TPD_CUDA(cudaGraphDestroy(graph));
   for (cudaStream_t s : {alone, sa, sb, sc}) TPD_CUDA(cudaStreamDestroy(s));
+}
+
+// The tuner times on a stream it keeps per thread and device, so tuning bucket after
+// bucket adds no workspace (a stream per timing once added one per timing).
+TEST(CublasContext, TuningAddsNoWorkspacePerTiming) {
+  TPD_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  DeviceBuffer w(static_cast<std::size_t>(kN * kK) * 2);
+  fill_uniform(w.get(), kN * kK, rng);
+  auto ctx = std::make_shared<CublasContext>();
+  DecodeGemm gemm(TensorView::bf16(w.get(), kN, kK), ctx, private_tuner(true));
+  cudaStream_t stream;
+  TPD_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  gemm.prepare(1, stream);
+  const std::size_t after_one = ctx->workspace_count();
+  EXPECT_GE(after_one, 1u);  // cuBLAS is among every tuning's candidates
+  for (int m : {8, 16, 40, 64}) gemm.prepare(m, stream);
+  EXPECT_EQ(ctx->workspace_count(), after_one);
+  TPD_CUDA(cudaStreamDestroy(stream));
 }
 
 }  // namespace
