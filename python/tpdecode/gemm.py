@@ -38,6 +38,9 @@ class DecodeGemm:
     fastest; cuBLAS runs everything else. ``prepare`` the row counts before
     CUDA-graph capture: a call under capture never measures (it runs the cached
     decision, else the static rule).
+    One object is called by one Python thread at a time (a call may make its row
+    count's decision; the calls release the GIL); different objects may be called
+    from several threads.
 
     weight: [N, K] bfloat16 on a CUDA device (kept referenced by this object). Update
     it in place (``weight.copy_``): a call whose weight's storage was replaced
