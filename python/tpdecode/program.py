@@ -61,15 +61,22 @@ class _Program:
     def _bind(self, handle, reads: List[torch.Tensor], writes: List[torch.Tensor]) -> None:
         self._handle = handle
         self._device = handle.device
-        # Each buffer once (by address and shape): one read and written (a residual
-        # in place, a residual stream) is a write.
+        # The op is given whole tensors, each once: a view's base, not the view. Why:
+        # views of one tensor as separate arguments (each rank's rows of a local
+        # team's buffer, outs in column windows of one buffer) alias each other, and
+        # torch 2.11's inductor handed the op wrong values for such arguments. One
+        # read and written (a residual in place, a residual stream) is a write.
+        def whole(t):
+            return t if t._base is None else t._base
+
         def key(t):
             return t.data_ptr(), tuple(t.shape), tuple(t.stride())
 
-        written = {key(t): t for t in writes}
+        written = {key(whole(t)): whole(t) for t in writes}
         self._writes = list(written.values())
-        self._reads = list({key(t): t for t in reads if key(t) not in written}.values())
-        self._pointers = [t.data_ptr() for t in self._reads + self._writes]
+        self._reads = list({key(whole(t)): whole(t) for t in reads if key(whole(t)) not in written}.values())
+        self._given = list(reads) + list(writes)  # the storage check: the tensors as the caller gave them
+        self._pointers = [t.data_ptr() for t in self._given]
         self._on = self._writes[0].detach()  # the extension takes torch's current stream from it
         self._run = handle.run
         self._id = _ops.register(_runner(handle, self._reads, self._writes))
@@ -81,7 +88,7 @@ class _Program:
         if torch.compiler.is_compiling():
             torch.ops.tpdecode.program(self._reads, self._writes, self._id, pdl)
             return
-        if any(t.data_ptr() != p for t, p in zip(self._reads + self._writes, self._pointers)):
+        if any(t.data_ptr() != p for t, p in zip(self._given, self._pointers)):
             # Why: the kernel reads and writes the addresses it was built on.
             raise RuntimeError(f"{type(self).__name__}: a buffer's storage moved (its .data was replaced): build "
                                "a new program for it, or copy values in place")
