@@ -4,9 +4,8 @@
 #include <cublas_v2.h>
 #include <fmt/format.h>
 
-#include <cstring>
-
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <mutex>

@@ -39,7 +39,9 @@ struct Operands {
   CublasLtAlgo algo{};
 
   Operands(CublasContext& ctx, std::mt19937_64& rng)
-      : w(static_cast<std::size_t>(kN * kK) * 2), x(static_cast<std::size_t>(kM * kK) * 2), alone_gemm(out_bytes()),
+      : w(static_cast<std::size_t>(kN * kK) * 2),
+        x(static_cast<std::size_t>(kM * kK) * 2),
+        alone_gemm(out_bytes()),
         alone_lt(out_bytes()) {
     fill_uniform(w.get(), kN * kK, rng);
     fill_uniform(x.get(), kM * kK, rng);
