@@ -1,5 +1,6 @@
 // The extension's free functions (loaded by python/tpdecode/_lib.py): what the
 // machine offers, and the factories of teams, GEMMs and programs.
+#include <cuda_runtime_api.h>
 #include <tvm/ffi/container/array.h>
 #include <tvm/ffi/container/map.h>
 #include <tvm/ffi/function.h>
@@ -12,8 +13,6 @@
 #include "gemm_object.hpp"
 #include "gemm_program_object.hpp"
 #include "mlp_block_object.hpp"
-#include <cuda_runtime_api.h>
-
 #include "team_mlp_block_object.hpp"
 #include "team_program_object.hpp"
 #include "team_object.hpp"

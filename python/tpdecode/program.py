@@ -66,15 +66,18 @@ class _Program:
         # team's buffer, outs in column windows of one buffer) alias each other, and
         # torch 2.11's inductor handed the op wrong values for such arguments. One
         # read and written (a residual in place, a residual stream) is a write.
-        def whole(t):
-            return t if t._base is None else t._base
+        def once(tensors, skip=()):
+            wholes = {}
+            for t in tensors:
+                w = t if t._base is None else t._base
+                k = w.data_ptr(), tuple(w.shape), tuple(w.stride())
+                if k not in skip:
+                    wholes[k] = w
+            return wholes
 
-        def key(t):
-            return t.data_ptr(), tuple(t.shape), tuple(t.stride())
-
-        written = {key(whole(t)): whole(t) for t in writes}
+        written = once(writes)
         self._writes = list(written.values())
-        self._reads = list({key(whole(t)): whole(t) for t in reads if key(whole(t)) not in written}.values())
+        self._reads = list(once(reads, written).values())
         self._given = list(reads) + list(writes)  # the storage check: the tensors as the caller gave them
         self._pointers = [t.data_ptr() for t in self._given]
         self._on = self._writes[0].detach()  # the extension takes torch's current stream from it
