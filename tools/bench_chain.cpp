@@ -304,19 +304,24 @@ void print_table(const std::vector<Row>& rows, const bench::ReadCeiling& ceiling
                         o.silu_mul ? "SiLU-mul" : "", o.norms ? (o.silu_mul ? ", norms" : "norms") : "")
           : std::string());
   if (o.timeline) {
-    fmt::print("\nThe programs' boundaries (--timeline; the first set's program, means over its last runs' ops, us):"
-               " span = a run; late = an op's last MMA end - the median CTA's; epi = the last epilogue's end - the"
-               " last MMA end; start = the median CTA's start of an op - the previous op's last MMA end; last ="
-               " the last CTA's start - that\n");
-    fmt::print("{:>3} {:>3} {:<15} {:>5} {:>8} {:>6} {:>6} {:>6} {:>6}   {:>8} {:>6} {:>6}\n", "TP", "M", "chain", "runs",
-               "prog", "late", "epi", "start", "last", "free", "late", "epi");
+    fmt::print(
+        "\nThe programs' boundaries (--timeline; the first set's program, means over its last runs' ops, us):"
+        " span = a run; late = an op's last MMA end - the median CTA's; epi = the last epilogue's end - the"
+        " last MMA end; start = the median CTA's start of an op - the previous op's last MMA end; last ="
+        " the last CTA's start - that; full / cap = a run's time the mean CTA's weight producer waited for a"
+        " free ring stage / under its cap on the bytes in flight\n");
+    fmt::print("{:>3} {:>3} {:<15} {:>5} {:>8} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6}   {:>8} {:>6} {:>6} {:>6} {:>6}\n",
+               "TP", "M", "chain", "runs", "prog", "late", "epi", "start", "last", "full", "cap", "free", "late", "epi",
+               "full", "cap");
     for (const Row& r : rows) {
       if (!r.program_timeline || !r.free_timeline) continue;
       const program::BoundaryFigures& p = *r.program_timeline;
       const program::BoundaryFigures& f = *r.free_timeline;
-      fmt::print("{:>3} {:>3} {:<15} {:>5} {:>8.1f} {:>6.2f} {:>6.2f} {:>6.2f} {:>6.2f}   {:>8.1f} {:>6.2f} {:>6.2f}\n",
-                 r.tp, r.m, r.chain, p.runs, p.span_us, p.lateness_us, p.epilogue_us, p.start_us, p.last_start_us,
-                 f.span_us, f.lateness_us, f.epilogue_us);
+      fmt::print(
+          "{:>3} {:>3} {:<15} {:>5} {:>8.1f} {:>6.2f} {:>6.2f} {:>6.2f} {:>6.2f} {:>6.1f} {:>6.1f}   {:>8.1f} {:>6.2f} "
+          "{:>6.2f} {:>6.1f} {:>6.1f}\n",
+          r.tp, r.m, r.chain, p.runs, p.span_us, p.lateness_us, p.epilogue_us, p.start_us, p.last_start_us,
+          p.ring_full_us, p.capped_us, f.span_us, f.lateness_us, f.epilogue_us, f.ring_full_us, f.capped_us);
     }
   }
   // The chain targets (docs/performance.md, "Targets"): the layers' chain at TP 8 >= 90 %
@@ -373,13 +378,19 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const ben
       j["rows"].back()["forced_us"][o.force[i]] =
           std::isfinite(r.forced_us[i]) ? nlohmann::json(r.forced_us[i]) : nlohmann::json();  // null: not run
     auto figures = [](const program::BoundaryFigures& b) {
-      return nlohmann::json{{"runs", b.runs},           {"span_us", b.span_us},   {"lateness_us", b.lateness_us},
-                            {"epilogue_us", b.epilogue_us}, {"start_us", b.start_us}, {"last_start_us", b.last_start_us}};
+      return nlohmann::json{{"runs", b.runs},
+                            {"span_us", b.span_us},
+                            {"lateness_us", b.lateness_us},
+                            {"epilogue_us", b.epilogue_us},
+                            {"start_us", b.start_us},
+                            {"last_start_us", b.last_start_us},
+                            {"ring_full_us", b.ring_full_us},
+                            {"capped_us", b.capped_us}};
     };
     if (r.program_timeline) j["rows"].back()["program_timeline"] = figures(*r.program_timeline);
     if (r.free_timeline) j["rows"].back()["program_free_timeline"] = figures(*r.free_timeline);
-    // Per run: the SM of each CTA and, per op, each CTA's start, last MMA end and
-    // epilogue end (ns; CTA c's op o at c * ops + o), for analyses the figures lack
+    // Per run: the SM of each CTA and, per op, each CTA's start, last MMA end,
+    // epilogue end and producer waits (ns; CTA c's op o at c * ops + o), for analyses the figures lack
     // (e.g. whether the late CTAs are the same SMs from op to op).
     for (const GemmProgram::RunTimeline& run : r.program_runs) {
       nlohmann::json t{{"sm", run.sm}};
@@ -387,6 +398,8 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const ben
         t["start_ns"].push_back(op.start_ns);
         t["mma_end_ns"].push_back(op.mma_end_ns);
         t["epilogue_end_ns"].push_back(op.epilogue_end_ns);
+        t["ring_full_ns"].push_back(op.ring_full_ns);
+        t["capped_ns"].push_back(op.capped_ns);
       }
       j["rows"].back()["program_timeline_runs"].push_back(std::move(t));
     }

@@ -122,6 +122,11 @@ class GemmProgram {
     uint64_t start_ns = 0;         // the CTA's first stage of the op is full (weights and x landed)
     uint64_t mma_end_ns = 0;       // its last MMA of the op completed
     uint64_t epilogue_end_ns = 0;  // its last unit of the op stored (and published) its outputs
+    // How long the CTA's weight producer, issuing the op's weights, waited for a
+    // free ring stage (the math behind: the stream stopped) and for its cap on the
+    // bytes in flight (the stream's own pace).
+    uint64_t ring_full_ns = 0;
+    uint64_t capped_ns = 0;
   };
   struct RunTimeline {
     std::vector<uint32_t> sm;   // [ctas]: the SM each CTA ran on

@@ -30,6 +30,7 @@
 #include <cooperative_groups.h>
 #include <cuda.h>
 
+#include <concepts>
 #include <cstdint>
 
 #include "gemm/wgmma_ops.cuh"
@@ -159,20 +160,42 @@ struct InFlightCap {
 // its stage is free (and, with a cap, an earlier stage has landed):
 // schedule.load_weights(i, step, stage memory, barrier, policy) issues unit i's
 // copies of that step, counted on the barrier (kWBytes in all).
+// A schedule may time the producer's waits (GemmProgram's timeline): where
+// schedule.times_waits(), schedule.waited(i, free_ns, cap_ns) gets the global-timer
+// time unit i's steps waited for a free stage and for the cap, before its last
+// step's copy is issued (so the CTA's run cannot have ended).
+template <class Schedule>
+concept TimesProducerWaits = requires(const Schedule& s) {
+  { s.times_waits() } -> std::convertible_to<bool>;
+  s.waited(0, uint64_t{}, uint64_t{});
+};
+
 template <int kWRows, int kXRows, int kDepth, class Schedule>
 __device__ __forceinline__ void produce_weights(const Ring<kWRows, kXRows, kDepth>& ring, const Schedule& schedule,
                                                 Cursor& cur, const InFlightCap& cap = {}) {
   const uint64_t policy = dev::evict_first_policy();
+  bool timed = false;
+  if constexpr (TimesProducerWaits<Schedule>) timed = schedule.times_waits();
   int issued = 0;
   for (int i = 0; i < schedule.count(); ++i) {
     const Unit u = schedule.unit(i);
+    uint64_t free_ns = 0, cap_ns = 0;
     for (int c = u.step_begin; c < u.step_end; ++c) {
+      const uint64_t t0 = timed ? dev::global_timer_ns() : 0;
       dev::mbar_wait(ring.empty + cur.stage, cur.parity ^ 1);
+      const uint64_t t1 = timed ? dev::global_timer_ns() : 0;
       uint64_t* bar = ring.full + cur.stage;
       if (cap.landed != nullptr) {
         const LandedWait w = landed_wait(issued, cap.now(), ring.stages);
         if (w.wait) dev::mbar_wait(cap.landed + w.stage, w.parity);
         bar = cap.landed + cur.stage;
+      }
+      if constexpr (TimesProducerWaits<Schedule>) {
+        if (timed) {
+          free_ns += t1 - t0;
+          cap_ns += dev::global_timer_ns() - t1;
+          if (c + 1 == u.step_end) schedule.waited(i, free_ns, cap_ns);
+        }
       }
       dev::mbar_arrive_expect_tx(bar, Ring<kWRows, kXRows, kDepth>::kWBytes);
       schedule.load_weights(i, c, ring.w(cur.stage), bar, policy);

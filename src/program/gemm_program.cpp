@@ -344,7 +344,8 @@ GemmProgram::GemmProgram(std::vector<Op> ops, int m, bool record_timeline, const
   p.scratch = DeviceBuffer(scratch_bytes);
   TPD_CUDA(cudaMemset(p.scratch.get(), 0xff, scratch_bytes));  // every slot empty
   if (record_timeline) {
-    const std::size_t bytes = std::size_t{8} * static_cast<std::size_t>(p.grid * (1 + 3 * p.op_count)) * 8;
+    const std::size_t bytes =
+        std::size_t{8} * static_cast<std::size_t>(p.grid * (1 + program::kTimelineFields * p.op_count)) * 8;
     p.timeline = DeviceBuffer(bytes);
     TPD_CUDA(cudaMemset(p.timeline.get(), 0, bytes));
   }
@@ -385,7 +386,7 @@ void GemmProgram::run(cudaStream_t stream, bool pdl) const {
 std::vector<GemmProgram::RunTimeline> GemmProgram::timelines() const {
   const Impl& p = *impl_;
   if (p.args.timeline == nullptr) return {};
-  const std::size_t per_cta = static_cast<std::size_t>(1 + 3 * p.op_count);
+  const std::size_t per_cta = static_cast<std::size_t>(1 + program::kTimelineFields * p.op_count);
   std::vector<uint64_t> host(std::size_t{8} * static_cast<std::size_t>(p.grid) * per_cta);
   uint32_t runs = 0;
   TPD_CUDA(cudaDeviceSynchronize());
@@ -398,7 +399,10 @@ std::vector<GemmProgram::RunTimeline> GemmProgram::timelines() const {
     for (int c = 0; c < p.grid; ++c) {
       const uint64_t* e = slot + static_cast<std::size_t>(c) * per_cta;
       t.sm.push_back(static_cast<uint32_t>(e[0]));
-      for (int o = 0; o < p.op_count; ++o) t.ops.push_back({e[1 + 3 * o], e[2 + 3 * o], e[3 + 3 * o]});
+      for (int o = 0; o < p.op_count; ++o) {
+        const uint64_t* f = e + 1 + program::kTimelineFields * o;
+        t.ops.push_back({f[0], f[1], f[2], f[3], f[4]});
+      }
     }
     out.push_back(std::move(t));
   }

@@ -41,10 +41,33 @@ namespace {
 using wgmma::kConsumerThreads;
 using Atomic = cuda::atomic_ref<uint32_t, cuda::thread_scope_device>;
 
+// This run's and this CTA's timeline entries (Args::timeline; after
+// griddepcontrol.wait: the run's slot comes from the epoch count).
+__device__ __forceinline__ uint64_t* cta_timeline(const Args& a) {
+  const uint32_t slot = Atomic(*a.counters.epoch).load(cuda::memory_order_relaxed) % 8;
+  return a.timeline + (static_cast<uint64_t>(slot) * gridDim.x + blockIdx.x) * (1 + kTimelineFields * a.op_count);
+}
+
 // This CTA's units as the weight producer and the consumers walk them.
 template <int kDepth>
 struct CtaSchedule {
   CtaUnits units;
+  // Where a timeline is recorded, the producer's waits per op (its fourth and
+  // fifth fields), summed over the op's units. Its entries are found at the first
+  // record: the producer streams before griddepcontrol.wait, and waits for it there.
+  mutable uint64_t* timeline = nullptr;
+  __device__ bool times_waits() const { return units.a->timeline != nullptr; }
+  __device__ void waited(int i, uint64_t free_ns, uint64_t cap_ns) const {
+    if (timeline == nullptr) {
+      dev::pdl_wait();
+      timeline = cta_timeline(*units.a);
+    }
+    const int op = units[i].op;
+    uint64_t* e = timeline + 1 + kTimelineFields * op + 3;
+    const bool first = i == 0 || units[i - 1].op != op;
+    e[0] = first ? free_ns : e[0] + free_ns;
+    e[1] = first ? cap_ns : e[1] + cap_ns;
+  }
   __device__ int count() const { return units.count(); }
   __device__ wgmma::Unit unit(int i) const {
     const Unit& u = units[i];
@@ -328,8 +351,7 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
   float acc[kProgramChains<kTokens>][1][kTokens / 2];
   uint64_t* timeline = nullptr;  // this run's and this CTA's entries, where recorded
   if (a.timeline != nullptr) {
-    const uint32_t slot = Atomic(*a.counters.epoch).load(cuda::memory_order_relaxed) % 8;
-    timeline = a.timeline + (static_cast<uint64_t>(slot) * gridDim.x + blockIdx.x) * (1 + 3 * a.op_count);
+    timeline = cta_timeline(a);
     uint32_t sm;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
     if (tid == 0) timeline[0] = sm;
@@ -341,8 +363,8 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
     uint64_t* last = nullptr;
     if (timeline != nullptr) {
       const int op = units[j].op;
-      if (j == 0 || units[j - 1].op != op) first = timeline + 1 + 3 * op;
-      if (j + 1 == units.count() || units[j + 1].op != op) last = timeline + 2 + 3 * op;
+      if (j == 0 || units[j - 1].op != op) first = timeline + 1 + kTimelineFields * op;
+      if (j + 1 == units.count() || units[j + 1].op != op) last = timeline + 2 + kTimelineFields * op;
     }
     if (first != nullptr) {
       dev::mbar_wait(ring.full + cur.stage, cur.parity);  // multiply_unit's first wait, earlier

@@ -86,6 +86,9 @@ struct Counters {
   uint32_t* epoch;      // [1]
 };
 
+// The u64 fields a timeline records per CTA and op (GemmProgram::OpTimes's).
+inline constexpr int kTimelineFields = 5;
+
 struct Args {
   const OpDesc* ops;
   const Unit* units;
@@ -99,8 +102,9 @@ struct Args {
   int stages;
   int inflight_stages;  // weight stages issued and not landed, at most
   int polling_inflight_stages;  // the same while a loader warp polls the mailbox
-  // With a timeline: [8 runs][ctas][1 + 3 ops] u64, run r's in slot r % 8: per
-  // CTA its SM, then per op the three times of GemmProgram::OpTimes. Else null.
+  // With a timeline: [8 runs][ctas][1 + kTimelineFields ops] u64, run r's in slot
+  // r % 8: per CTA its SM, then per op the fields of GemmProgram::OpTimes in order.
+  // Else null.
   uint64_t* timeline;
   // A TeamProgram's rank (team_ops 1: some norm all-reduces; program_team.hpp): the
   // team as this rank sees it and the program's team mailbox.

@@ -16,6 +16,10 @@ struct BoundaryFigures {
   double epilogue_us = 0;    // per op: the last epilogue's end - the last MMA end
   double start_us = 0;       // per boundary: the median CTA's start of op i - op i-1's last MMA end
   double last_start_us = 0;  // per boundary: the last CTA's start of op i - op i-1's last MMA end
+  // A run: a CTA's weight producer waiting for a free ring stage / under its cap on
+  // the bytes in flight, summed over the ops (the mean CTA).
+  double ring_full_us = 0;
+  double capped_us = 0;
 };
 
 // Over the runs; CTAs with no unit of an op (times 0) are left out of that op.

@@ -16,9 +16,12 @@ using Times = GemmProgram::OpTimes;
 GemmProgram::RunTimeline run(uint64_t shift, uint64_t late) {
   GemmProgram::RunTimeline t;
   t.sm = {4, 7, 9};
-  t.ops = {Times{shift + 1000, shift + 5000, shift + 6000},  Times{shift + 8000, shift + 12000, shift + 13000},
-           Times{shift + 1200, shift + 6000, shift + 9000},  Times{shift + late, shift + 14000, shift + 15000},
-           Times{shift + 1100, shift + 4000, shift + 4500},  Times{}};
+  t.ops = {Times{shift + 1000, shift + 5000, shift + 6000, 300, 30},
+           Times{shift + 8000, shift + 12000, shift + 13000, 600, 0},
+           Times{shift + 1200, shift + 6000, shift + 9000, 0, 90},
+           Times{shift + late, shift + 14000, shift + 15000, 900, 60},
+           Times{shift + 1100, shift + 4000, shift + 4500, 1200, 0},
+           Times{}};
   return t;
 }
 
@@ -30,6 +33,8 @@ TEST(ProgramTimeline, FiguresOfKnownRuns) {
   EXPECT_DOUBLE_EQ(f.epilogue_us, 2.0);     // op 0: 9000 - 6000; op 1: 15000 - 14000
   EXPECT_DOUBLE_EQ(f.start_us, 2.75);       // median start of op 1 - 6000: 2500, then 3000
   EXPECT_DOUBLE_EQ(f.last_start_us, 3.5);   // 3000, then 4000
+  EXPECT_DOUBLE_EQ(f.ring_full_us, 1.0);    // (300 + 600 + 0 + 900 + 1200) / 3 CTAs
+  EXPECT_DOUBLE_EQ(f.capped_us, 0.06);      // (30 + 90 + 60) / 3
 }
 
 TEST(ProgramTimeline, NoRunsAndBadSizes) {

@@ -35,7 +35,8 @@ inline std::vector<std::vector<uint16_t>> repeatable_bits(const GemmProgram& pro
 
 // The program's last runs (`runs` of them): for every CTA its SM (below the GPU's
 // count) and, per op of its units, a start, an MMA end and an epilogue end in that
-// order; every op on some CTA; each run after the previous one.
+// order; every op on some CTA; each run after the previous one; a CTA's weight
+// producer waiting (for free stages and under its cap) no longer than the run.
 inline void expect_timelines(const GemmProgram& program, std::size_t runs) {
   int device = 0, sms = 0;
   TPD_CUDA(cudaGetDevice(&device));
@@ -48,18 +49,22 @@ inline void expect_timelines(const GemmProgram& program, std::size_t runs) {
     ASSERT_EQ(t.sm.size(), static_cast<std::size_t>(program.ctas()));
     ASSERT_EQ(t.ops.size(), t.sm.size() * ops);
     uint64_t first_start = ~uint64_t{0}, last_end = 0;
+    std::vector<uint64_t> producer_waits(t.sm.size());
     int recorded = 0;
     for (std::size_t i = 0; i < t.ops.size(); ++i) {
       EXPECT_LT(t.sm[i / ops], static_cast<uint32_t>(sms));
       const GemmProgram::OpTimes& o = t.ops[i];
       if (o.start_ns == 0) continue;
       ++recorded;
+      producer_waits[i / ops] += o.ring_full_ns + o.capped_ns;
       EXPECT_LE(o.start_ns, o.mma_end_ns) << "entry " << i;
       EXPECT_LE(o.mma_end_ns, o.epilogue_end_ns) << "entry " << i;
       first_start = std::min(first_start, o.start_ns);
       last_end = std::max(last_end, o.epilogue_end_ns);
     }
     EXPECT_GE(recorded, program.ops()) << "every op has a CTA";
+    for (std::size_t c = 0; c < producer_waits.size(); ++c)
+      EXPECT_LE(producer_waits[c], last_end - first_start) << "CTA " << c << "'s producer waited longer than the run";
     EXPECT_GT(first_start, previous_end) << "the runs out of order";
     previous_end = last_end;
   }
