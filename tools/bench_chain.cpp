@@ -449,7 +449,7 @@ void register_bench_chain(CLI::App& app) {
   cmd->add_option("--force", o->force,
                   "also time the chain with every link forced to: warp (the rule's split) or cublas (repeatable)");
   cmd->add_flag("--timeline", o->timeline,
-               "the programs record where each op boundary's time goes (per CTA) and print it (about 1 % slower); "
+               "the programs record where each op boundary's time goes (per CTA) and print it (0.3-2 % slower); "
                "--json then holds the program's per-CTA times too");
   cmd->add_flag("--silu-mul", o->silu_mul,
                "down reads silu(gate) * up of gate_up's out, as an MLP does: stock and ours run the drafter's "
