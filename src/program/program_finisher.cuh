@@ -104,6 +104,7 @@ __device__ __forceinline__ bool counted(const Args& a, const Unit& u) {
   return protocol::counted(u, a.ops[u.op].out_mailbox >= 0);
 }
 
+template <bool kTeam>  // the kernel serves team ops (NormShare)
 struct Finisher {
   // 16-byte loads a lane keeps in flight. Why 4: the program's TP 8 chain took
   // 5-9 % less with 8 than with 16 at M 1 / 8 / 28 (TP 4 4-6 %), and 1-2 % less
@@ -167,7 +168,7 @@ struct Finisher {
   __device__ void norm_share(int op, const HandoffPhases& ph, uint32_t epoch) const {
     dev::named_barrier_sync(kNormBarrier, kFinisherThreads);
     dev::mbar_wait(h.pre_empty, ph.pre ^ 1);
-    NormShare<kFinisherThreads>{a, a.ops[op], h.pre, a.mailbox + epoch * a.epoch_words, thread}.run(
+    NormShare<kFinisherThreads, kTeam>{a, a.ops[op], h.pre, a.mailbox + epoch * a.epoch_words, thread}.run(
         a.counters.op_done + op);
   }
 

@@ -252,7 +252,9 @@ __device__ __forceinline__ uint32_t read_epoch(const Args& a) {
   return protocol::publish_epoch(Atomic(*a.counters.epoch).load(cuda::memory_order_relaxed));
 }
 
-template <int kTokens, int kDepth>
+// kTeam: a TeamProgram's rank with team ops (Args::team_ops); a kernel of its own so
+// that the team's sum stays out of the other programs' registers (NormShare).
+template <int kTokens, int kDepth, bool kTeam>
 __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const __grid_constant__ Args a) {
   // Why at entry: a next kernel may launch and prefetch its weights during this
   // one's tail; it reads this kernel's outputs only after griddepcontrol.wait.
@@ -320,7 +322,7 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
     return;
   }
   if (warp >= kFinisherWarp) {
-    Finisher{a, units, handoff, tid - 32 * kFinisherWarp}.run(read_epoch(a));
+    Finisher<kTeam>{a, units, handoff, tid - 32 * kFinisherWarp}.run(read_epoch(a));
     // The last CTA to finish resets the counts and advances the epoch for the next
     // run: every count of this CTA is the counting thread's (which arrives here),
     // and the consumers' reads of the epoch and the loaders' waits (before the
@@ -336,7 +338,7 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
       }
       // The team mailbox's epoch: after every finisher thread's last read of it
       // (the barrier above).
-      if (a.team_ops != 0) {
+      if constexpr (kTeam) {
         lamport::Memory mem(a.team.timeout_ns);
         team::end_run(mem, a.team, a.team_box, gridDim.x);
       }
@@ -420,14 +422,19 @@ __global__ void pack_weight_kernel(const uint4* __restrict__ w, int64_t n, int64
   }
 }
 
-// The kernels built: (tokens, depth) of kernel_shape; f(kernel, its threads).
-template <class F>
+// The kernels built: (tokens, depth) of kernel_shape, with or without team ops;
+// f(kernel, its threads).
+template <bool kTeam, class F>
 bool with_kernel(int tokens, int depth, F&& f) {
-  if (tokens == 8 && depth == 4) return f(gemm_program_kernel<8, 4>, kProgramThreads), true;
-  if (tokens == 16 && depth == 2) return f(gemm_program_kernel<16, 2>, kProgramThreads), true;
-  if (tokens == 32 && depth == 2) return f(gemm_program_kernel<32, 2>, kProgramThreads), true;
-  if (tokens == 64 && depth == 2) return f(gemm_program_kernel<64, 2>, kProgramThreads), true;
+  if (tokens == 8 && depth == 4) return f(gemm_program_kernel<8, 4, kTeam>, kProgramThreads), true;
+  if (tokens == 16 && depth == 2) return f(gemm_program_kernel<16, 2, kTeam>, kProgramThreads), true;
+  if (tokens == 32 && depth == 2) return f(gemm_program_kernel<32, 2, kTeam>, kProgramThreads), true;
+  if (tokens == 64 && depth == 2) return f(gemm_program_kernel<64, 2, kTeam>, kProgramThreads), true;
   return false;
+}
+template <class F>
+bool with_kernel(int tokens, int depth, bool team, F&& f) {
+  return team ? with_kernel<true>(tokens, depth, f) : with_kernel<false>(tokens, depth, f);
 }
 
 }  // namespace
@@ -466,18 +473,22 @@ KernelShape kernel_shape(int m) {
 void prepare_program_kernels() {
   for (int tokens : {8, 16, 32, 64}) {
     const KernelShape s = kernel_shape(tokens);
-    with_kernel(s.tokens, s.depth, [&](auto kernel, int) {
-      TPD_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, s.smem_bytes));
-    });
+    for (bool team : {false, true})
+      with_kernel(s.tokens, s.depth, team, [&](auto kernel, int) {
+        TPD_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, s.smem_bytes));
+      });
   }
 }
 
 int resident_ctas_per_sm(const KernelShape& s) {
-  int blocks = 0;
-  with_kernel(s.tokens, s.depth, [&](auto kernel, int threads) {
-    TPD_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, s.smem_bytes));
-  });
-  return blocks;
+  int fewest = 0;
+  for (bool team : {false, true})
+    with_kernel(s.tokens, s.depth, team, [&](auto kernel, int threads) {
+      int blocks = 0;
+      TPD_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, s.smem_bytes));
+      fewest = team ? std::min(fewest, blocks) : blocks;
+    });
+  return fewest;
 }
 
 int64_t packed_rows(int64_t n, bool gated) {
@@ -510,7 +521,7 @@ void launch_program(const Args& a, const KernelShape& s, int grid, bool pdl, cud
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   c.attrs = attr;
   c.numAttrs = pdl ? 1 : 0;
-  const bool built = with_kernel(s.tokens, s.depth, [&](auto kernel, int threads) {
+  const bool built = with_kernel(s.tokens, s.depth, a.team_ops != 0, [&](auto kernel, int threads) {
     c.blockDim = dim3(static_cast<unsigned>(threads));
     TPD_CUDA(cudaLaunchKernelEx(&c, kernel, a));
   });

@@ -60,7 +60,10 @@ __device__ __forceinline__ uint4 publishable(uint4 v) {
   return uint4{fix(v.x), fix(v.y), fix(v.z), fix(v.w)};
 }
 
-template <int kFinisherThreads>
+// kTeam: the kernel of a program with team ops (norms that all-reduce their x);
+// without it the team's sum is not compiled in (with it, the kernels' registers
+// spill: 480-byte stack frames against 40 without).
+template <int kFinisherThreads, bool kTeam>
 struct NormShare {
   static constexpr int kItems = static_cast<int>(kNormMaxItems) / kFinisherThreads;  // pieces a thread holds
   static constexpr int kBatch = 4;  // 16-byte loads in flight per thread while polling the stats
@@ -154,7 +157,8 @@ struct NormShare {
       else if (op.residual_mailbox >= 0) r[i] = load_relaxed16(polled_residual(i));
     }
     if (polls) poll_until_published(h, mine, polled);
-    if (op.all_reduce != 0) team_sum(h, share.begin, pieces);
+    if constexpr (kTeam)
+      if (op.all_reduce != 0) team_sum(h, share.begin, pieces);
     if (op.residual_mailbox >= 0) poll_until_published(r, mine, polled_residual);
     // 2. h, its pieces' sums of squares, the share's per token.
 #pragma unroll
