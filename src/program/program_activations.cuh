@@ -77,6 +77,9 @@ struct CtaUnits {
   int end;
   __device__ int count() const { return end - begin; }
   __device__ const Unit& operator[](int i) const { return a->units[begin + i]; }
+  // Whether unit i is the CTA's first / last unit of its op.
+  __device__ bool opens_op(int i) const { return i == 0 || (*this)[i - 1].op != (*this)[i].op; }
+  __device__ bool closes_op(int i) const { return i + 1 == count() || (*this)[i + 1].op != (*this)[i].op; }
 };
 
 // A walk over a CTA's ring positions: unit i's K step `step`, at the ring's cursor.

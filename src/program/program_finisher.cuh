@@ -194,7 +194,7 @@ struct Finisher {
     for (int j = 0; j < units.count(); ++j) {
       const Unit& u = units[j];
       norms_before(u.op, next_norm, ph, epoch);
-      if ((j == 0 || units[j - 1].op != u.op) && has_prologue(a.ops[u.op])) prologue(a.ops[u.op], ph, epoch);
+      if (units.opens_op(j) && has_prologue(a.ops[u.op])) prologue(a.ops[u.op], ph, epoch);
       if (protocol::finisher_sums(u)) {
         if (sums) {
           dev::mbar_wait(h.pre_empty, ph.pre ^ 1);

@@ -25,6 +25,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "core/silu_mul.cuh"
 #include "gemm/gemm_tactic.hpp"
@@ -64,7 +65,7 @@ struct CtaSchedule {
     }
     const int op = units[i].op;
     uint64_t* e = timeline + 1 + kTimelineFields * op + 3;
-    const bool first = i == 0 || units[i - 1].op != op;
+    const bool first = units.opens_op(i);
     e[0] = first ? free_ns : e[0] + free_ns;
     e[1] = first ? cap_ns : e[1] + cap_ns;
   }
@@ -365,8 +366,8 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
     uint64_t* last = nullptr;
     if (timeline != nullptr) {
       const int op = units[j].op;
-      if (j == 0 || units[j - 1].op != op) first = timeline + 1 + kTimelineFields * op;
-      if (j + 1 == units.count() || units[j + 1].op != op) last = timeline + 2 + kTimelineFields * op;
+      if (units.opens_op(j)) first = timeline + 1 + kTimelineFields * op;
+      if (units.closes_op(j)) last = timeline + 2 + kTimelineFields * op;
     }
     if (first != nullptr) {
       dev::mbar_wait(ring.full + cur.stage, cur.parity);  // multiply_unit's first wait, earlier
@@ -376,9 +377,9 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
     if (last != nullptr && tid == 0) last[0] = dev::global_timer_ns();
     const int op = units[j].op;
     const bool prologue = has_prologue(a.ops[op]);
-    if (prologue && (j == 0 || units[j - 1].op != op)) dev::mbar_wait(handoff.prologue_full, phases.prologue);
+    if (prologue && units.opens_op(j)) dev::mbar_wait(handoff.prologue_full, phases.prologue);
     finish_unit<kTokens>(a, units[j], epoch, acc[0][0], handoff, phases);
-    if (prologue && (j + 1 == units.count() || units[j + 1].op != op)) {
+    if (prologue && units.closes_op(j)) {
       __syncwarp();  // the warp's reads of rstd before its release
       if (tid % 32 == 0) dev::mbar_arrive(handoff.prologue_empty);
       phases.prologue ^= 1;
@@ -481,12 +482,12 @@ void prepare_program_kernels() {
 }
 
 int resident_ctas_per_sm(const KernelShape& s) {
-  int fewest = 0;
+  int fewest = std::numeric_limits<int>::max();
   for (bool team : {false, true})
     with_kernel(s.tokens, s.depth, team, [&](auto kernel, int threads) {
       int blocks = 0;
       TPD_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, s.smem_bytes));
-      fewest = team ? std::min(fewest, blocks) : blocks;
+      fewest = std::min(fewest, blocks);
     });
   return fewest;
 }
