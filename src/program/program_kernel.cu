@@ -483,12 +483,14 @@ void prepare_program_kernels() {
 
 int resident_ctas_per_sm(const KernelShape& s) {
   int fewest = std::numeric_limits<int>::max();
-  for (bool team : {false, true})
-    with_kernel(s.tokens, s.depth, team, [&](auto kernel, int threads) {
+  for (bool team : {false, true}) {
+    const bool built = with_kernel(s.tokens, s.depth, team, [&](auto kernel, int threads) {
       int blocks = 0;
       TPD_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, s.smem_bytes));
       fewest = std::min(fewest, blocks);
     });
+    if (!built) return 0;  // no kernel of this shape: it fits nowhere
+  }
   return fewest;
 }
 
