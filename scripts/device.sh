@@ -6,7 +6,8 @@
 #   steps: build test nccl-nop2p sanitize sanitize-gemm race-gemm race-patterns flag-latency cluster-residency tune bench-gemm
 #          bench-chain bench-comm bench-comm-nccl drafter peers info all; two-shot, oproj, oproj-sanitize, oproj-bench,
 #          adopt, crossover, adopt-python, install-decode and python, stress-delays, lab-loads, before,
-#          before-drafter and program (only when named)
+#          before-drafter, program and row-form (only when named)
+#   ROW_FORMS='flags|flags'   the row-form probe's compiled forms (scripts/row_form_probe.cu)
 #   TESTS='regex'   which tests `test` runs (ctest -R); default: all
 #   GEMM_ARGS, CHAIN_ARGS, TUNE_ARGS, COMM_ARGS, NCCL_COMM_ARGS, OPROJ_ARGS, DRAFTER_ARGS: extra arguments of those steps
 #   OPROJ_DRAFTER=1   oproj-bench also runs the drafter with producer-consumer forced, and without
@@ -44,7 +45,7 @@ BUILD=${BUILD:-build-device}
 GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
 
 if has build || [[ ! -x $BUILD/tools/tpdecode && $steps != python && $steps != adopt-python && $steps != install-decode &&
-                   $steps != race-gemm && $steps != race-patterns && $steps != flag-latency ]]; then
+                   $steps != race-gemm && $steps != race-patterns && $steps != flag-latency && $steps != row-form ]]; then
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$LOG/gpu.txt" 2>&1
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCL_ROOT="$NCCL_ROOT" \
     -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc > "$LOG/configure.log" 2>&1 || { tail -30 "$LOG/configure.log"; exit 1; }
@@ -104,6 +105,22 @@ if has cluster-residency; then
   nvcc -std=c++20 -arch=sm_90a -I src -I include -o "$LOG/cluster_residency" scripts/cluster_residency.cu \
     "$BUILD/src/libtpdecode.a" &&
     step cluster-residency 60 "$LOG/cluster_residency"
+fi
+if [[ " $steps " == *" row-form "* ]]; then
+  # The row form's one-hop boundary (scripts/row_form_probe.cu, linked with the library
+  # for its graph timing), in each compiled form of ROW_FORMS ('|'-separated flags).
+  if [[ ! -f $BUILD/src/libtpdecode.a ]]; then
+    cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCL_ROOT="$NCCL_ROOT" \
+      -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc > "$LOG/configure.log" 2>&1 &&
+      ninja -C "$BUILD" -j"$(nproc)" tpdecode > "$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; exit 1; }
+  fi
+  IFS='|' read -ra forms <<< "${ROW_FORMS:--DPF=3|-DREPOLL|-DNOMATH|-DNOMATH -DREPOLL}"
+  for i in "${!forms[@]}"; do
+    # shellcheck disable=SC2086 # a form's flags split
+    nvcc -std=c++20 -O3 -arch=sm_90a -I src -I include ${forms[$i]} -o "$LOG/row_form_$i" scripts/row_form_probe.cu \
+      "$BUILD/src/libtpdecode.a" & done
+  wait
+  for i in "${!forms[@]}"; do step "row-form-$i" 120 "$LOG/row_form_$i"; rm -f "$LOG/row_form_$i"; done
 fi
 if has race-patterns; then
   # Racecheck's calibration (scripts/racecheck_patterns.cu): which correct
