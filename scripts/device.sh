@@ -114,7 +114,7 @@ if [[ " $steps " == *" row-form "* ]]; then
       -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc > "$LOG/configure.log" 2>&1 &&
       ninja -C "$BUILD" -j"$(nproc)" tpdecode > "$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; exit 1; }
   fi
-  IFS='|' read -ra forms <<< "${ROW_FORMS:--DPF=3|-DREPOLL|-DNOMATH|-DNOMATH -DREPOLL}"
+  IFS='|' read -ra forms <<< "${ROW_FORMS:--DPF=3|-DBACKOFF=256|-DWARP_POLL|-DWARP_POLL -DBACKOFF=256|-DNOMATH|-DNOMATH -DWARP_POLL}"
   for i in "${!forms[@]}"; do
     # shellcheck disable=SC2086 # a form's flags split
     nvcc -std=c++20 -O3 -arch=sm_90a -I src -I include ${forms[$i]} -o "$LOG/row_form_$i" scripts/row_form_probe.cu \

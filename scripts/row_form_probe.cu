@@ -13,8 +13,8 @@
 //   dep:  x = the previous op's mailbox;  free: x = ready inputs (no op waits).
 // Forms chosen when compiling: -DPF=n (chunks of x requested ahead, default 3),
 // -DREPOLL (after a poll, request the later chunks' x again: it was asked before it
-// was ready), -DBACKOFF=ns (a sleep before each poll), -DNOMATH (the consumers skip
-// the MMAs: outputs wrong, checks ignored).
+// was ready), -DBACKOFF=ns (a sleep before each poll), -DWARP_POLL (one polling lane
+// a warp), -DNOMATH (the consumers skip the MMAs: outputs wrong, checks ignored).
 // Checks sampled rows of every op against a double dot product with the x it read,
 // then times graphs of 20 runs. Built and run by `scripts/device.sh row-form`.
 #include <cuda_bf16.h>
@@ -147,6 +147,37 @@ __device__ __forceinline__ void load_x(const Cursor& c, int lane, uint4 (&b)[2])
   }
 }
 
+// Until none of this lane's x words of the chunk at `c` is empty; whether it waited.
+// Every lane polls its own words, or (-DWARP_POLL) one lane with empty words polls
+// while the others wait, then they all load again: 32 times fewer polls beside the
+// weight stream. Called by the whole warp.
+__device__ __forceinline__ bool wait_for_x(const Cursor& c, int lane, uint4 (&b)[2]) {
+  auto empty = [&] { return lane / 4 < c.a->m && (has_empty_half(b[0]) || has_empty_half(b[1])); };
+  const uint64_t start = dev::global_timer_ns();
+  auto poll = [&] {
+#ifdef BACKOFF
+    __nanosleep(BACKOFF);  // fewer polls in flight beside the weight stream
+#endif
+    if (dev::global_timer_ns() - start > dev::kMbarTimeoutNs) __trap();
+    load_x(c, lane, b);
+  };
+#ifdef WARP_POLL
+  bool waited = false;
+  for (unsigned who; (who = __ballot_sync(0xffffffffu, empty())) != 0;) {
+    waited = true;
+    if (lane == __ffs(who) - 1)
+      while (empty()) poll();
+    __syncwarp();
+    if (empty()) load_x(c, lane, b);
+  }
+  return waited;
+#else
+  if (!empty()) return false;
+  while (empty()) poll();
+  return true;
+#endif
+}
+
 __global__ void __launch_bounds__(kThreads, 1) row_form_kernel(const __grid_constant__ Args a) {
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* ring = smem;
@@ -207,18 +238,7 @@ __global__ void __launch_bounds__(kThreads, 1) row_form_kernel(const __grid_cons
 #pragma unroll
     for (int p = 0; p < kPrefetch; ++p) {
       if (!cp.valid()) break;
-      // x ready: poll the words this lane uses until none is empty.
-      if (lane / 4 < a.m && (has_empty_half(b[p][0]) || has_empty_half(b[p][1]))) {
-        const uint16_t* px = cp.x_words(lane);
-        const uint64_t start = dev::global_timer_ns();
-        do {
-#ifdef BACKOFF
-          __nanosleep(BACKOFF);  // fewer polls in flight beside the weight stream
-#endif
-          b[p][0] = program::load_relaxed16(px);
-          b[p][1] = program::load_relaxed16(px + 8);
-          if (dev::global_timer_ns() - start > dev::kMbarTimeoutNs) __trap();
-        } while (has_empty_half(b[p][0]) || has_empty_half(b[p][1]));
+      if (wait_for_x(cp, lane, b[p])) {
 #ifdef REPOLL
         // The later chunks' x was requested before this one was ready: ask again now,
         // so that the catch-up after a boundary costs one more round trip, not one a chunk.
@@ -353,6 +373,9 @@ int main() try {
 #endif
 #ifdef BACKOFF
   form = ", a sleep before each poll";
+#endif
+#ifdef WARP_POLL
+  form = ", one polling lane a warp";
 #endif
 #ifdef NOMATH
   form = ", no MMAs";
