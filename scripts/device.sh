@@ -45,7 +45,7 @@ BUILD=${BUILD:-build-device}
 GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
 
 if has build || [[ ! -x $BUILD/tools/tpdecode && $steps != python && $steps != adopt-python && $steps != install-decode &&
-                   $steps != race-gemm && $steps != race-patterns && $steps != flag-latency && $steps != row-form ]]; then
+                   $steps != race-gemm && $steps != race-patterns && $steps != flag-latency ]]; then
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$LOG/gpu.txt" 2>&1
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCL_ROOT="$NCCL_ROOT" \
     -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc > "$LOG/configure.log" 2>&1 || { tail -30 "$LOG/configure.log"; exit 1; }
@@ -108,17 +108,13 @@ if has cluster-residency; then
 fi
 if [[ " $steps " == *" row-form "* ]]; then
   # The row form's one-hop boundary (scripts/row_form_probe.cu, linked with the library
-  # for its graph timing), in each compiled form of ROW_FORMS ('|'-separated flags).
-  if [[ ! -f $BUILD/src/libtpdecode.a ]]; then
-    cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCL_ROOT="$NCCL_ROOT" \
-      -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc > "$LOG/configure.log" 2>&1 &&
-      ninja -C "$BUILD" -j"$(nproc)" tpdecode > "$LOG/build.log" 2>&1 || { tail -30 "$LOG/build.log"; exit 1; }
-  fi
+  # for its graph timing and with the benchmarks' streaming read), in each compiled
+  # form of ROW_FORMS ('|'-separated flags).
   IFS='|' read -ra forms <<< "${ROW_FORMS:--DPF=3|-DBACKOFF=256|-DWARP_POLL|-DWARP_POLL -DBACKOFF=256|-DNOMATH|-DNOMATH -DWARP_POLL}"
   for i in "${!forms[@]}"; do
     # shellcheck disable=SC2086 # a form's flags split
-    nvcc -std=c++20 -O3 -arch=sm_90a -I src -I include ${forms[$i]} -o "$LOG/row_form_$i" scripts/row_form_probe.cu \
-      "$BUILD/src/libtpdecode.a" & done
+    nvcc -std=c++20 -O3 -arch=sm_90a -I src -I include -I tools ${forms[$i]} -o "$LOG/row_form_$i" \
+      scripts/row_form_probe.cu tools/read_ceiling.cu "$BUILD/src/libtpdecode.a" & done
   wait
   for i in "${!forms[@]}"; do step "row-form-$i" 120 "$LOG/row_form_$i"; rm -f "$LOG/row_form_$i"; done
 fi

@@ -16,7 +16,8 @@
 // was ready), -DBACKOFF=ns (a sleep before each poll), -DWARP_POLL (one polling lane
 // a warp), -DNOMATH (the consumers skip the MMAs: outputs wrong, checks ignored).
 // Checks sampled rows of every op against a double dot product with the x it read,
-// then times graphs of 20 runs. Built and run by `scripts/device.sh row-form`.
+// then times graphs of 20 runs against the benchmarks' streaming read of the same bytes
+// (tools/read_ceiling.cu). Built and run by `scripts/device.sh row-form`.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -24,6 +25,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "core/bf16.hpp"
@@ -31,6 +33,8 @@
 #include "core/graph_timing.hpp"
 #include "core/hash.hpp"
 #include "program/program_activations.cuh"
+#include "read_ceiling.hpp"
+#include "tpdecode/device_buffer.hpp"
 #include "tpdecode/error.hpp"
 
 using namespace tpdecode;
@@ -316,16 +320,6 @@ __global__ void __launch_bounds__(kThreads, 1) row_form_kernel(const __grid_cons
   }
 }
 
-// The read ceiling: the packed weights read once.
-__global__ void read_kernel(const uint4* p, int64_t n, unsigned* sink) {
-  uint32_t x = 0;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const uint4 v = dev::load_once16(p + i);
-    x ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (x == 0x12345678u) *sink = x;
-}
-
 int main() try {
   cudaDeviceProp prop;
   TPD_CUDA(cudaGetDeviceProperties(&prop, 0));
@@ -343,13 +337,10 @@ int main() try {
     box_total += int64_t(kMaxTokens) * op.n;
     x_total += int64_t(kMaxTokens) * op.k;
   }
-  uint8_t* packed;
-  uint16_t *mailbox, *xs;
-  unsigned* sink;
-  TPD_CUDA(cudaMalloc(&packed, packed_total));
-  TPD_CUDA(cudaMalloc(&mailbox, 2 * box_total * 2));
-  TPD_CUDA(cudaMalloc(&xs, x_total * 2));
-  TPD_CUDA(cudaMalloc(&sink, 4));
+  const DeviceBuffer packed_buffer(packed_total), mailbox_buffer(2 * box_total * 2), xs_buffer(x_total * 2);
+  uint8_t* packed = packed_buffer.as<uint8_t>();
+  uint16_t* mailbox = mailbox_buffer.as<uint16_t>();
+  uint16_t* xs = xs_buffer.as<uint16_t>();
   a.mailbox = mailbox;
   a.epoch_elems = box_total;
   std::vector<uint16_t> hx(x_total);
@@ -367,21 +358,21 @@ int main() try {
   TPD_CUDA(cudaDeviceSynchronize());
   const int smem = kMaxStages * kStageStride + kWarps * kMaxTiles * 32 * 16 + 2 * kMaxStages * 8;
   TPD_CUDA(cudaFuncSetAttribute(row_form_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const char* form = "";
+  std::string form;
 #ifdef REPOLL
-  form = ", x asked again after a poll";
+  form += ", x asked again after a poll";
 #endif
 #ifdef BACKOFF
-  form = ", a sleep before each poll";
+  form += ", a sleep before each poll";
 #endif
 #ifdef WARP_POLL
-  form = ", one polling lane a warp";
+  form += ", one polling lane a warp";
 #endif
 #ifdef NOMATH
-  form = ", no MMAs";
+  form += ", no MMAs";
 #endif
   printf("row form probe: %s, %d SMs, %.1f MB of weights, x requested %d chunks ahead%s\n", prop.name, g,
-         packed_total / 1e6, PF, form);
+         packed_total / 1e6, PF, form.c_str());
 
   TimingStream timing;
   const cudaStream_t st = timing.get();
@@ -390,14 +381,8 @@ int main() try {
     r.m = m, r.dep = dep, r.stages = kMaxStages, r.cap = cap, r.epoch = epoch;
     row_form_kernel<<<g, kThreads, smem, s>>>(r);
   };
-  const double read_us =
-      time_graph(
-          st,
-          [&](cudaStream_t s, int) {
-            read_kernel<<<4 * g, 512, 0, s>>>(reinterpret_cast<uint4*>(packed), packed_total / 16, sink);
-          },
-          10, 7)
-          .median_us;
+  // The read ceiling of the same bytes: the benchmarks' streaming read (best of its shapes).
+  const double read_us = bench::time_streaming_read(packed, packed_total, 1, 10, 7, st);
   printf("read: %.1f us = %.2f TB/s\n", read_us, packed_total / read_us / 1e6);
 
   // One run into epoch 0 from emptied mailboxes; 24 sampled rows of every op against a
