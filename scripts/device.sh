@@ -54,6 +54,13 @@ if has build || [[ ! -x $BUILD/tools/tpdecode && $steps != python && $steps != a
   echo "build ok in $((SECONDS - start)) s ($GPUS GPU(s))"
 fi
 CLI=$BUILD/tools/tpdecode
+# build_variant NAME CUDA_FLAGS TARGET: a second build, $BUILD-NAME, with extra CUDA
+# flags (a measurement's or a sanitizer's), of one target; its logs in $LOG.
+build_variant() {
+  cmake -S . -B "$BUILD-$1" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCL_ROOT="$NCCL_ROOT" \
+    -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc -DCMAKE_CUDA_FLAGS="$2" > "$LOG/configure-$1.log" 2>&1 &&
+    ninja -C "$BUILD-$1" -j"$(nproc)" "$3" > "$LOG/build-$1.log" 2>&1 || { tail -30 "$LOG/build-$1.log"; exit 1; }
+}
 
 has info && step info 60 $CLI info
 if has test; then
@@ -85,10 +92,7 @@ if has race-gemm; then
   # (TPDECODE_SMALL: racecheck runs them about a thousand times slower), one test per
   # step. Why a build of its own: so slowly that a correct mbarrier wait passes the
   # default 10 s deadline (src/core/device.cuh).
-  cmake -S . -B "$BUILD-race" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCL_ROOT="$NCCL_ROOT" \
-    -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc -DCMAKE_CUDA_FLAGS=-DTPDECODE_MBAR_TIMEOUT_NS=900000000000ull \
-    > "$LOG/configure-race.log" 2>&1 && ninja -C "$BUILD-race" -j"$(nproc)" gpu_tests > "$LOG/build-race.log" 2>&1 ||
-    { tail -30 "$LOG/build-race.log"; exit 1; }
+  build_variant race -DTPDECODE_MBAR_TIMEOUT_NS=900000000000ull gpu_tests
   for t in ${GEMM_RACE_TESTS:-WgmmaEngine.EveryLaunchShapeAgreesWithTheReference DecodeGemm.EdgeShapesEverySplit GemmProgram.IndependentOps}; do
     TPDECODE_QUICK=1 TPDECODE_SMALL=1 step "race-$t" "${RACE_TIMEOUT:-200}" compute-sanitizer --tool racecheck \
       --error-exitcode 9 "$BUILD-race/tests/gpu_tests" --gtest_filter="$t"
@@ -176,10 +180,7 @@ fi
 # with -DTPDECODE_POLL_SLEEP_NS (POLL_SLEEP_NS, default 256), bench chain from both
 # builds interleaved, twice (CHAIN_ARGS; default TP 8 and 4 at M 1 and 8).
 if [[ " $steps " == *" program-poll-sleep "* ]]; then
-  cmake -S . -B "$BUILD-sleep" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCL_ROOT="$NCCL_ROOT" \
-    -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc -DCMAKE_CUDA_FLAGS=-DTPDECODE_POLL_SLEEP_NS=${POLL_SLEEP_NS:-256} \
-    > "$LOG/configure-sleep.log" 2>&1 && ninja -C "$BUILD-sleep" -j"$(nproc)" tpdecode_cli > "$LOG/build-sleep.log" 2>&1 ||
-    { tail -30 "$LOG/build-sleep.log"; exit 1; }
+  build_variant sleep "-DTPDECODE_POLL_SLEEP_NS=${POLL_SLEEP_NS:-256}" tpdecode_cli
   for round in 1 2; do
     for b in "$BUILD" "$BUILD-sleep"; do
       # shellcheck disable=SC2086 # the arguments split

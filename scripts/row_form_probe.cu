@@ -99,9 +99,10 @@ __global__ void pack_kernel(Op op, int o, int g) {
 __device__ __forceinline__ void mbar_arrive_count(uint64_t* bar, uint32_t count) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;" ::"r"(dev::shared_address(bar)), "r"(count) : "memory");
 }
-__device__ __forceinline__ bool has_empty(uint32_t w) { return (w & 0xffffu) == kEmpty || (w >> 16) == kEmpty; }
+// Whether a word (two BF16 values) or a 16-byte piece holds a value not yet published.
+__device__ __forceinline__ bool has_empty_half(uint32_t w) { return (w & 0xffffu) == kEmpty || (w >> 16) == kEmpty; }
 __device__ __forceinline__ bool has_empty_half(const uint4& v) {
-  return has_empty(v.x) || has_empty(v.y) || has_empty(v.z) || has_empty(v.w);
+  return has_empty_half(v.x) || has_empty_half(v.y) || has_empty_half(v.z) || has_empty_half(v.w);
 }
 
 // A warp's walk over its chunks: chunk q of op o with q % kWarps == warp, op by op; `seq`
