@@ -6,7 +6,7 @@
 #   steps: build test nccl-nop2p sanitize sanitize-gemm race-gemm race-patterns flag-latency cluster-residency tune bench-gemm
 #          bench-chain bench-comm bench-comm-nccl drafter peers info all; two-shot, oproj, oproj-sanitize, oproj-bench,
 #          adopt, crossover, adopt-python, install-decode and python, stress-delays, lab-loads, before,
-#          before-drafter, program, program-poll-sleep and row-form (only when named)
+#          before-drafter, before-chain, program, program-poll-sleep and row-form (only when named)
 #   ROW_FORMS='flags|flags'   the row-form probe's compiled forms (scripts/row_form_probe.cu)
 #   TESTS='regex'   which tests `test` runs (ctest -R); default: all
 #   GEMM_ARGS, CHAIN_ARGS, TUNE_ARGS, COMM_ARGS, NCCL_COMM_ARGS, OPROJ_ARGS, DRAFTER_ARGS: extra arguments of those steps
@@ -200,15 +200,29 @@ fi
 
 # The same benchmarks at an earlier commit, for a same-run before/after table
 # (named explicitly; the tree is carried in .old/, e.g. `git archive 8266a8e`):
-# `before` the collectives (OLD_COMM_ARGS, OLD_NCCL_COMM_ARGS), `before-drafter` too.
-if [[ " $steps " == *" before "* && -d .old ]]; then
+# `before` the collectives (OLD_COMM_ARGS, OLD_NCCL_COMM_ARGS), `before-drafter` too;
+# `before-chain` bench chain from both builds interleaved, twice (CHAIN_ARGS).
+build_old() {
+  [[ -x build-old/tools/tpdecode ]] && return 0
   cmake -S .old -B build-old -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCL_ROOT="$NCCL_ROOT" \
     -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc > "$LOG/configure-old.log" 2>&1 &&
-    ninja -C build-old -j"$(nproc)" tpdecode_cli > "$LOG/build-old.log" 2>&1 || { echo "old build failed"; tail -20 "$LOG/build-old.log"; }
-  OLD=build-old/tools/tpdecode
+    ninja -C build-old -j"$(nproc)" tpdecode_cli > "$LOG/build-old.log" 2>&1 || { echo "old build failed"; tail -20 "$LOG/build-old.log"; exit 1; }
+}
+OLD=build-old/tools/tpdecode
+if [[ " $steps " == *" before "* && -d .old ]]; then
+  build_old
   step before-bench-comm 300 $OLD bench comm --team local ${OLD_COMM_ARGS:-}
   [[ $GPUS -ge 2 ]] && step before-bench-comm-nccl 300 $OLD bench comm --team nccl --tp 2 ${OLD_NCCL_COMM_ARGS:-}
   [[ " $steps " == *" before-drafter "* ]] && step before-drafter 420 $OLD drafter ${DRAFTER_ARGS:-}
+fi
+if [[ " $steps " == *" before-chain "* && -d .old ]]; then
+  build_old
+  for round in 1 2; do
+    for cli in "$OLD" "$CLI"; do
+      # shellcheck disable=SC2086 # the arguments split
+      step "chain-$round-${cli%%/*}" 150 "$cli" bench chain ${CHAIN_ARGS:---tp 8 --tp 4 --m 1 --m 8 --layers 5}
+    done
+  done
 fi
 
 # The Python package (named explicitly; not part of "all"): the tvm-ffi wheel carried
