@@ -62,7 +62,8 @@ std::vector<int64_t> check_buffers(const std::vector<OpBuffers>& ops) {
         check(!overlap(*w.m, op.residual), "gemm program: op {} writes op {}'s input residual", w.op, i);
     }
     if (op.after < 0) continue;
-    check(static_cast<std::size_t>(op.after) < i, "gemm program: op {} reads op {} (an earlier op or -1)", i, op.after);
+    check(static_cast<std::size_t>(op.after) < i, "gemm program: op {} reads op {} (an earlier op or -1)", i,
+          op.after);
     const Matrix& from = ops[static_cast<std::size_t>(op.after)].out;
     const auto bytes = static_cast<int64_t>(op.x.data) - static_cast<int64_t>(from.data);
     const int64_t column = bytes / 2;
@@ -83,8 +84,8 @@ MailboxLayout mailbox_layout(const std::vector<OpShape>& ops, const std::vector<
   l.stats.assign(ops.size(), -1);
   l.stats_stride = (ctas + 3) / 4 * 4;
   for (std::size_t o = 0; o < ops.size(); ++o) {
-    const int64_t stride =
-        ops[o].norm ? (ops[o].folded ? 0 : l.stats_stride) : (ops[o].row_stats ? row_stats_stride(ops[o].n) : 0);
+    const int64_t stride = ops[o].norm ? (ops[o].folded ? 0 : l.stats_stride)
+                                       : (ops[o].row_stats ? row_stats_stride(ops[o].n) : 0);
     if (stride == 0) continue;
     l.stats[o] = l.epoch_elements;
     l.epoch_elements += 2 * m * stride;
@@ -104,39 +105,9 @@ int64_t steps_of(const OpShape& op, int depth) {
   return (chunks + depth - 1) / depth;
 }
 
-namespace {
-
-// Which CTA takes an op's first share (the others follow it in turn): the turn that
-// keeps the K steps each CTA streams, summed over the ops so far (`streamed`), most
-// even: the lowest largest sum, then the lowest sum of squares, then the lowest turn.
-// Why: every op waits for its previous op's last CTA, and a CTA's loads run ahead
-// across ops, so the last is the one with the most steps streamed. Without turns the
-// rounding gives the larger shares of every op to the same CTAs (the TP 8 layers: 12
-// steps above the mean after 25 ops, against 1).
-int even_turn(const std::vector<int64_t>& streamed, int64_t work, int ctas) {
-  int best = 0;
-  std::pair<int64_t, double> best_key{-1, 0};
-  for (int turn = 0; turn < ctas; ++turn) {
-    std::pair<int64_t, double> key{0, 0};
-    for (int j = 0; j < ctas; ++j) {
-      const auto s = streamed[static_cast<std::size_t>((j + turn) % ctas)] + work * (j + 1) / ctas - work * j / ctas;
-      key.first = std::max(key.first, s);
-      key.second += static_cast<double>(s) * static_cast<double>(s);
-    }
-    if (best_key.first < 0 || key < best_key) {
-      best = turn;
-      best_key = key;
-    }
-  }
-  return best;
-}
-
-}  // namespace
-
 Plan plan_program(const std::vector<OpShape>& ops, int ctas, int m, int depth) {
   check(ctas > 0 && m > 0 && depth > 0, "gemm program: {} CTAs, {} rows, depth {}", ctas, m, depth);
   Plan plan;
-  std::vector<int64_t> streamed(static_cast<std::size_t>(ctas), 0);  // per CTA, its K steps so far
   // Per CTA, its units in op order (then concatenated).
   std::vector<std::vector<Unit>> per_cta(static_cast<std::size_t>(ctas));
   for (std::size_t o = 0; o < ops.size(); ++o) {
@@ -164,14 +135,10 @@ Plan plan_program(const std::vector<OpShape>& ops, int ctas, int m, int depth) {
     const int64_t work = blocks * steps;  // block-major: index b * steps + s
     check(blocks < (int64_t{1} << 30) && steps < (int64_t{1} << 30), "gemm program: op {} is too large", o);
     plan.blocks.push_back(static_cast<int32_t>(blocks));
-    // Block b's shares, in K order: share j is work [work * j / ctas, work * (j + 1) / ctas),
-    // CTA (j + turn) % ctas takes it.
-    const int turn = even_turn(streamed, work, ctas);
+    // Block b's shares, in K order: CTA c takes work [work * c / ctas, work * (c + 1) / ctas).
     std::vector<std::vector<std::pair<int, Unit>>> by_block(static_cast<std::size_t>(blocks));
-    for (int j = 0; j < ctas; ++j) {
-      const int c = (j + turn) % ctas;
-      const int64_t begin = work * j / ctas, end = work * (j + 1) / ctas;
-      streamed[static_cast<std::size_t>(c)] += end - begin;
+    for (int c = 0; c < ctas; ++c) {
+      const int64_t begin = work * c / ctas, end = work * (c + 1) / ctas;
       for (int64_t at = begin; at < end;) {
         const int64_t b = at / steps;
         const int64_t stop = std::min(end, (b + 1) * steps);

@@ -1,8 +1,7 @@
 // The work plan of a GEMM program (gemm_program.hpp), shared by the host (which
 // builds it once) and the kernel (program_kernel.cu, which follows it): every op's
 // [64-row block, K step] grid of work cut into equal contiguous shares, one per
-// CTA (each op's shares turned among the CTAs so their sums over the ops stay
-// even), in op order. A block whose K steps fall to several CTAs is completed by the
+// CTA, in op order. A block whose K steps fall to several CTAs is completed by the
 // one holding its first steps (part 0): part 0 plus the sum of parts 1, 2, ... in
 // that order, bitwise the same every run.
 #pragma once
