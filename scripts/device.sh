@@ -6,7 +6,7 @@
 #   steps: build test nccl-nop2p sanitize sanitize-gemm race-gemm race-patterns flag-latency cluster-residency tune bench-gemm
 #          bench-chain bench-comm bench-comm-nccl drafter peers info all; two-shot, oproj, oproj-sanitize, oproj-bench,
 #          adopt, crossover, adopt-python, install-decode and python, stress-delays, lab-loads, before,
-#          before-drafter, before-chain, program, program-poll-sleep and row-form (only when named)
+#          before-drafter, before-chain, program and row-form (only when named)
 #   ROW_FORMS='flags|flags'   the row-form probe's compiled forms (scripts/row_form_probe.cu)
 #   TESTS='regex'   which tests `test` runs (ctest -R); default: all
 #   GEMM_ARGS, CHAIN_ARGS, TUNE_ARGS, COMM_ARGS, NCCL_COMM_ARGS, OPROJ_ARGS, DRAFTER_ARGS: extra arguments of those steps
@@ -174,19 +174,6 @@ if [[ " $steps " == *" program "* ]]; then
       step persistent-chain 120 "$LOG/persistent_chain"
     rm -f "$LOG/persistent_chain"
   fi
-fi
-
-# The program's polls with a sleep before each round (named explicitly): a second build
-# with -DTPDECODE_POLL_SLEEP_NS (POLL_SLEEP_NS, default 256), bench chain from both
-# builds interleaved, twice (CHAIN_ARGS; default TP 8 and 4 at M 1 and 8).
-if [[ " $steps " == *" program-poll-sleep "* ]]; then
-  build_variant sleep "-DTPDECODE_POLL_SLEEP_NS=${POLL_SLEEP_NS:-256}" tpdecode_cli
-  for round in 1 2; do
-    for b in "$BUILD" "$BUILD-sleep"; do
-      # shellcheck disable=SC2086 # the arguments split
-      step "poll-sleep-$round-${b##*-}" 120 "$b/tools/tpdecode" bench chain ${CHAIN_ARGS:---tp 8 --tp 4 --m 1 --m 8 --layers 5}
-    done
-  done
 fi
 
 # The stress test with random delays inside the all-reduce kernel (named explicitly):

@@ -51,13 +51,6 @@ __device__ __forceinline__ bool has_empty(const uint4& v) {
   return v.x == kEmptyWord || v.y == kEmptyWord || v.z == kEmptyWord || v.w == kEmptyWord;
 }
 
-// A sleep before each round of polls, for measurement (-DTPDECODE_POLL_SLEEP_NS=...,
-// `scripts/device.sh program-poll-sleep`): whether the polled loads beside the weight
-// stream cost the stream (docs/performance.md, "Chains", the row form). 0: none.
-#ifndef TPDECODE_POLL_SLEEP_NS
-#define TPDECODE_POLL_SLEEP_NS 0
-#endif
-
 // Loads again every piece j of v that is `live(j)` and still holds an empty word,
 // from at(j), until none does: one L2 round trip a round. A bug's bound: traps after
 // kMbarTimeoutNs (the loaders' and the finisher's polls).
@@ -71,7 +64,6 @@ __device__ __forceinline__ void poll_until_published(uint4 (&v)[kBatch], Live&& 
     if (!empty) return;
     if (start == 0) start = dev::global_timer_ns();
     else if (dev::global_timer_ns() - start > dev::kMbarTimeoutNs) __trap();
-    if constexpr (TPDECODE_POLL_SLEEP_NS > 0) __nanosleep(TPDECODE_POLL_SLEEP_NS);
 #pragma unroll
     for (int j = 0; j < kBatch; ++j)
       if (live(j) && has_empty(v[j])) v[j] = load_relaxed16(at(j));
