@@ -6,7 +6,7 @@
 #   steps: build test nccl-nop2p sanitize sanitize-gemm race-gemm race-patterns flag-latency cluster-residency tune bench-gemm
 #          bench-chain bench-comm bench-comm-nccl drafter peers info all; two-shot, oproj, oproj-sanitize, oproj-bench,
 #          adopt, crossover, adopt-python, install-decode and python, stress-delays, lab-loads, before,
-#          before-drafter, before-chain, program and row-form (only when named)
+#          before-drafter, before-chain, program, row-form and python-tests (only when named)
 #   ROW_FORMS='flags|flags'   the row-form probe's compiled forms (scripts/row_form_probe.cu)
 #   TESTS='regex'   which tests `test` runs (ctest -R); default: all
 #   GEMM_ARGS, CHAIN_ARGS, TUNE_ARGS, COMM_ARGS, NCCL_COMM_ARGS, OPROJ_ARGS, DRAFTER_ARGS: extra arguments of those steps
@@ -44,7 +44,7 @@ export LD_LIBRARY_PATH="$NCCL_ROOT/lib:${LD_LIBRARY_PATH:-}"
 BUILD=${BUILD:-build-device}
 GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
 
-if has build || [[ ! -x $BUILD/tools/tpdecode && $steps != python && $steps != adopt-python && $steps != install-decode &&
+if has build || [[ ! -x $BUILD/tools/tpdecode && $steps != python && $steps != python-tests && $steps != adopt-python && $steps != install-decode &&
                    $steps != race-gemm && $steps != race-patterns && $steps != flag-latency ]]; then
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$LOG/gpu.txt" 2>&1
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCL_ROOT="$NCCL_ROOT" \
@@ -224,6 +224,11 @@ install_package() {
   export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
   step pip "$1" python3 -m pip install -v --no-build-isolation --no-deps .
 }
+# The package and its tests alone (named explicitly; one GPU: a local team of 2).
+if [[ " $steps " == *" python-tests "* ]]; then
+  install_package 330
+  step pytest-1gpu 240 python3 -m pytest -q -rs tests/python
+fi
 if [[ " $steps " == *" python "* ]]; then
   install_package 400
   step py-info 60 python3 -c "import tpdecode, json; print(json.dumps(tpdecode.info(), indent=1))"
