@@ -6,8 +6,9 @@
 #   steps: build test nccl-nop2p sanitize sanitize-gemm race-gemm race-patterns flag-latency cluster-residency tune bench-gemm
 #          bench-chain bench-comm bench-comm-nccl drafter peers info all; two-shot, oproj, oproj-sanitize, oproj-bench,
 #          adopt, crossover, adopt-python, install-decode and python, stress-delays, lab-loads, before,
-#          before-drafter, before-chain, program, row-form and python-tests (only when named)
+#          before-drafter, before-chain, variants-chain, program, row-form and python-tests (only when named)
 #   ROW_FORMS='flags|flags'   the row-form probe's compiled forms (scripts/row_form_probe.cu)
+#   VARIANTS='flags|flags'   variants-chain's compiled forms (CUDA flags of a measurement)
 #   TESTS='regex'   which tests `test` runs (ctest -R); default: all
 #   GEMM_ARGS, CHAIN_ARGS, TUNE_ARGS, COMM_ARGS, NCCL_COMM_ARGS, OPROJ_ARGS, DRAFTER_ARGS: extra arguments of those steps
 #   OPROJ_DRAFTER=1   oproj-bench also runs the drafter with producer-consumer forced, and without
@@ -208,6 +209,23 @@ if [[ " $steps " == *" before-chain "* && -d .old ]]; then
     for cli in "$OLD" "$CLI"; do
       # shellcheck disable=SC2086 # the arguments split
       step "chain-$round-${cli%%/*}" 150 "$cli" bench chain ${CHAIN_ARGS:---tp 8 --tp 4 --m 1 --m 8 --layers 5}
+    done
+  done
+fi
+# `variants-chain` bench chain from this build and from one build per compiled form of
+# VARIANTS ('|'-separated CUDA flags: a measurement's), interleaved, twice (CHAIN_ARGS).
+if [[ " $steps " == *" variants-chain "* ]]; then
+  IFS='|' read -ra variants <<< "${VARIANTS:?variants-chain needs VARIANTS}"
+  clis=("$CLI")
+  for i in "${!variants[@]}"; do
+    build_variant "v$i" "${variants[$i]}" tpdecode_cli
+    echo "== variant v$i: ${variants[$i]}"
+    clis+=("$BUILD-v$i/tools/tpdecode")
+  done
+  for round in 1 2; do
+    for i in "${!clis[@]}"; do
+      # shellcheck disable=SC2086 # the arguments split
+      step "chain-$round-$i" 150 "${clis[$i]}" bench chain ${CHAIN_ARGS:---tp 8 --tp 4 --m 1 --m 8 --layers 5}
     done
   done
 fi
