@@ -55,12 +55,29 @@ if has build || [[ ! -x $BUILD/tools/tpdecode && $steps != python && $steps != p
   echo "build ok in $((SECONDS - start)) s ($GPUS GPU(s))"
 fi
 CLI=$BUILD/tools/tpdecode
-# build_variant NAME CUDA_FLAGS TARGET: a second build, $BUILD-NAME, with extra CUDA
-# flags (a measurement's or a sanitizer's), of one target; its logs in $LOG.
-build_variant() {
-  cmake -S . -B "$BUILD-$1" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCL_ROOT="$NCCL_ROOT" \
-    -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc -DCMAKE_CUDA_FLAGS="$2" > "$LOG/configure-$1.log" 2>&1 &&
-    ninja -C "$BUILD-$1" -j"$(nproc)" "$3" > "$LOG/build-$1.log" 2>&1 || { tail -30 "$LOG/build-$1.log"; exit 1; }
+# build_tree SOURCE DIR CUDA_FLAGS TARGET: a build of SOURCE in DIR with extra CUDA flags
+# (a measurement's or a sanitizer's), of one target; its logs in $LOG.
+build_tree() {
+  local name=${2##*/}
+  cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCL_ROOT="$NCCL_ROOT" \
+    -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc -DCMAKE_CUDA_FLAGS="$3" > "$LOG/configure-$name.log" 2>&1 &&
+    ninja -C "$2" -j"$(nproc)" "$4" > "$LOG/build-$name.log" 2>&1 ||
+    { echo "the build of $1 in $2 failed"; tail -30 "$LOG/build-$name.log"; exit 1; }
+}
+# build_variant NAME CUDA_FLAGS TARGET: this tree again in $BUILD-NAME.
+build_variant() { build_tree . "$BUILD-$1" "$2" "$3"; }
+# bench_chains NAME CLI...: bench chain from each CLI, interleaved, twice (CHAIN_ARGS);
+# the steps NAME-<round>-<index of the CLI>.
+bench_chains() {
+  local name=$1 round i
+  shift
+  local clis=("$@")
+  for round in 1 2; do
+    for i in "${!clis[@]}"; do
+      # shellcheck disable=SC2086 # the arguments split
+      step "$name-$round-$i" 150 "${clis[$i]}" bench chain ${CHAIN_ARGS:---tp 8 --tp 4 --m 1 --m 8 --layers 5}
+    done
+  done
 }
 
 has info && step info 60 $CLI info
@@ -189,13 +206,9 @@ fi
 # The same benchmarks at an earlier commit, for a same-run before/after table
 # (named explicitly; the tree is carried in .old/, e.g. `git archive 8266a8e`):
 # `before` the collectives (OLD_COMM_ARGS, OLD_NCCL_COMM_ARGS), `before-drafter` too;
-# `before-chain` bench chain from both builds interleaved, twice (CHAIN_ARGS).
-build_old() {
-  [[ -x build-old/tools/tpdecode ]] && return 0
-  cmake -S .old -B build-old -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCL_ROOT="$NCCL_ROOT" \
-    -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc > "$LOG/configure-old.log" 2>&1 &&
-    ninja -C build-old -j"$(nproc)" tpdecode_cli > "$LOG/build-old.log" 2>&1 || { echo "old build failed"; tail -20 "$LOG/build-old.log"; exit 1; }
-}
+# `before-chain` bench chain from both builds interleaved, twice (CHAIN_ARGS; steps
+# before-chain-*-0 the old one).
+build_old() { [[ -x build-old/tools/tpdecode ]] || build_tree .old build-old "" tpdecode_cli; }
 OLD=build-old/tools/tpdecode
 if [[ " $steps " == *" before "* && -d .old ]]; then
   build_old
@@ -205,15 +218,11 @@ if [[ " $steps " == *" before "* && -d .old ]]; then
 fi
 if [[ " $steps " == *" before-chain "* && -d .old ]]; then
   build_old
-  for round in 1 2; do
-    for cli in "$OLD" "$CLI"; do
-      # shellcheck disable=SC2086 # the arguments split
-      step "chain-$round-${cli%%/*}" 150 "$cli" bench chain ${CHAIN_ARGS:---tp 8 --tp 4 --m 1 --m 8 --layers 5}
-    done
-  done
+  bench_chains before-chain "$OLD" "$CLI"
 fi
 # `variants-chain` bench chain from this build and from one build per compiled form of
-# VARIANTS ('|'-separated CUDA flags: a measurement's), interleaved, twice (CHAIN_ARGS).
+# VARIANTS ('|'-separated CUDA flags: a measurement's), interleaved, twice (CHAIN_ARGS;
+# steps variants-chain-*-0 this build).
 if [[ " $steps " == *" variants-chain "* ]]; then
   IFS='|' read -ra variants <<< "${VARIANTS:?variants-chain needs VARIANTS}"
   clis=("$CLI")
@@ -222,12 +231,7 @@ if [[ " $steps " == *" variants-chain "* ]]; then
     echo "== variant v$i: ${variants[$i]}"
     clis+=("$BUILD-v$i/tools/tpdecode")
   done
-  for round in 1 2; do
-    for i in "${!clis[@]}"; do
-      # shellcheck disable=SC2086 # the arguments split
-      step "chain-$round-$i" 150 "${clis[$i]}" bench chain ${CHAIN_ARGS:---tp 8 --tp 4 --m 1 --m 8 --layers 5}
-    done
-  done
+  bench_chains variants-chain "${clis[@]}"
 fi
 
 # The Python package (named explicitly; not part of "all"): the tvm-ffi wheel carried
