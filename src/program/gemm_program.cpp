@@ -240,6 +240,7 @@ GemmProgram::GemmProgram(std::vector<Op> ops, int m, bool record_timeline, const
     d.residual_mailbox = mailbox.offset[producer];
     d.residual_mailbox_stride = mailbox.stride[producer];
     d.residual_after_op = static_cast<int32_t>(producer);
+    descs[producer].count_release = 1;
   };
   for (std::size_t i = 0; i < ops.size(); ++i) {
     program::OpDesc& d = descs[i];

@@ -1,16 +1,20 @@
 // The GEMM program's activation loaders: warps that fill every ring stage's x
 // ([depth][tokens][64] bf16 in the 128-byte swizzle wgmma reads; tokens past m and
 // columns past k zero) and arrive on the stage's full barrier once its weights are
-// in (the kernel's `landed` barriers), in one of two ways:
-//  - a tensor-map copy (TMA): for an input of the program, and for a window of an
-//    earlier op's outputs once that op's completion counter is seen complete
-//    (acquire, then fence.proxy.async.global: the copies read what the count
-//    covers). Deep: a stage's copy is issued as soon as the stage is free.
-//  - polled loads: while that counter is short, the warp loads the stage's x from
-//    the op's mailbox with relaxed loads; every 32-bit word starts empty
-//    (kEmptyWord) and shows its own arrival, so each value is taken as soon as it
-//    is published, without waiting for the release of the count (which waits for
-//    the weight stream in flight on the writer's SM).
+// in (the kernel's `landed` barriers), in one of three ways:
+//  - a tensor-map copy (TMA) onto the full barrier: for an input of the program,
+//    and for a window of an earlier op's outputs once that op's count, released
+//    (OpDesc::count_release), is seen complete (acquire, then
+//    fence.proxy.async.global: the copies read what the count covers). Deep: a
+//    stage's copy is issued as soon as the stage is free.
+//  - a checked copy: where the earlier op counts relaxed (a release waits for the
+//    weight stream in flight on the writer's SM), once its count is seen complete
+//    the copy lands on the stage's x_landed barrier and the warp checks its words:
+//    every 32-bit word of the mailbox starts empty (kEmptyWord) and shows its own
+//    arrival, so a copy brings each word either empty, polled then until
+//    published, or as published.
+//  - polled loads: while that count is short, the warp loads the stage's x from the
+//    op's mailbox with relaxed loads, each value taken as soon as it is published.
 // The first stages after an op boundary are polled; the later ones run on copies.
 //
 // kLoaderWarps warps take the stages in turn (warp w positions w, w + warps, ...),
@@ -115,14 +119,16 @@ struct ActivationLoader {
   const CtaUnits& units;
   const Ring& ring;
   uint64_t* landed;  // per stage: its weights are in (the kernel's cap on them in flight)
+  uint64_t* x_landed;  // per stage: a checked copy's x is in
   int* polling;      // the loader warps polling now (the weight producer's cap is lower meanwhile)
   uint32_t epoch;
   int warp;  // of the loaders
   int lane;
 
-  // The polled path: the m real rows of the stage's x, 16-byte piece p of the stage
-  // at chunk d = p / (8 m), token t, piece q of its 128 bytes.
-  __device__ void poll_stage(const Position& at, const OpDesc& op) const {
+  // The m real rows of the stage's x, 16-byte piece p of the stage at chunk d =
+  // p / (8 m), token t, piece q of its 128 bytes: polled from the mailbox, or
+  // (copied) checked where a copy brought them and polled where a word was empty.
+  __device__ void fill_stage(const Position& at, const OpDesc& op, bool copied) const {
     const uint16_t* box = reinterpret_cast<const uint16_t*>(a.mailbox + epoch * a.epoch_words);
     const int pieces = kDepth * a.m * 8;
     uint8_t* x = ring.x(at.cur.stage);
@@ -138,7 +144,9 @@ struct ActivationLoader {
         src[j] = p < pieces && col < op.k ? box + protocol::mailbox_element(op.x_mailbox, op.x_stride, t, col)
                                           : nullptr;
         offset[j] = p < pieces ? d * Ring::kXChunkBytes + t * 128 + ((q ^ (t % 8)) * 16) : -1;
-        v[j] = src[j] != nullptr ? load_relaxed16(src[j]) : uint4{0, 0, 0, 0};
+        v[j] = src[j] == nullptr ? uint4{0, 0, 0, 0}
+               : copied          ? *reinterpret_cast<const uint4*>(x + offset[j])
+                                 : load_relaxed16(src[j]);
       }
       poll_until_published(v, [&](int j) { return src[j] != nullptr; }, [&](int j) { return src[j]; });
 #pragma unroll
@@ -154,15 +162,16 @@ struct ActivationLoader {
     }
   }
 
-  // Whether op `after`'s outputs are all published and ordered before this warp's
-  // copies (lane 0 asks; the answer for the whole warp).
+  // Whether op `after`'s outputs are all published: where it counts with release,
+  // ordered before this warp's copies too (lane 0 asks; the answer for the whole warp).
   __device__ bool complete(int after) const {
     int done = 0;
     if (lane == 0) {
       const OpDesc& from = a.ops[after];
-      if (protocol::complete(cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(a.counters.op_done[after])
-                                 .load(cuda::memory_order_acquire),
-                             from.blocks)) {
+      cuda::atomic_ref<uint32_t, cuda::thread_scope_device> count(a.counters.op_done[after]);
+      if (from.count_release == 0) {
+        done = protocol::complete(count.load(cuda::memory_order_relaxed), from.blocks);
+      } else if (protocol::complete(count.load(cuda::memory_order_acquire), from.blocks)) {
         asm volatile("fence.proxy.async.global;" ::: "memory");
         done = 1;
       }
@@ -178,27 +187,42 @@ struct ActivationLoader {
     for (int w = 0; w < warp; ++w) at.next(units, ring.stages);
     int op_index = -1;
     bool copies = false;  // this op's x may come by tensor-map copies
+    bool checked = false;  // and those copies are checked (its producer counts relaxed)
     while (!at.done(units)) {
       const OpDesc& op = a.ops[units[at.unit].op];
       if (units[at.unit].op != op_index) {
         op_index = units[at.unit].op;
         copies = op.after < 0;
+        checked = op.after >= 0 && a.ops[op.after].count_release == 0;
         if (lane == 0)
           asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&op.x_map[epoch])) : "memory");
       }
       if (!copies) copies = complete(op.after);
-      dev::mbar_wait(ring.empty + at.cur.stage, at.cur.parity ^ 1);
-      if (copies) {
+      const int s = at.cur.stage;
+      dev::mbar_wait(ring.empty + s, at.cur.parity ^ 1);
+      // Every use of a stage completes a phase of its x_landed barrier (one arrival),
+      // so that its parity is the ring's.
+      if (copies && checked) {
         if (lane == 0) {
-          dev::mbar_wait(landed + at.cur.stage, at.cur.parity);
-          dev::mbar_arrive_expect_tx(ring.full + at.cur.stage, Ring::kXBytes);
-          wgmma::load_step<kDepth>(ring.x(at.cur.stage), &op.x_map[epoch], at.step, 0, ring.full + at.cur.stage,
-                                   policy);
+          dev::mbar_arrive_expect_tx(x_landed + s, Ring::kXBytes);
+          wgmma::load_step<kDepth>(ring.x(s), &op.x_map[epoch], at.step, 0, x_landed + s, policy);
+        }
+        dev::mbar_wait(x_landed + s, at.cur.parity);
+        fill_stage(at, op, true);
+      } else if (copies) {
+        if (lane == 0) {
+          dev::mbar_arrive(x_landed + s);
+          dev::mbar_wait(landed + s, at.cur.parity);
+          dev::mbar_arrive_expect_tx(ring.full + s, Ring::kXBytes);
+          wgmma::load_step<kDepth>(ring.x(s), &op.x_map[epoch], at.step, 0, ring.full + s, policy);
         }
       } else {
         if (lane == 0) atomicAdd(polling, 1);
-        poll_stage(at, op);
-        if (lane == 0) atomicSub(polling, 1);
+        fill_stage(at, op, false);
+        if (lane == 0) {
+          atomicSub(polling, 1);
+          dev::mbar_arrive(x_landed + s);
+        }
       }
       for (int w = 0; w < kLoaderWarps; ++w) at.next(units, ring.stages);
     }

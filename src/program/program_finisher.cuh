@@ -13,9 +13,10 @@
 //    no op reads it: OpDesc::deferred): the CTA's share of it (program_norm.cuh),
 //    with every finisher thread;
 //  - for every block an op reads, once the consumers have stored and published it:
-//    the count in op_done with release, by the finisher's thread 0 (cumulative: the
-//    consumers' stores precede its wait on their arrival). The release waits for
-//    the SM's outstanding traffic (~1 us), which would hold warp 0's next sum: so
+//    the count in op_done by the finisher's thread 0 (count_published: relaxed, or
+//    with release, cumulative: the consumers' stores precede its wait on their
+//    arrival). A release waits for the SM's outstanding traffic (~1 us), which would
+//    hold warp 0's next sum: so
 //    up to 6 rows warp 0 does not sum (summing_warps); from 7 rows it does, as a
 //    counting warp of its own (3 summing) measured slower above 16 tokens
 //    (docs/performance.md).
@@ -168,8 +169,7 @@ struct Finisher {
   __device__ void norm_share(int op, const HandoffPhases& ph, uint32_t epoch) const {
     dev::named_barrier_sync(kNormBarrier, kFinisherThreads);
     dev::mbar_wait(h.pre_empty, ph.pre ^ 1);
-    NormShare<kFinisherThreads, kTeam>{a, a.ops[op], h.pre, a.mailbox + epoch * a.epoch_words, thread}.run(
-        a.counters.op_done + op);
+    NormShare<kFinisherThreads, kTeam>{a, a.ops[op], h.pre, a.mailbox + epoch * a.epoch_words, thread}.run(op);
   }
 
   // The prologue of op `op` (has_prologue), before the CTA's first unit of it: once
@@ -206,8 +206,7 @@ struct Finisher {
       }
       if (thread == 0 && counted(a, u)) {
         dev::mbar_wait(h.pub_full, ph.pub);
-        cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(a.counters.op_done[u.op])
-            .fetch_add(1, cuda::memory_order_release);
+        count_published(a, u.op);
         dev::mbar_arrive(h.pub_empty);
         ph.pub ^= 1;
       }

@@ -52,7 +52,16 @@ __device__ __forceinline__ float polled_bf16(const uint32_t* box, int64_t elemen
   return __uint_as_float(element % 2 == 0 ? v << 16 : v & 0xffff0000u);
 }
 
-// Waits until op `op`'s count is complete, with acquire (one thread).
+// Counts one published block (or a norm's share) of op `op`: with release where a
+// reader acquires the count (OpDesc::count_release), else relaxed.
+__device__ __forceinline__ void count_published(const Args& a, int op) {
+  cuda::atomic_ref<uint32_t, cuda::thread_scope_device> done(a.counters.op_done[op]);
+  if (a.ops[op].count_release != 0) done.fetch_add(1, cuda::memory_order_release);
+  else done.fetch_add(1, cuda::memory_order_relaxed);
+}
+
+// Waits until op `op`'s count is complete, with acquire (one thread; the op counts
+// with release: OpDesc::count_release).
 __device__ __forceinline__ void wait_complete(const Args& a, int op) {
   cuda::atomic_ref<uint32_t, cuda::thread_scope_device> done(a.counters.op_done[op]);
   const uint64_t start = dev::global_timer_ns();

@@ -13,7 +13,9 @@
 //
 // Ordering: an op that others read publishes each block into the mailbox (32-bit
 // words that start empty, so each shows its own arrival) and then counts the block
-// in op_done with release. Parts of a split block meet in scratch slots that start
+// in op_done: relaxed, the readers' copies checked word by word (a GPU-scope release
+// waits for the SM's weight stream in flight), or with release where another op
+// stores over what its CTAs wrote in place (OpDesc::count_release). Parts of a split block meet in scratch slots that start
 // empty (a NaN pattern): the finisher warps (program_finisher.cuh) sum parts 1 ..
 // parts-1 in order while the consumers still multiply part 0, the consumers add
 // part 0 to that sum, and the finisher counts the blocks, so no wait on global
@@ -267,9 +269,10 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
   auto* bars = reinterpret_cast<uint64_t*>(base + a.stages * Ring::kStageBytes);
   const Ring ring{base, a.stages, bars, bars + a.stages};
   uint64_t* landed = bars + 2 * a.stages;  // a stage's weights are in (kernel_shape: why a cap)
+  uint64_t* x_landed = landed + a.stages;  // a stage's checked copy of x is in
   // The loader warps polling a stage now (the weight producer's lower cap meanwhile).
-  int* polling = reinterpret_cast<int*>(landed + a.stages + (a.stages & 1));
-  uint64_t* handoff_bars = landed + a.stages + (a.stages & 1) + 2;  // `pre` 16-byte aligned
+  int* polling = reinterpret_cast<int*>(x_landed + a.stages);
+  uint64_t* handoff_bars = x_landed + a.stages + 2;  // `pre` 16-byte aligned
   float* pre = reinterpret_cast<float*>(handoff_bars + kHandoffBarriers);
   const Handoff handoff{pre,
                         handoff_bars,
@@ -284,6 +287,7 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
   if (tid < a.stages) {
     dev::mbar_init(ring.full + tid, 1);  // the activation loader, once the weights are in
     dev::mbar_init(landed + tid, 1);     // the weight producer's copy
+    dev::mbar_init(x_landed + tid, 1);   // the activation loader
     dev::mbar_init(ring.empty + tid, wgmma::kConsumerWarps);
   }
   if (tid == 0) {
@@ -318,7 +322,7 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
   if (warp > wgmma::kWeightWarp && warp < kFinisherWarp) {
     if (units.count() > 0)
       ActivationLoader<kTokens, kDepth>{
-          a, units, ring, landed, polling, read_epoch(a), warp - wgmma::kWeightWarp - 1, tid % 32}
+          a, units, ring, landed, x_landed, polling, read_epoch(a), warp - wgmma::kWeightWarp - 1, tid % 32}
           .run();
     return;
   }
@@ -450,9 +454,8 @@ KernelShape kernel_shape(int m) {
   // Shared memory: the aligned ring, its barriers and the finisher's handoff.
   const int stage = s.depth * (wgmma::kTileBytes + s.tokens * wgmma::kChunkK * 2);
   const int handoff = kHandoffBarriers * 8 + handoff_floats(s.tokens) * 4;
-  // The ring's full, empty and landed barriers, one padding word for `pre`, the
-  // polling count (16 bytes).
-  auto bytes = [&](int stages) { return stages * stage + (3 * stages + 3) * 8 + handoff + wgmma::kAlign; };
+  // The ring's full, empty, landed and x_landed barriers, the polling count (16 bytes).
+  auto bytes = [&](int stages) { return stages * stage + (4 * stages + 2) * 8 + handoff + wgmma::kAlign; };
   s.stages = 0;
   while (s.stages < wgmma::kMaxStages && bytes(s.stages + 1) <= kSmemPerCtaMax) ++s.stages;
   s.smem_bytes = bytes(s.stages);

@@ -60,6 +60,11 @@ struct OpDesc {     // aligned as CUtensorMap (64 bytes or more)
   // An op that must wait, before it stores, for another op's count to complete
   // (a residual stream another CTA wrote in place: -1 none).
   int32_t residual_after_op;
+  // 1: another op stores over what this op's CTAs wrote in place (it is that op's
+  // residual_after_op), so this op's count releases its outputs and readers acquire
+  // it. 0: the count is relaxed (a release waits for the SM's weight stream in
+  // flight) and the loaders check the words their copies of its outputs bring.
+  int32_t count_release;
   // A GEMM reading a folded norm: its sums times the row's rstd from the norm's
   // producer's stats (rstd_stats, -1: none), blocks [rstd_first, + rstd_blocks) of
   // rstd_stride floats a row, over rstd_k columns with `eps`.

@@ -121,7 +121,7 @@ struct NormShare {
 
   // Not inlined: its registers stay out of the kernel's other roles (inlined, the
   // 64-token kernel spilled).
-  __device__ __noinline__ void run(uint32_t* op_done) const {
+  __device__ __noinline__ void run(int index) const {  // op == a.ops[index]
     const protocol::Range share = protocol::norm_share(op.k, blockIdx.x, gridDim.x);
     const int pieces = static_cast<int>(share.end - share.begin);
     const int items = a.m * pieces;  // item e: token e / pieces, piece share.begin + e % pieces
@@ -254,8 +254,7 @@ struct NormShare {
     // The share's stores before the count (the release is cumulative over what the
     // barrier ordered), and every read of rstd before the finisher fills pre again.
     sync();
-    if (thread == 0 && op.out_mailbox >= 0)
-      cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(*op_done).fetch_add(1, cuda::memory_order_release);
+    if (thread == 0 && op.out_mailbox >= 0) count_published(a, index);
   }
 };
 

@@ -1,11 +1,14 @@
 // The GEMM program's protocol (program_protocol.hpp, the rules the kernel follows)
 // run by host threads over a real plan (plan_program) and mailbox layout: each CTA
 // a consumer thread (which also loads x, as the loader warps do: polling the
-// mailbox's words until the producing op's count is complete, copying without a
-// check after) and a finisher thread (which sums split blocks' other parts and
-// counts published blocks, as the finisher's warps); the mailbox, scratch slots
-// and counters are atomics; random delays at every step; exact integer products
-// and fresh inputs every run, run after run with nothing reset in between. Norm ops
+// mailbox's words until the producing op's count is complete, copying after and
+// polling a copied word found empty) and a finisher thread (which sums split
+// blocks' other parts and counts published blocks, relaxed, as the finisher's
+// warps; so a consumer may store a block's words after handing it over to be
+// counted, as a relaxed count lets a reader see it before them); the mailbox,
+// scratch slots and counters are atomics; random delays at every step; exact
+// integer products and fresh inputs every run, run after run with nothing reset in
+// between. Norm ops
 // as the finisher runs them (program_norm.cuh): each CTA's share of the columns, its
 // row statistics published into the mailbox and every CTA's polled, with an exact
 // integer stand-in for the norm (out = h * (S mod 7 + 1), S the row's sum of
@@ -16,9 +19,9 @@
 // every output (a folded norm's: through its reader),
 // that no copy reads a value not yet published, that the counts complete and reset,
 // that the epochs alternate and leave the next run's epoch empty, and that no wait
-// hangs; and that planted bugs (a missing wait, a wait on a later op, a count not
-// advanced, a stale epoch, a norm that reads the statistics unpolled, a fold's
-// prologue that reads the row sums unpolled) each fail.
+// hangs; and that planted bugs (a missing wait: copies unchecked, a wait on a
+// later op, a count not advanced, a stale epoch, a norm that reads the statistics
+// unpolled, a fold's prologue that reads the row sums unpolled) each fail.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -258,7 +261,8 @@ class Model {
   bool read_by_an_op(int op) const { return layout_.offset[static_cast<std::size_t>(op)] >= 0; }
 
   // Token t's x at column col for op `op`: an input, or the producing op's word by
-  // the loaders' rule (polled until written while its count is short, copied after).
+  // the loaders' rule (polled until written while its count is short, copied after,
+  // a copied word that is empty polled).
   bool load_x(int op, int t, int64_t col, uint32_t epoch, bool& copies, int64_t& x, std::mt19937& rng) {
     int from = folds_.after[static_cast<std::size_t>(op)];
     if (from < 0) return x = input(t, col), true;
@@ -268,13 +272,14 @@ class Model {
     const int64_t first = layout_.offset[f] + window_[static_cast<std::size_t>(op)];  // the kernel's x_mailbox
     std::atomic<int64_t>& w = word(epoch, protocol::mailbox_element(first, stride, t, col));
     if (bug_ == Bug::kMissingWait) copies = true;
-    if (!copies) copies = protocol::complete(op_done_[f].load(std::memory_order_acquire), plan_.blocks[f]);
-    if (copies) {  // a tensor-map copy: no check of the words
-      x = w.load(std::memory_order_relaxed);
-      if (x == kEmpty) unpublished_reads_.fetch_add(1), x = 0;  // counted; 0 keeps the sums off the sentinel
-      return true;
-    }
-    return wait_until([&] { return (x = w.load(std::memory_order_relaxed)) != kEmpty; }, rng);
+    if (!copies) copies = protocol::complete(op_done_[f].load(std::memory_order_relaxed), plan_.blocks[f]);
+    auto polled = [&] { return wait_until([&] { return (x = w.load(std::memory_order_relaxed)) != kEmpty; }, rng); };
+    if (!copies) return polled();
+    x = w.load(std::memory_order_relaxed);  // a copy, its words checked (the planted bug: not)
+    if (x != kEmpty) return true;
+    if (bug_ != Bug::kMissingWait) return polled();
+    unpublished_reads_.fetch_add(1), x = 0;  // counted; 0 keeps the sums off the sentinel
+    return true;
   }
 
   void consumer(int c, Cta& cta) {
@@ -328,8 +333,15 @@ class Model {
       if (scaled)
         for (std::size_t e = 0; e < acc.size(); ++e) acc[e] *= cta.scale[e / kBlockRows];
       const bool read = read_by_an_op(u.op);
-      // Op 0's blocks published late: its readers start before them.
-      if (u.op == 0 && protocol::counted(u, read)) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+      // A counted block handed over before its words are stored (a relaxed count may
+      // be seen first); op 0's words late: its readers see its count before them.
+      if (protocol::counted(u, read)) {
+        if (!wait_until([&] { return cta.pub_empty.load(std::memory_order_acquire) >= published; }, rng))
+          return finish(cta);
+        cta.pub_full.store(++published, std::memory_order_release);
+        if (u.op == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+        jitter(rng);
+      }
       for (int t = 0; t < m_; ++t)
         for (int r = 0; r < kBlockRows; ++r) {
           const int64_t row = int64_t{u.block} * kBlockRows + r;
@@ -342,11 +354,6 @@ class Model {
                 .store(v, std::memory_order_relaxed);
           }
         }
-      if (protocol::counted(u, read)) {
-        if (!wait_until([&] { return cta.pub_empty.load(std::memory_order_acquire) >= published; }, rng))
-          return finish(cta);
-        cta.pub_full.store(++published, std::memory_order_release);
-      }
       const auto o = static_cast<std::size_t>(u.op);
       // The block's row sums of squares, each word its own arrival: after the count
       // (block 0's late), and the words past the blocks zeros.
@@ -461,7 +468,7 @@ class Model {
       }
     }
     jitter(rng);
-    if (read_by_an_op(o)) op_done_[op].fetch_add(1, std::memory_order_release);
+    if (read_by_an_op(o)) op_done_[op].fetch_add(1, std::memory_order_relaxed);
     return true;
   }
 
@@ -511,7 +518,7 @@ class Model {
         if (!wait_until([&] { return cta.pub_full.load(std::memory_order_acquire) >= counted_blocks; }, rng)) break;
         jitter(rng);
         if (!(bug_ == Bug::kCountNotAdvanced && u.op == 0))
-          op_done_[static_cast<std::size_t>(u.op)].fetch_add(1, std::memory_order_release);
+          op_done_[static_cast<std::size_t>(u.op)].fetch_add(1, std::memory_order_relaxed);
         cta.pub_empty.store(counted_blocks, std::memory_order_release);
       }
     }
