@@ -136,6 +136,7 @@ struct ActivationLoader {
       uint4 v[kBatch];
       const uint16_t* src[kBatch];
       int offset[kBatch];
+      bool stale[kBatch];  // copied: the copy brought an empty word of the piece
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) {
         const int p = first + j * 32 + lane;
@@ -147,11 +148,12 @@ struct ActivationLoader {
         v[j] = src[j] == nullptr ? uint4{0, 0, 0, 0}
                : copied          ? *reinterpret_cast<const uint4*>(x + offset[j])
                                  : load_relaxed16(src[j]);
+        stale[j] = copied && src[j] != nullptr && has_empty(v[j]);
       }
       poll_until_published(v, [&](int j) { return src[j] != nullptr; }, [&](int j) { return src[j]; });
 #pragma unroll
       for (int j = 0; j < kBatch; ++j)
-        if (offset[j] >= 0) *reinterpret_cast<uint4*>(x + offset[j]) = v[j];
+        if (offset[j] >= 0 && (!copied || stale[j])) *reinterpret_cast<uint4*>(x + offset[j]) = v[j];
     }
     // The generic-proxy stores before wgmma's (async-proxy) reads of the stage.
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
