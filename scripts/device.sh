@@ -6,7 +6,7 @@
 #   steps: build test nccl-nop2p sanitize sanitize-gemm race-gemm race-patterns flag-latency cluster-residency tune bench-gemm
 #          bench-chain bench-comm bench-comm-nccl drafter peers info all; two-shot, oproj, oproj-sanitize, oproj-bench,
 #          adopt, crossover, adopt-python, install-decode and python, stress-delays, lab-loads, before,
-#          before-drafter, before-chain, variants-chain, program, row-form and python-tests (only when named)
+#          before-drafter, before-chain, variants-chain, program, row-form, early-copies and python-tests (only when named)
 #   ROW_FORMS='flags|flags'   the row-form probe's compiled forms (scripts/row_form_probe.cu)
 #   VARIANTS='flags|flags'   variants-chain's compiled forms (CUDA flags of a measurement)
 #   TESTS='regex'   which tests `test` runs (ctest -R); default: all
@@ -104,6 +104,13 @@ if has sanitize-gemm; then
   # DecodeGemm's tests under memcheck (reduced counts via TPDECODE_QUICK).
   TPDECODE_QUICK=1 step gemm-memcheck "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool memcheck --error-exitcode 9 \
     "$BUILD/tests/gpu_tests" --gtest_filter="${GEMM_SANITIZE_FILTER:-DecodeGemm.*:DraftLogits.*}"
+fi
+if [[ " $steps " == *" early-copies "* ]]; then
+  # The program's checked copies where they find words empty: a build that copies an
+  # earlier op's x from the op's first stage (TPDECODE_TEST_EARLY_COPIES), its tests.
+  build_variant early -DTPDECODE_TEST_EARLY_COPIES gpu_tests
+  TPDECODE_QUICK=1 step early-copies 240 "$BUILD-early/tests/gpu_tests" \
+    --gtest_filter='GemmProgram*:TeamProgram.*:TeamMlpBlock.*:MlpBlockProgram.*:DrafterProgramPath.*'
 fi
 if has race-gemm; then
   # The engines' and the program's kernels under racecheck, on the small shapes

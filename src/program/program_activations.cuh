@@ -196,6 +196,9 @@ struct ActivationLoader {
         op_index = units[at.unit].op;
         copies = op.after < 0;
         checked = op.after >= 0 && a.ops[op.after].count_release == 0;
+#ifdef TPDECODE_TEST_EARLY_COPIES
+        copies = copies || checked;  // tests: checked copies from the op's start, so that they find words empty
+#endif
         if (lane == 0)
           asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&op.x_map[epoch])) : "memory");
       }
