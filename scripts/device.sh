@@ -107,8 +107,9 @@ if has sanitize-gemm; then
 fi
 if [[ " $steps " == *" early-copies "* ]]; then
   # The program's checked copies where they find words empty: a build that copies an
-  # earlier op's x from the op's first stage (TPDECODE_TEST_EARLY_COPIES), its tests.
-  build_variant early -DTPDECODE_TEST_EARLY_COPIES gpu_tests
+  # earlier op's x from the op's first stage (TPDECODE_TEST_EARLY_COPIES), at every
+  # row count (TPDECODE_RELAXED_COUNT_ROWS), its tests.
+  build_variant early "-DTPDECODE_TEST_EARLY_COPIES -DTPDECODE_RELAXED_COUNT_ROWS=64" gpu_tests
   TPDECODE_QUICK=1 step early-copies 240 "$BUILD-early/tests/gpu_tests" \
     --gtest_filter='GemmProgram*:TeamProgram.*:TeamMlpBlock.*:MlpBlockProgram.*:DrafterProgramPath.*'
 fi

@@ -74,6 +74,12 @@ __device__ __forceinline__ void poll_until_published(uint4 (&v)[kBatch], Live&& 
   }
 }
 
+// Whether op `op` counts its blocks with release (its readers acquire the count) or
+// relaxed (their copies checked).
+__device__ __forceinline__ bool counts_released(const Args& a, int op) {
+  return a.ops[op].count_release != 0 || !protocol::relaxed_counts(a.m);
+}
+
 // The units of one CTA's share of the plan.
 struct CtaUnits {
   const Args* a;
@@ -171,7 +177,7 @@ struct ActivationLoader {
     if (lane == 0) {
       const OpDesc& from = a.ops[after];
       cuda::atomic_ref<uint32_t, cuda::thread_scope_device> count(a.counters.op_done[after]);
-      if (from.count_release == 0) {
+      if (!counts_released(a, after)) {
         done = protocol::complete(count.load(cuda::memory_order_relaxed), from.blocks);
       } else if (protocol::complete(count.load(cuda::memory_order_acquire), from.blocks)) {
         asm volatile("fence.proxy.async.global;" ::: "memory");
@@ -195,7 +201,7 @@ struct ActivationLoader {
       if (units[at.unit].op != op_index) {
         op_index = units[at.unit].op;
         copies = op.after < 0;
-        checked = op.after >= 0 && a.ops[op.after].count_release == 0;
+        checked = op.after >= 0 && !counts_released(a, op.after);
 #ifdef TPDECODE_TEST_EARLY_COPIES
         copies = copies || checked;  // tests: checked copies from the op's start, so that they find words empty
 #endif

@@ -53,10 +53,10 @@ __device__ __forceinline__ float polled_bf16(const uint32_t* box, int64_t elemen
 }
 
 // Counts one published block (or a norm's share) of op `op`: with release where a
-// reader acquires the count (OpDesc::count_release), else relaxed.
+// reader acquires the count (counts_released), else relaxed.
 __device__ __forceinline__ void count_published(const Args& a, int op) {
   cuda::atomic_ref<uint32_t, cuda::thread_scope_device> done(a.counters.op_done[op]);
-  if (a.ops[op].count_release != 0) done.fetch_add(1, cuda::memory_order_release);
+  if (counts_released(a, op)) done.fetch_add(1, cuda::memory_order_release);
   else done.fetch_add(1, cuda::memory_order_relaxed);
 }
 

@@ -25,6 +25,17 @@ TPD_PROGRAM_HD bool finisher_sums(const Unit& u) { return u.part == 0 && u.parts
 // counted in op_done (one count per block).
 TPD_PROGRAM_HD bool counted(const Unit& u, bool read_by_an_op) { return u.part == 0 && read_by_an_op; }
 
+// Whether a program of m rows counts relaxed and checks its loaders' copies (where
+// no op stores over an op's outputs in place: OpDesc::count_release). Why 1: at 1
+// row the TP 8 chain ran 4 % faster so, at 8 rows 3 % slower, from 16 rows 20-59 %
+// (a loader warp waits for each copy it checks; docs/performance.md). A test or
+// measurement build may move the bound (-DTPDECODE_RELAXED_COUNT_ROWS=64).
+#ifndef TPDECODE_RELAXED_COUNT_ROWS
+#define TPDECODE_RELAXED_COUNT_ROWS 1
+#endif
+inline constexpr int kRelaxedCountRows = TPDECODE_RELAXED_COUNT_ROWS;
+TPD_PROGRAM_HD bool relaxed_counts(int m) { return m <= kRelaxedCountRows; }
+
 // An op's outputs are complete (every block published and counted).
 TPD_PROGRAM_HD bool complete(uint32_t counted_blocks, int32_t blocks) {
   return counted_blocks >= static_cast<uint32_t>(blocks);
