@@ -124,6 +124,7 @@ class Model {
   Model(Chain chain, int m, int ctas, Bug bug, unsigned seed)
       : chain_(std::move(chain)),
         m_(m),
+        relaxed_(protocol::relaxed_counts(m)),
         ctas_(ctas),
         bug_(bug),
         seed_(seed),
@@ -272,12 +273,14 @@ class Model {
     const int64_t first = layout_.offset[f] + window_[static_cast<std::size_t>(op)];  // the kernel's x_mailbox
     std::atomic<int64_t>& w = word(epoch, protocol::mailbox_element(first, stride, t, col));
     if (bug_ == Bug::kMissingWait) copies = true;
-    if (!copies) copies = protocol::complete(op_done_[f].load(std::memory_order_relaxed), plan_.blocks[f]);
+    if (!copies)
+      copies = protocol::complete(op_done_[f].load(relaxed_ ? std::memory_order_relaxed : std::memory_order_acquire),
+                                  plan_.blocks[f]);
     auto polled = [&] { return wait_until([&] { return (x = w.load(std::memory_order_relaxed)) != kEmpty; }, rng); };
     if (!copies) return polled();
-    x = w.load(std::memory_order_relaxed);  // a copy, its words checked (the planted bug: not)
+    x = w.load(std::memory_order_relaxed);  // a copy, its words checked where counts are relaxed
     if (x != kEmpty) return true;
-    if (bug_ != Bug::kMissingWait) return polled();
+    if (relaxed_ && bug_ != Bug::kMissingWait) return polled();
     unpublished_reads_.fetch_add(1), x = 0;  // counted; 0 keeps the sums off the sentinel
     return true;
   }
@@ -333,12 +336,17 @@ class Model {
       if (scaled)
         for (std::size_t e = 0; e < acc.size(); ++e) acc[e] *= cta.scale[e / kBlockRows];
       const bool read = read_by_an_op(u.op);
-      // A counted block handed over before its words are stored (a relaxed count may
-      // be seen first); op 0's words late: its readers see its count before them.
-      if (protocol::counted(u, read)) {
-        if (!wait_until([&] { return cta.pub_empty.load(std::memory_order_acquire) >= published; }, rng))
-          return finish(cta);
+      // A counted block handed over to be counted: with relaxed counts before its
+      // words are stored (a reader may see the count first), op 0's late, so that its
+      // readers see its count before them; with released counts after them, op 0's
+      // late, so that its readers start before them.
+      auto hand_over = [&] {
+        if (!wait_until([&] { return cta.pub_empty.load(std::memory_order_acquire) >= published; }, rng)) return false;
         cta.pub_full.store(++published, std::memory_order_release);
+        return true;
+      };
+      if (protocol::counted(u, read)) {
+        if (relaxed_ && !hand_over()) return finish(cta);
         if (u.op == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));
         jitter(rng);
       }
@@ -354,6 +362,7 @@ class Model {
                 .store(v, std::memory_order_relaxed);
           }
         }
+      if (protocol::counted(u, read) && !relaxed_ && !hand_over()) return finish(cta);
       const auto o = static_cast<std::size_t>(u.op);
       // The block's row sums of squares, each word its own arrival: after the count
       // (block 0's late), and the words past the blocks zeros.
@@ -468,7 +477,7 @@ class Model {
       }
     }
     jitter(rng);
-    if (read_by_an_op(o)) op_done_[op].fetch_add(1, std::memory_order_relaxed);
+    if (read_by_an_op(o)) op_done_[op].fetch_add(1, relaxed_ ? std::memory_order_relaxed : std::memory_order_release);
     return true;
   }
 
@@ -518,7 +527,8 @@ class Model {
         if (!wait_until([&] { return cta.pub_full.load(std::memory_order_acquire) >= counted_blocks; }, rng)) break;
         jitter(rng);
         if (!(bug_ == Bug::kCountNotAdvanced && u.op == 0))
-          op_done_[static_cast<std::size_t>(u.op)].fetch_add(1, std::memory_order_relaxed);
+          op_done_[static_cast<std::size_t>(u.op)].fetch_add(
+              1, relaxed_ ? std::memory_order_relaxed : std::memory_order_release);
         cta.pub_empty.store(counted_blocks, std::memory_order_release);
       }
     }
@@ -542,6 +552,7 @@ class Model {
 
   Chain chain_;
   int m_;
+  bool relaxed_;  // counts relaxed and copies checked (protocol::relaxed_counts), else released
   int ctas_;
   Bug bug_;
   unsigned seed_;
@@ -580,6 +591,7 @@ std::string first_failure(Model& model, int runs) {
 }
 
 TEST(ProgramProtocol, ChainsRunCorrectlyBackToBack) {
+  ASSERT_TRUE(protocol::relaxed_counts(1) && !protocol::relaxed_counts(3)) << "m 1 and 3 run both forms";
   for (int m : {1, 3})
     for (int ctas : {7, 12})
       for (unsigned seed : {1u, 2u}) {
@@ -601,11 +613,13 @@ TEST(ProgramProtocol, PlantedBugsFail) {
       {Bug::kStaleEpoch, "the run counter not advanced"},
       {Bug::kNormStatsUnpolled, "a copy read an unpublished value"},
       {Bug::kFoldSumsUnpolled, "a copy read an unpublished value"}};
-  for (const auto& [bug, symptom] : bugs) {
-    Model model(test_chain(), 3, 12, bug, 3);
-    const std::string failure = first_failure(model, 4);
-    EXPECT_EQ(failure.substr(0, symptom.size()), symptom) << "bug " << static_cast<int>(bug) << ": " << failure;
-  }
+  for (int m : {1, 3})  // relaxed counts and checked copies, released counts (protocol::relaxed_counts)
+    for (const auto& [bug, symptom] : bugs) {
+      Model model(test_chain(), m, 12, bug, 3);
+      const std::string failure = first_failure(model, 4);
+      EXPECT_EQ(failure.substr(0, symptom.size()), symptom)
+          << "m " << m << ", bug " << static_cast<int>(bug) << ": " << failure;
+    }
 }
 
 }  // namespace
