@@ -16,10 +16,9 @@
 //    the count in op_done by the finisher's thread 0 (count_published: relaxed, or
 //    with release, cumulative: the consumers' stores precede its wait on their
 //    arrival). A release waits for the SM's outstanding traffic (~1 us), which would
-//    hold warp 0's next sum: so
-//    up to 6 rows warp 0 does not sum (summing_warps); from 7 rows it does, as a
-//    counting warp of its own (3 summing) measured slower above 16 tokens
-//    (docs/performance.md).
+//    hold warp 0's next sum: so up to 6 rows warp 0 does not sum (summing_warps);
+//    from 7 rows it does, as a counting warp of its own (3 summing) measured slower
+//    above 16 tokens (docs/performance.md).
 #pragma once
 
 #include <cuda/atomic>

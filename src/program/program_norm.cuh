@@ -251,8 +251,9 @@ struct NormShare {
                             protocol::mailbox_element(op.out_mailbox, op.out_mailbox_stride, t, c),
                         publishable(out));
     }
-    // The share's stores before the count (the release is cumulative over what the
-    // barrier ordered), and every read of rstd before the finisher fills pre again.
+    // The share's stores before the count (a released count's release is cumulative
+    // over what the barrier ordered), and every read of rstd before the finisher
+    // fills pre again.
     sync();
     if (thread == 0 && op.out_mailbox >= 0) count_published(a, index);
   }
