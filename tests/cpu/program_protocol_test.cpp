@@ -2,16 +2,16 @@
 // run by host threads over a real plan (plan_program) and mailbox layout: each CTA
 // a consumer thread (which also loads x, as the loader warps do: polling the
 // mailbox's words until the producing op's count is complete, copying after and
-// polling a copied word found empty) and a finisher thread (which sums split
-// blocks' other parts and counts published blocks, relaxed, as the finisher's
-// warps; so a consumer may store a block's words after handing it over to be
+// polling a copied word found empty where counts are relaxed) and a finisher
+// thread (which sums split blocks' other parts and counts published blocks, as the
+// finisher's warps: relaxed at 1 row, released at 3, protocol::relaxed_counts; with
+// relaxed counts a consumer stores a block's words after handing it over to be
 // counted, as a relaxed count lets a reader see it before them); the mailbox,
 // scratch slots and counters are atomics; random delays at every step; exact
 // integer products and fresh inputs every run, run after run with nothing reset in
-// between. Norm ops
-// as the finisher runs them (program_norm.cuh): each CTA's share of the columns, its
-// row statistics published into the mailbox and every CTA's polled, with an exact
-// integer stand-in for the norm (out = h * (S mod 7 + 1), S the row's sum of
+// between. Norm ops as the finisher runs them (program_norm.cuh): each CTA's share
+// of the columns, its row statistics published into the mailbox and every CTA's
+// polled, with an exact integer stand-in for the norm (out = h * (S mod 7 + 1), S the row's sum of
 // squares); a folded norm as its producer and readers run it (program_fold.cuh): the
 // producer's blocks' row sums of squares published with them, the readers reading the
 // producer's out and scaling their sums by the stand-in's factor, which the finisher
@@ -260,6 +260,9 @@ class Model {
     return mailbox_[static_cast<std::size_t>(epoch * layout_.epoch_elements + element)];
   }
   bool read_by_an_op(int op) const { return layout_.offset[static_cast<std::size_t>(op)] >= 0; }
+  // The order of a count and of a reader's load of it: relaxed, or release / acquire.
+  std::memory_order count_order() const { return relaxed_ ? std::memory_order_relaxed : std::memory_order_release; }
+  std::memory_order read_order() const { return relaxed_ ? std::memory_order_relaxed : std::memory_order_acquire; }
 
   // Token t's x at column col for op `op`: an input, or the producing op's word by
   // the loaders' rule (polled until written while its count is short, copied after,
@@ -273,9 +276,7 @@ class Model {
     const int64_t first = layout_.offset[f] + window_[static_cast<std::size_t>(op)];  // the kernel's x_mailbox
     std::atomic<int64_t>& w = word(epoch, protocol::mailbox_element(first, stride, t, col));
     if (bug_ == Bug::kMissingWait) copies = true;
-    if (!copies)
-      copies = protocol::complete(op_done_[f].load(relaxed_ ? std::memory_order_relaxed : std::memory_order_acquire),
-                                  plan_.blocks[f]);
+    if (!copies) copies = protocol::complete(op_done_[f].load(read_order()), plan_.blocks[f]);
     auto polled = [&] { return wait_until([&] { return (x = w.load(std::memory_order_relaxed)) != kEmpty; }, rng); };
     if (!copies) return polled();
     x = w.load(std::memory_order_relaxed);  // a copy, its words checked where counts are relaxed
@@ -477,7 +478,7 @@ class Model {
       }
     }
     jitter(rng);
-    if (read_by_an_op(o)) op_done_[op].fetch_add(1, relaxed_ ? std::memory_order_relaxed : std::memory_order_release);
+    if (read_by_an_op(o)) op_done_[op].fetch_add(1, count_order());
     return true;
   }
 
@@ -527,8 +528,7 @@ class Model {
         if (!wait_until([&] { return cta.pub_full.load(std::memory_order_acquire) >= counted_blocks; }, rng)) break;
         jitter(rng);
         if (!(bug_ == Bug::kCountNotAdvanced && u.op == 0))
-          op_done_[static_cast<std::size_t>(u.op)].fetch_add(
-              1, relaxed_ ? std::memory_order_relaxed : std::memory_order_release);
+          op_done_[static_cast<std::size_t>(u.op)].fetch_add(1, count_order());
         cta.pub_empty.store(counted_blocks, std::memory_order_release);
       }
     }
