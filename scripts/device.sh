@@ -215,7 +215,7 @@ fi
 # (named explicitly; the tree is carried in .old/, e.g. `git archive 8266a8e`):
 # `before` the collectives (OLD_COMM_ARGS, OLD_NCCL_COMM_ARGS), `before-drafter` too;
 # `before-chain` bench chain from both builds interleaved, twice (CHAIN_ARGS; steps
-# before-chain-*-0 the old one).
+# chain-*-0 the old one).
 build_old() { [[ -x build-old/tools/tpdecode ]] || build_tree .old build-old "" tpdecode_cli; }
 OLD=build-old/tools/tpdecode
 if [[ " $steps " == *" before "* && -d .old ]]; then
@@ -224,22 +224,26 @@ if [[ " $steps " == *" before "* && -d .old ]]; then
   [[ $GPUS -ge 2 ]] && step before-bench-comm-nccl 300 $OLD bench comm --team nccl --tp 2 ${OLD_NCCL_COMM_ARGS:-}
   [[ " $steps " == *" before-drafter "* ]] && step before-drafter 420 $OLD drafter ${DRAFTER_ARGS:-}
 fi
-if [[ " $steps " == *" before-chain "* && -d .old ]]; then
-  build_old
-  bench_chains before-chain "$OLD" "$CLI"
-fi
-# `variants-chain` bench chain from this build and from one build per compiled form of
-# VARIANTS ('|'-separated CUDA flags: a measurement's), interleaved, twice (CHAIN_ARGS;
-# steps variants-chain-*-0 this build).
-if [[ " $steps " == *" variants-chain "* ]]; then
-  IFS='|' read -ra variants <<< "${VARIANTS:?variants-chain needs VARIANTS}"
-  clis=("$CLI")
-  for i in "${!variants[@]}"; do
-    build_variant "v$i" "${variants[$i]}" tpdecode_cli
-    echo "== variant v$i: ${variants[$i]}"
-    clis+=("$BUILD-v$i/tools/tpdecode")
-  done
-  bench_chains variants-chain "${clis[@]}"
+# `variants-chain` adds one build per compiled form of VARIANTS ('|'-separated CUDA
+# flags: a measurement's). Named together, the old build, this one and the variants run
+# interleaved in one set, twice (CHAIN_ARGS; steps chain-<round>-<index>, the legend
+# printed).
+if [[ ( " $steps " == *" before-chain "* && -d .old ) || " $steps " == *" variants-chain "* ]]; then
+  clis=() legend=()
+  if [[ " $steps " == *" before-chain "* && -d .old ]]; then
+    build_old
+    clis+=("$OLD") legend+=("the old tree")
+  fi
+  clis+=("$CLI") legend+=("this tree")
+  if [[ " $steps " == *" variants-chain "* ]]; then
+    IFS='|' read -ra variants <<< "${VARIANTS:?variants-chain needs VARIANTS}"
+    for i in "${!variants[@]}"; do
+      build_variant "v$i" "${variants[$i]}" tpdecode_cli
+      clis+=("$BUILD-v$i/tools/tpdecode") legend+=("this tree, ${variants[$i]}")
+    done
+  fi
+  for i in "${!clis[@]}"; do echo "== chain-*-$i: ${legend[$i]}"; done
+  bench_chains chain "${clis[@]}"
 fi
 
 # The Python package (named explicitly; not part of "all"): the tvm-ffi wheel carried
