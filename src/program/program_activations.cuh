@@ -150,7 +150,7 @@ struct ActivationLoader {
         const int64_t col = (static_cast<int64_t>(at.step) * kDepth + d) * wgmma::kChunkK + q * 8;
         src[j] = p < pieces && col < op.k ? box + protocol::mailbox_element(op.x_mailbox, op.x_stride, t, col)
                                           : nullptr;
-        offset[j] = p < pieces ? d * Ring::kXChunkBytes + t * 128 + ((q ^ (t % 8)) * 16) : -1;
+        offset[j] = p < pieces ? protocol::x_piece_offset(Ring::kXChunkBytes, d, t, q) : -1;
         v[j] = src[j] == nullptr ? uint4{0, 0, 0, 0}
                : copied          ? *reinterpret_cast<const uint4*>(x + offset[j])
                                  : load_relaxed16(src[j]);

@@ -56,6 +56,12 @@ TPD_PROGRAM_HD int64_t mailbox_element(int64_t offset, int64_t stride, int token
   return offset + token * stride + row;
 }
 
+// Byte of a stage's x where 16-byte piece `piece` (of 8) of token t's 128 bytes in
+// chunk d lives: the 128-byte swizzle wgmma reads (the piece XOR the token's row in 8).
+TPD_PROGRAM_HD int x_piece_offset(int chunk_bytes, int chunk, int token, int piece) {
+  return chunk * chunk_bytes + token * 128 + ((piece ^ (token % 8)) * 16);
+}
+
 // Float of the scratch where part p of a split block keeps (token, row): the
 // block's parts' [m, 64] slots from u.scratch.
 TPD_PROGRAM_HD int64_t part_element(int64_t scratch, int part, int m, int token, int row) {

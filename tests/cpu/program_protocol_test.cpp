@@ -622,5 +622,25 @@ TEST(ProgramProtocol, PlantedBugsFail) {
     }
 }
 
+// Where the loaders store x in a stage (protocol::x_piece_offset), for the kernels'
+// (tokens, depth): the 128-byte swizzle of the tensor-map copies and wgmma's
+// descriptors (address bits 4-6 XOR bits 7-9; a chunk is whole 1024-byte atoms), a
+// permutation of the stage's 16-byte slots.
+TEST(ProgramProtocol, LoadersStoreXInTheSwizzleWgmmaReads) {
+  for (const auto [tokens, depth] : {std::pair{8, 4}, std::pair{16, 2}, std::pair{32, 2}, std::pair{64, 2}}) {
+    const int chunk_bytes = tokens * 128;
+    std::vector<int> slot_uses(depth * tokens * 8, 0);
+    for (int chunk = 0; chunk < depth; ++chunk)
+      for (int token = 0; token < tokens; ++token)
+        for (int piece = 0; piece < 8; ++piece) {
+          const int offset = protocol::x_piece_offset(chunk_bytes, chunk, token, piece);
+          const int linear = chunk * chunk_bytes + token * 128 + piece * 16;
+          ASSERT_EQ(offset, linear ^ (((linear >> 7) & 7) << 4)) << tokens << " " << chunk << " " << token;
+          ++slot_uses[offset / 16];
+        }
+    for (int uses : slot_uses) ASSERT_EQ(uses, 1) << tokens;
+  }
+}
+
 }  // namespace
 }  // namespace tpdecode::program
