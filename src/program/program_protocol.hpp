@@ -28,9 +28,9 @@ TPD_PROGRAM_HD bool counted(const Unit& u, bool read_by_an_op) { return u.part =
 // Whether a program of m rows counts relaxed and checks its loaders' copies (where
 // no op stores over an op's outputs in place: OpDesc::count_release). Why up to 1
 // row: there the TP 8 chain ran 4-5 % faster so (TP 4 3 %), at 8 rows 3 % slower
-// (TP 4 the same), from 16 rows 20-59 % slower (a loader warp waits for each copy
-// it checks; docs/performance.md). A test or measurement build may move the bound
-// (-DTPDECODE_RELAXED_COUNT_ROWS=64).
+// (TP 4 the same), from 16 rows 20-59 % slower: the loaders' checks of the copied
+// words cost that, not their waits for the copies (docs/performance.md, "Chains").
+// A test or measurement build may move the bound (-DTPDECODE_RELAXED_COUNT_ROWS=64).
 #ifndef TPDECODE_RELAXED_COUNT_ROWS
 #define TPDECODE_RELAXED_COUNT_ROWS 1
 #endif
