@@ -113,12 +113,15 @@ if [[ " $steps " == *" early-copies "* ]]; then
   TPDECODE_QUICK=1 step early-copies 240 "$BUILD-early/tests/gpu_tests" \
     --gtest_filter='GemmProgram*:TeamProgram.*:TeamMlpBlock.*:MlpBlockProgram.*:DrafterProgramPath.*'
 fi
+# The racecheck build (race-gemm, program).
+build_race() { build_variant race "-DTPDECODE_MBAR_TIMEOUT_NS=900000000000ull -DTPDECODE_RACECHECK_ARRIVALS" gpu_tests; }
 if has race-gemm; then
   # The engines' and the program's kernels under racecheck, on the small shapes
   # (TPDECODE_SMALL: racecheck runs them about a thousand times slower), one test per
   # step. Why a build of its own: so slowly that a correct mbarrier wait passes the
-  # default 10 s deadline (src/core/device.cuh).
-  build_variant race -DTPDECODE_MBAR_TIMEOUT_NS=900000000000ull gpu_tests
+  # default 10 s deadline (src/core/device.cuh); and the program's handoff arrivals
+  # by every thread (src/program/program_finisher.cuh: kArrivalsPerWarp).
+  build_race
   for t in ${GEMM_RACE_TESTS:-WgmmaEngine.EveryLaunchShapeAgreesWithTheReference DecodeGemm.EdgeShapesEverySplit GemmProgram.IndependentOps}; do
     TPDECODE_QUICK=1 TPDECODE_SMALL=1 step "race-$t" "${RACE_TIMEOUT:-200}" compute-sanitizer --tool racecheck \
       --error-exitcode 9 "$BUILD-race/tests/gpu_tests" --gtest_filter="$t"
@@ -178,7 +181,7 @@ if has peers && [[ -d .tools ]]; then
 fi
 
 # The GEMM program in one call (named explicitly): its GPU tests at full counts,
-# memcheck and racecheck on them, the chain at every TP and M the tables use, and
+# memcheck and racecheck (the racecheck build) on them, the chain at every TP and M the tables use, and
 # the persistent-chain limit beside it (../shared/tools carried as .tools).
 if [[ " $steps " == *" program "* ]]; then
   (cd "$BUILD" && timeout 300 ctest --output-on-failure -R 'GemmProgram|ProgramProtocol' -j1 --timeout 200) \
@@ -187,7 +190,8 @@ if [[ " $steps " == *" program "* ]]; then
   export TPDECODE_QUICK=1
   step program-memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/gpu_tests" \
     --gtest_filter='GemmProgram.*'
-  step program-racecheck 120 compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/gpu_tests" \
+  build_race
+  step program-racecheck 120 compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD-race/tests/gpu_tests" \
     --gtest_filter='GemmProgram.IndependentOps:GemmProgram.WindowsOfAnEarlierOut'
   unset TPDECODE_QUICK
   step program-chain 300 $CLI bench chain --tp 8 --tp 4 --tp 2 --tp 1 --m 1 --m 8 --m 16 --m 28 --m 64 \

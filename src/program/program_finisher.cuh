@@ -59,10 +59,25 @@ static_assert(kEmptyPartial == kEmptyWord, "has_empty tests both");
 // (the finisher fills before the CTA's first unit of an op that has one, the
 // consumers release it after their last). And the consumers' own: a block's row
 // sums of squares ([2][4][tokens] floats, program_fold.cuh).
+// A warp's arrival on a handoff barrier once its lanes' accesses are done: lane 0's
+// after __syncwarp (which orders them before it), kArrivalsPerWarp = 1. One per thread
+// measured 5 % slower at TP 8 M 1; a racecheck build arrives so
+// (-DTPDECODE_RACECHECK_ARRIVALS, kArrivalsPerWarp = 32): racecheck reports the
+// per-warp form as a race on a correct minimal kernel too (docs/performance.md, Known
+// issues), so that build's reports are the other forms'.
+#ifdef TPDECODE_RACECHECK_ARRIVALS
+inline constexpr int kArrivalsPerWarp = 32;
+#else
+inline constexpr int kArrivalsPerWarp = 1;
+#endif
+__device__ __forceinline__ bool arrives_for_warp(int lane) {
+  __syncwarp();
+  return kArrivalsPerWarp == 32 || lane == 0;
+}
+
 struct Handoff {
   float* pre;
-  // One arrival per warp, by lane 0 after __syncwarp (which orders the lanes'
-  // accesses before it). One per thread measured 5 % slower at TP 8 M 1.
+  // Per warp: kArrivalsPerWarp (arrives_for_warp).
   uint64_t* pre_full;   // the finisher's warps
   uint64_t* pre_empty;  // the consumer warps
   uint64_t* pub_full;   // the consumer warps, after their stores
@@ -198,8 +213,7 @@ struct Finisher {
         if (sums) {
           dev::mbar_wait(h.pre_empty, ph.pre ^ 1);
           sum_other_parts(u);
-          __syncwarp();
-          if (thread % 32 == 0) dev::mbar_arrive(h.pre_full);
+          if (arrives_for_warp(thread % 32)) dev::mbar_arrive(h.pre_full);
         }
         ph.pre ^= 1;  // every finisher thread: a norm share waits for pre's last sum to be taken
       }

@@ -175,8 +175,7 @@ __device__ __forceinline__ void finish_unit(const Args& a, const Unit& u, uint32
 #pragma unroll
     for (int i = 0; i < kRegs; ++i)
       if (wgmma::fragment_token(lane, i) < a.m) sum[i] = h.pre[at(i)] + sum[i];
-    __syncwarp();
-    if (lane == 0) dev::mbar_arrive(h.pre_empty);
+    if (arrives_for_warp(lane)) dev::mbar_arrive(h.pre_empty);
     ph.pre ^= 1;
   }
   if (op.rstd_stats >= 0)  // a folded norm's reader: its rows' rstd (the finisher's prologue)
@@ -227,8 +226,7 @@ __device__ __forceinline__ void finish_unit(const Args& a, const Unit& u, uint32
   if (!counted(a, u)) return;
   // The warp's stores before its arrival (release at CTA scope; the finisher's
   // release of the count is cumulative over what its wait acquired).
-  __syncwarp();
-  if (lane == 0) {
+  if (arrives_for_warp(lane)) {
     dev::mbar_wait(h.pub_empty, ph.pub ^ 1);
     dev::mbar_arrive(h.pub_full);
   }
@@ -294,12 +292,12 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
   }
   if (tid == 0) {
     *polling = 0;
-    dev::mbar_init(handoff.pre_full, summing_warps(a.m));
-    dev::mbar_init(handoff.pre_empty, wgmma::kConsumerWarps);
-    dev::mbar_init(handoff.pub_full, wgmma::kConsumerWarps);
+    dev::mbar_init(handoff.pre_full, summing_warps(a.m) * kArrivalsPerWarp);
+    dev::mbar_init(handoff.pre_empty, wgmma::kConsumerWarps * kArrivalsPerWarp);
+    dev::mbar_init(handoff.pub_full, wgmma::kConsumerWarps * kArrivalsPerWarp);
     dev::mbar_init(handoff.pub_empty, 1);
     dev::mbar_init(handoff.prologue_full, 1);
-    dev::mbar_init(handoff.prologue_empty, wgmma::kConsumerWarps);
+    dev::mbar_init(handoff.prologue_empty, wgmma::kConsumerWarps * kArrivalsPerWarp);
   }
   if (tid < a.stages) dev::mbar_init_fence();
   // The x tiles' rows past m: zero for good (copies write them as zeros, the polled
@@ -386,8 +384,7 @@ __global__ void __launch_bounds__(kProgramThreads, 1) gemm_program_kernel(const 
     if (prologue && units.opens_op(j)) dev::mbar_wait(handoff.prologue_full, phases.prologue);
     finish_unit<kTokens>(a, units[j], epoch, acc[0][0], handoff, phases);
     if (prologue && units.closes_op(j)) {
-      __syncwarp();  // the warp's reads of rstd before its release
-      if (tid % 32 == 0) dev::mbar_arrive(handoff.prologue_empty);
+      if (arrives_for_warp(tid % 32)) dev::mbar_arrive(handoff.prologue_empty);  // after the warp's reads of rstd
       phases.prologue ^= 1;
     }
     if (last != nullptr && tid == 0) last[1] = dev::global_timer_ns();
