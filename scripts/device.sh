@@ -181,8 +181,9 @@ if has peers && [[ -d .tools ]]; then
 fi
 
 # The GEMM program in one call (named explicitly): its GPU tests at full counts,
-# memcheck and racecheck (the racecheck build) on them, the chain at every TP and M the tables use, and
-# the persistent-chain limit beside it (../shared/tools carried as .tools).
+# memcheck and racecheck (the racecheck build) on them, the chain at every TP and M
+# the tables use, and the persistent-chain limit beside it (../shared/tools carried
+# as .tools).
 if [[ " $steps " == *" program "* ]]; then
   (cd "$BUILD" && timeout 300 ctest --output-on-failure -R 'GemmProgram|ProgramProtocol' -j1 --timeout 200) \
     > "$LOG/program_ctest.log" 2>&1

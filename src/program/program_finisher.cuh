@@ -51,14 +51,6 @@ inline constexpr int kFinishBarrier = 1;
 inline constexpr uint32_t kEmptyPartial = 0xffffffffu;
 static_assert(kEmptyPartial == kEmptyWord, "has_empty tests both");
 
-// The finisher's shared memory with the consumers: the sum of a split block's
-// parts 1 .. parts-1 ([tokens][64] floats), an op's prologue (the rows' rstd of a
-// GEMM reading a folded norm, [tokens] floats) and three barrier pairs, full and
-// empty: pre (the finisher fills, the consumers take), published (the consumers
-// arrive once a block they publish is stored, the finisher counts it) and prologue
-// (the finisher fills before the CTA's first unit of an op that has one, the
-// consumers release it after their last). And the consumers' own: a block's row
-// sums of squares ([2][4][tokens] floats, program_fold.cuh).
 // A warp's arrival on a handoff barrier once its lanes' accesses are done: lane 0's
 // after __syncwarp (which orders them before it), kArrivalsPerWarp = 1. One per thread
 // measured 5 % slower at TP 8 M 1; a racecheck build arrives so
@@ -75,6 +67,14 @@ __device__ __forceinline__ bool arrives_for_warp(int lane) {
   return kArrivalsPerWarp == 32 || lane == 0;
 }
 
+// The finisher's shared memory with the consumers: the sum of a split block's
+// parts 1 .. parts-1 ([tokens][64] floats), an op's prologue (the rows' rstd of a
+// GEMM reading a folded norm, [tokens] floats) and three barrier pairs, full and
+// empty: pre (the finisher fills, the consumers take), published (the consumers
+// arrive once a block they publish is stored, the finisher counts it) and prologue
+// (the finisher fills before the CTA's first unit of an op that has one, the
+// consumers release it after their last). And the consumers' own: a block's row
+// sums of squares ([2][4][tokens] floats, program_fold.cuh).
 struct Handoff {
   float* pre;
   // Per warp: kArrivalsPerWarp (arrives_for_warp).
