@@ -15,16 +15,16 @@
 // words that start empty, so each shows its own arrival) and then counts the block
 // in op_done: relaxed, the readers' copies checked word by word (a GPU-scope release
 // waits for the SM's weight stream in flight; at up to kRelaxedCountRows rows), or
-// with release (more rows, where the loader's wait for each checked copy cost more,
-// and where another op stores over what its CTAs wrote in place: counts_released).
+// with release (more rows, where the checks of the copied words cost more, and
+// where another op stores over what its CTAs wrote in place: counts_released).
 // Parts of a split block meet in scratch slots that start empty (a NaN pattern):
 // the finisher warps (program_finisher.cuh) sum parts 1 .. parts-1 in order while
-// the consumers still multiply part 0, the consumers add
-// part 0 to that sum, and the finisher counts the blocks, so no wait on global
-// memory stalls the consumers. Nothing needs a host reset: the finisher empties the
-// slots it read; run r publishes into mailbox epoch r % 2 and empties the other one
-// (which run r + 1 publishes into); the last CTA to finish resets the counts and
-// advances the epoch.
+// the consumers still multiply part 0, the consumers add part 0 to that sum, and
+// the finisher counts the blocks, so no wait on global memory stalls the
+// consumers. Nothing needs a host reset: the finisher empties the slots it read;
+// run r publishes into mailbox epoch r % 2 and empties the other one (which run
+// r + 1 publishes into); the last CTA to finish resets the counts and advances the
+// epoch.
 #include <cuda/atomic>
 #include <cuda_bf16.h>
 
