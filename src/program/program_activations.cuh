@@ -131,10 +131,9 @@ struct ActivationLoader {
   int warp;  // of the loaders
   int lane;
 
-  // The m real rows of the stage's x, 16-byte piece p of the stage at chunk d =
-  // p / (8 m), token t, piece q of its 128 bytes: polled from the mailbox, or
-  // (copied) checked where a copy brought them and polled where a word was empty.
-  __device__ void fill_stage(const Position& at, const OpDesc& op, bool copied) const {
+  // The m real rows of the stage's x polled from the mailbox: 16-byte piece p of the
+  // stage at chunk d = p / (8 m), token t, piece q of its 128 bytes.
+  __device__ void fill_stage(const Position& at, const OpDesc& op) const {
     const uint16_t* box = reinterpret_cast<const uint16_t*>(a.mailbox + epoch * a.epoch_words);
     const int pieces = kDepth * a.m * 8;
     uint8_t* x = ring.x(at.cur.stage);
@@ -142,7 +141,6 @@ struct ActivationLoader {
       uint4 v[kBatch];
       const uint16_t* src[kBatch];
       int offset[kBatch];
-      bool stale[kBatch];  // copied: the copy brought an empty word of the piece
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) {
         const int p = first + j * 32 + lane;
@@ -151,17 +149,63 @@ struct ActivationLoader {
         src[j] = p < pieces && col < op.k ? box + protocol::mailbox_element(op.x_mailbox, op.x_stride, t, col)
                                           : nullptr;
         offset[j] = p < pieces ? protocol::x_piece_offset(Ring::kXChunkBytes, d, t, q) : -1;
-        v[j] = src[j] == nullptr ? uint4{0, 0, 0, 0}
-               : copied          ? *reinterpret_cast<const uint4*>(x + offset[j])
-                                 : load_relaxed16(src[j]);
-        stale[j] = copied && src[j] != nullptr && has_empty(v[j]);
+        v[j] = src[j] == nullptr ? uint4{0, 0, 0, 0} : load_relaxed16(src[j]);
       }
       poll_until_published(v, [&](int j) { return src[j] != nullptr; }, [&](int j) { return src[j]; });
 #pragma unroll
       for (int j = 0; j < kBatch; ++j)
-        if (offset[j] >= 0 && (!copied || stale[j])) *reinterpret_cast<uint4*>(x + offset[j]) = v[j];
+        if (offset[j] >= 0) *reinterpret_cast<uint4*>(x + offset[j]) = v[j];
     }
-    // The generic-proxy stores before wgmma's (async-proxy) reads of the stage.
+    hand_over(at);
+  }
+
+  // A checked copy's x: every 16-byte piece of the m real rows read in shared memory
+  // (protocol::copy_piece: a lane's pieces are bits of `stale`); only a piece that
+  // holds an empty word (the copy overtook its store) is loaded from the mailbox
+  // until published and stored back, so that a piece found published costs a
+  // shared-memory load and a compare. Why: the check cost the TP 8 chain 32-239 us
+  // at M 8-28 when it walked the pieces as the polls do, a mailbox address each
+  // (docs/performance.md, "Chains").
+  __device__ void check_copy(const Position& at, const OpDesc& op) const {
+    constexpr int kPieces = kDepth * protocol::copy_rows_per_lane(kTokens);
+    static_assert(kPieces <= 32, "a lane's pieces are bits of one word");
+    uint8_t* x = ring.x(at.cur.stage);
+    auto offset = [&](const protocol::CopyPiece& c) {
+      return protocol::x_piece_offset(Ring::kXChunkBytes, c.chunk, c.token, c.piece);
+    };
+    uint32_t stale = 0;
+#pragma unroll
+    for (int i = 0; i < kPieces; ++i) {
+      const protocol::CopyPiece c = protocol::copy_piece(kTokens, lane, i);
+      if (c.token < a.m && has_empty(*reinterpret_cast<const uint4*>(x + offset(c)))) stale |= 1u << i;
+    }
+    const uint16_t* box = reinterpret_cast<const uint16_t*>(a.mailbox + epoch * a.epoch_words);
+    while (stale != 0) {
+      uint4 v[kBatch];
+      const uint16_t* src[kBatch];
+      protocol::CopyPiece c[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int i = __ffs(stale) - 1;  // -1: none left
+        stale &= stale - 1;
+        c[j] = protocol::copy_piece(kTokens, lane, i < 0 ? 0 : i);
+        const int64_t col = (static_cast<int64_t>(at.step) * kDepth + c[j].chunk) * wgmma::kChunkK + c[j].piece * 8;
+        // Past k the copy brings zeros, never an empty word.
+        src[j] = i >= 0 && col < op.k ? box + protocol::mailbox_element(op.x_mailbox, op.x_stride, c[j].token, col)
+                                      : nullptr;
+        v[j] = src[j] == nullptr ? uint4{0, 0, 0, 0} : load_relaxed16(src[j]);
+      }
+      poll_until_published(v, [&](int j) { return src[j] != nullptr; }, [&](int j) { return src[j]; });
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j)
+        if (src[j] != nullptr) *reinterpret_cast<uint4*>(x + offset(c[j])) = v[j];
+    }
+    hand_over(at);
+  }
+
+  // A stage's x once polled or checked: the generic-proxy stores before wgmma's
+  // (async-proxy) reads of the stage, then its full barrier once its weights are in.
+  __device__ void hand_over(const Position& at) const {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     __syncwarp();
     if (lane == 0) {
@@ -219,7 +263,7 @@ struct ActivationLoader {
           wgmma::load_step<kDepth>(ring.x(s), &op.x_map[epoch], at.step, 0, x_landed + s, policy);
         }
         dev::mbar_wait(x_landed + s, at.cur.parity);
-        fill_stage(at, op, true);
+        check_copy(at, op);
       } else if (copies) {
         if (lane == 0) {
           dev::mbar_arrive(x_landed + s);
@@ -229,7 +273,7 @@ struct ActivationLoader {
         }
       } else {
         if (lane == 0) atomicAdd(polling, 1);
-        fill_stage(at, op, false);
+        fill_stage(at, op);
         if (lane == 0) {
           atomicSub(polling, 1);
           dev::mbar_arrive(x_landed + s);

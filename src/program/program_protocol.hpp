@@ -26,13 +26,14 @@ TPD_PROGRAM_HD bool finisher_sums(const Unit& u) { return u.part == 0 && u.parts
 TPD_PROGRAM_HD bool counted(const Unit& u, bool read_by_an_op) { return u.part == 0 && read_by_an_op; }
 
 // Whether a program of m rows counts relaxed and checks its loaders' copies (where
-// no op stores over an op's outputs in place: OpDesc::count_release). Why up to 1
-// row: there the TP 8 chain ran 4-5 % faster so (TP 4 3 %), at 8 rows 3 % slower
-// (TP 4 the same), from 16 rows 20-59 % slower: the loaders' checks of the copied
-// words cost that, not their waits for the copies (docs/performance.md, "Chains").
+// no op stores over an op's outputs in place: OpDesc::count_release). Why up to 8
+// rows: with the checks read from shared memory (ActivationLoader::check_copy) the
+// TP 8 chain ran 4-5 % faster so at 8 rows and 1 row, but 4 % slower at 16 and 8 %
+// at 28, where the copies find more words not yet published and poll them
+// (docs/performance.md, "Chains").
 // A test or measurement build may move the bound (-DTPDECODE_RELAXED_COUNT_ROWS=64).
 #ifndef TPDECODE_RELAXED_COUNT_ROWS
-#define TPDECODE_RELAXED_COUNT_ROWS 1
+#define TPDECODE_RELAXED_COUNT_ROWS 8
 #endif
 inline constexpr int kRelaxedCountRows = TPDECODE_RELAXED_COUNT_ROWS;
 TPD_PROGRAM_HD bool relaxed_counts(int m) { return m <= kRelaxedCountRows; }
@@ -60,6 +61,20 @@ TPD_PROGRAM_HD int64_t mailbox_element(int64_t offset, int64_t stride, int token
 // chunk d lives: the 128-byte swizzle wgmma reads (the piece XOR the token's row in 8).
 TPD_PROGRAM_HD int x_piece_offset(int chunk_bytes, int chunk, int token, int piece) {
   return chunk * chunk_bytes + token * 128 + ((piece ^ (token % 8)) * 16);
+}
+
+// A checked copy's walk (ActivationLoader::check_copy): a lane takes piece lane % 8 of
+// tokens lane / 8, lane / 8 + 4, ... in every chunk, copy_rows_per_lane(tokens) a
+// chunk; its i-th piece is in chunk i / rows, at token lane / 8 + 4 (i % rows).
+struct CopyPiece {
+  int chunk;
+  int token;
+  int piece;
+};
+TPD_PROGRAM_HD constexpr int copy_rows_per_lane(int tokens) { return (tokens + 3) / 4; }
+TPD_PROGRAM_HD CopyPiece copy_piece(int tokens, int lane, int i) {
+  const int rows = copy_rows_per_lane(tokens);
+  return {i / rows, lane / 8 + 4 * (i % rows), lane % 8};
 }
 
 // Float of the scratch where part p of a split block keeps (token, row): the

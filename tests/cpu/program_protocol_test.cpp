@@ -4,7 +4,7 @@
 // mailbox's words until the producing op's count is complete, copying after and
 // polling a copied word found empty where counts are relaxed) and a finisher
 // thread (which sums split blocks' other parts and counts published blocks, as the
-// finisher's warps: relaxed at 1 row, released at 3, protocol::relaxed_counts; with
+// finisher's warps: relaxed at 1 row, released above protocol::kRelaxedCountRows; with
 // relaxed counts a consumer stores a block's words after handing it over to be
 // counted, as a relaxed count lets a reader see it before them); the mailbox,
 // scratch slots and counters are atomics; random delays at every step; exact
@@ -51,6 +51,7 @@ enum class Bug {
 };
 
 constexpr int64_t kEmpty = std::numeric_limits<int64_t>::min();  // a word or slot not written
+constexpr int kReleasedRows = protocol::kRelaxedCountRows + 1;  // the fewest rows counted with release
 
 using Clock = std::chrono::steady_clock;
 
@@ -591,8 +592,8 @@ std::string first_failure(Model& model, int runs) {
 }
 
 TEST(ProgramProtocol, ChainsRunCorrectlyBackToBack) {
-  ASSERT_TRUE(protocol::relaxed_counts(1) && !protocol::relaxed_counts(3)) << "m 1 and 3 run both forms";
-  for (int m : {1, 3})
+  ASSERT_TRUE(protocol::relaxed_counts(1) && !protocol::relaxed_counts(kReleasedRows)) << "both forms run";
+  for (int m : {1, kReleasedRows})
     for (int ctas : {7, 12})
       for (unsigned seed : {1u, 2u}) {
         SCOPED_TRACE(testing::Message() << "m " << m << ", " << ctas << " CTAs, seed " << seed);
@@ -613,7 +614,7 @@ TEST(ProgramProtocol, PlantedBugsFail) {
       {Bug::kStaleEpoch, "the run counter not advanced"},
       {Bug::kNormStatsUnpolled, "a copy read an unpublished value"},
       {Bug::kFoldSumsUnpolled, "a copy read an unpublished value"}};
-  for (int m : {1, 3})  // relaxed counts and checked copies, released counts (protocol::relaxed_counts)
+  for (int m : {1, kReleasedRows})  // relaxed counts and checked copies, released counts
     for (const auto& [bug, symptom] : bugs) {
       Model model(test_chain(), m, 12, bug, 3);
       const std::string failure = first_failure(model, 4);
@@ -639,6 +640,28 @@ TEST(ProgramProtocol, LoadersStoreXInTheSwizzleWgmmaReads) {
           ++slot_uses[offset / 16];
         }
     for (int uses : slot_uses) ASSERT_EQ(uses, 1) << tokens;
+  }
+}
+
+// The checked copy's walk (ActivationLoader::check_copy, protocol::copy_piece) over
+// the kernels' (tokens, depth) at every row count: the lanes' pieces at real tokens
+// are each piece of the m rows exactly once, and none lies past the stage's x.
+TEST(ProgramProtocol, ACheckedCopyWalksEachRealPieceOnce) {
+  for (const auto [tokens, depth] : {std::pair{8, 4}, std::pair{16, 2}, std::pair{32, 2}, std::pair{64, 2}}) {
+    const int per_lane = depth * protocol::copy_rows_per_lane(tokens);
+    ASSERT_LE(per_lane, 32) << tokens;
+    for (int m = 1; m <= tokens; ++m) {
+      std::vector<int> seen(depth * m * 8, 0);
+      for (int lane = 0; lane < 32; ++lane)
+        for (int i = 0; i < per_lane; ++i) {
+          const protocol::CopyPiece c = protocol::copy_piece(tokens, lane, i);
+          ASSERT_LT(c.chunk, depth);
+          ASSERT_LT(c.token, tokens);
+          ASSERT_LT(c.piece, 8);
+          if (c.token < m) ++seen[(c.chunk * m + c.token) * 8 + c.piece];
+        }
+      for (int n : seen) ASSERT_EQ(n, 1) << "tokens " << tokens << ", m " << m;
+    }
   }
 }
 
