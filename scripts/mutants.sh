@@ -56,6 +56,8 @@ PROGRAM_MUTANTS=(
   "tokens-share-a-row|program_protocol.hpp|s/return offset + token \* stride + row;/return offset + 0 * token * stride + row;/|every token of an op publishes into one mailbox row"
   "parts-share-a-slot|program_protocol.hpp|s/(static_cast<int64_t>(part) \* m + token)/(static_cast<int64_t>(part) * 0 * m + token)/|the parts of a split block share one scratch slot"
   "half-emptied|program_protocol.hpp|s/return {pieces \* cta \/ ctas, pieces \* (cta + 1) \/ ctas};/return {pieces * cta \/ ctas, pieces * cta \/ ctas + (pieces \/ ctas) \/ 2};/|each CTA empties half its share of the next run's epoch"
+  "x-unswizzled|program_protocol.hpp|s/((piece ^ (token % 8)) \* 16)/(piece * 16)/|the loaders store x without the 128-byte swizzle wgmma reads"
+  "copy-walk-skips-tokens|program_protocol.hpp|s/lane \/ 8 + 4 \* (i % rows)/lane \/ 8 + 8 * (i % rows)/|a checked copy's walk skips tokens 4-7 of every 8"
 )
 # name|file under src/program|sed script|what the bug is
 TEAM_MUTANTS=(
