@@ -15,8 +15,9 @@
 // words that start empty, so each shows its own arrival) and then counts the block
 // in op_done: relaxed, the readers' copies checked word by word (a GPU-scope release
 // waits for the SM's weight stream in flight; at up to kRelaxedCountRows rows), or
-// with release (more rows, where the checks of the copied words cost more, and
-// where another op stores over what its CTAs wrote in place: counts_released).
+// with release (more rows, where the copies find more words not yet published and
+// poll them, and where another op stores over what its CTAs wrote in place:
+// counts_released).
 // Parts of a split block meet in scratch slots that start empty (a NaN pattern):
 // the finisher warps (program_finisher.cuh) sum parts 1 .. parts-1 in order while
 // the consumers still multiply part 0, the consumers add part 0 to that sum, and
