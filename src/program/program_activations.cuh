@@ -163,8 +163,8 @@ struct ActivationLoader {
   // (protocol::copy_piece: a lane's pieces are bits of `stale`); only a piece that
   // holds an empty word (the copy overtook its store) is loaded from the mailbox
   // until published and stored back, so that a piece found published costs a
-  // shared-memory load and a compare. Why: the check cost the TP 8 chain 32-239 us
-  // at M 8-28 when it walked the pieces as the polls do, a mailbox address each
+  // shared-memory load and a compare. Why: walking the pieces as the polls do, a
+  // mailbox address each, the TP 8 chain ran 24 / 58 / 171 us slower at M 8 / 16 / 28
   // (docs/performance.md, "Chains").
   __device__ void check_copy(const Position& at, const OpDesc& op) const {
     constexpr int kPieces = kDepth * protocol::copy_rows_per_lane(kTokens);
