@@ -120,11 +120,12 @@ if has race-gemm; then
   # (TPDECODE_SMALL: racecheck runs them about a thousand times slower), one test per
   # step. Why a build of its own: so slowly that a correct mbarrier wait passes the
   # default 10 s deadline (src/core/device.cuh); and the program's handoff arrivals
-  # by every thread (src/program/program_finisher.cuh: kArrivalsPerWarp).
+  # by every thread (src/program/program_finisher.cuh: kArrivalsPerWarp). A team's
+  # waits get a deadline as long (TPDECODE_TIMEOUT_MS) for team tests.
   build_race
   for t in ${GEMM_RACE_TESTS:-WgmmaEngine.EveryLaunchShapeAgreesWithTheReference DecodeGemm.EdgeShapesEverySplit GemmProgram.IndependentOps}; do
-    TPDECODE_QUICK=1 TPDECODE_SMALL=1 step "race-$t" "${RACE_TIMEOUT:-200}" compute-sanitizer --tool racecheck \
-      --error-exitcode 9 "$BUILD-race/tests/gpu_tests" --gtest_filter="$t"
+    TPDECODE_QUICK=1 TPDECODE_SMALL=1 step "race-$t" "${RACE_TIMEOUT:-200}" env $SANITIZER_ENV TPDECODE_TIMEOUT_MS=900000 \
+      compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD-race/tests/gpu_tests" --gtest_filter="$t"
   done
 fi
 if has flag-latency; then
