@@ -592,8 +592,9 @@ std::string first_failure(Model& model, int runs) {
 }
 
 TEST(ProgramProtocol, ChainsRunCorrectlyBackToBack) {
-  ASSERT_TRUE(protocol::relaxed_counts(1) && !protocol::relaxed_counts(kReleasedRows)) << "both forms run";
-  for (int m : {1, kReleasedRows})
+  ASSERT_TRUE(protocol::relaxed_counts(protocol::kRelaxedCountRows) && !protocol::relaxed_counts(kReleasedRows))
+      << "both forms run";
+  for (int m : {1, protocol::kRelaxedCountRows, kReleasedRows})  // relaxed, relaxed at the bound, released
     for (int ctas : {7, 12})
       for (unsigned seed : {1u, 2u}) {
         SCOPED_TRACE(testing::Message() << "m " << m << ", " << ctas << " CTAs, seed " << seed);
