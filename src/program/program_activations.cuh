@@ -131,10 +131,23 @@ struct ActivationLoader {
   int warp;  // of the loaders
   int lane;
 
+  // This run's mailbox, as BF16 elements.
+  __device__ const uint16_t* mailbox() const {
+    return reinterpret_cast<const uint16_t*>(a.mailbox + epoch * a.epoch_words);
+  }
+  // Where in `box` (mailbox()) 16-byte piece `piece` of token `token`'s 128 bytes in
+  // chunk `chunk` of the stage at `at` is published; nullptr past k (where the stage
+  // holds zeros).
+  __device__ const uint16_t* published_at(const uint16_t* box, const Position& at, const OpDesc& op, int chunk,
+                                          int token, int piece) const {
+    const int64_t col = (static_cast<int64_t>(at.step) * kDepth + chunk) * wgmma::kChunkK + piece * 8;
+    return col < op.k ? box + protocol::mailbox_element(op.x_mailbox, op.x_stride, token, col) : nullptr;
+  }
+
   // The m real rows of the stage's x polled from the mailbox: 16-byte piece p of the
   // stage at chunk d = p / (8 m), token t, piece q of its 128 bytes.
   __device__ void fill_stage(const Position& at, const OpDesc& op) const {
-    const uint16_t* box = reinterpret_cast<const uint16_t*>(a.mailbox + epoch * a.epoch_words);
+    const uint16_t* box = mailbox();
     const int pieces = kDepth * a.m * 8;
     uint8_t* x = ring.x(at.cur.stage);
     for (int first = 0; first < pieces; first += 32 * kBatch) {
@@ -145,9 +158,7 @@ struct ActivationLoader {
       for (int j = 0; j < kBatch; ++j) {
         const int p = first + j * 32 + lane;
         const int d = p / (8 * a.m), t = (p / 8) % a.m, q = p % 8;
-        const int64_t col = (static_cast<int64_t>(at.step) * kDepth + d) * wgmma::kChunkK + q * 8;
-        src[j] = p < pieces && col < op.k ? box + protocol::mailbox_element(op.x_mailbox, op.x_stride, t, col)
-                                          : nullptr;
+        src[j] = p < pieces ? published_at(box, at, op, d, t, q) : nullptr;
         offset[j] = p < pieces ? protocol::x_piece_offset(Ring::kXChunkBytes, d, t, q) : -1;
         v[j] = src[j] == nullptr ? uint4{0, 0, 0, 0} : load_relaxed16(src[j]);
       }
@@ -179,7 +190,7 @@ struct ActivationLoader {
       const protocol::CopyPiece c = protocol::copy_piece(kTokens, lane, i);
       if (c.token < a.m && has_empty(*reinterpret_cast<const uint4*>(x + offset(c)))) stale |= 1u << i;
     }
-    const uint16_t* box = reinterpret_cast<const uint16_t*>(a.mailbox + epoch * a.epoch_words);
+    const uint16_t* box = mailbox();
     while (stale != 0) {
       uint4 v[kBatch];
       const uint16_t* src[kBatch];
@@ -189,10 +200,7 @@ struct ActivationLoader {
         const int i = __ffs(stale) - 1;  // -1: none left
         stale &= stale - 1;
         c[j] = protocol::copy_piece(kTokens, lane, i < 0 ? 0 : i);
-        const int64_t col = (static_cast<int64_t>(at.step) * kDepth + c[j].chunk) * wgmma::kChunkK + c[j].piece * 8;
-        // Past k the copy brings zeros, never an empty word.
-        src[j] = i >= 0 && col < op.k ? box + protocol::mailbox_element(op.x_mailbox, op.x_stride, c[j].token, col)
-                                      : nullptr;
+        src[j] = i >= 0 ? published_at(box, at, op, c[j].chunk, c[j].token, c[j].piece) : nullptr;
         v[j] = src[j] == nullptr ? uint4{0, 0, 0, 0} : load_relaxed16(src[j]);
       }
       poll_until_published(v, [&](int j) { return src[j] != nullptr; }, [&](int j) { return src[j]; });
