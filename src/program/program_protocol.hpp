@@ -28,8 +28,8 @@ TPD_PROGRAM_HD bool counted(const Unit& u, bool read_by_an_op) { return u.part =
 // Whether a program of m rows counts relaxed and checks its loaders' copies (where
 // no op stores over an op's outputs in place: OpDesc::count_release). Why up to 8
 // rows: with the checks read from shared memory (ActivationLoader::check_copy) the
-// TP 8 chain ran 4-5 % faster so at 8 rows and 1 row, but 4 % slower at 16 and 8 %
-// at 28, where the copies find more words not yet published and poll them
+// TP 8 chain ran 4 % faster so at 8 rows (4-5 % at 1 row), but 4 % slower at 16 and
+// 8 % at 28, where the copies find more words not yet published and poll them
 // (docs/performance.md, "Chains").
 // A test or measurement build may move the bound (-DTPDECODE_RELAXED_COUNT_ROWS=64).
 #ifndef TPDECODE_RELAXED_COUNT_ROWS
