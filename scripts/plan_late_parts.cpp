@@ -2,11 +2,12 @@
 // more parts are their CTAs' last units of the op. Those parts all finish when the op
 // does, so the block's completion waits one L2 round trip for the others' partials
 // (the finisher's polls) after the last MMA; a part that is its CTA's first unit was
-// written long before. With fewer blocks than CTAs some CTAs lie wholly inside a
-// block, and at least ctas - blocks blocks end late twice, whatever the order of a
-// CTA's units. The counts per op of the drafter chain's shapes at each TP, for the
-// plan's 64-row blocks and, as a what-if, 32- and 16-row blocks (the same plan over
-// n * 64 / rows rows). CPU only, from the repository's root:
+// written long before. With fewer blocks than CTAs some blocks end late twice
+// whatever the order of a CTA's units (each CTA has one last unit); in this plan,
+// each block that holds a CTA wholly. The counts per op of the drafter chain's
+// shapes at each TP, for the plan's 64-row blocks and, as a what-if, 32- and 16-row
+// blocks (the same plan over n * 64 / rows rows). CPU only, from the repository's
+// root:
 //   g++ -std=c++20 -O2 -Isrc -Iinclude -DFMT_HEADER_ONLY=1 scripts/plan_late_parts.cpp
 //       src/program/program_plan.cpp -o /tmp/plan_late_parts && /tmp/plan_late_parts
 // docs/performance.md ("Chains") has what it printed.
