@@ -4,7 +4,7 @@
 // mailbox's words until the producing op's count is complete, copying after and
 // polling a copied word found empty where counts are relaxed) and a finisher
 // thread (which sums split blocks' other parts and counts published blocks, as the
-// finisher's warps: relaxed at 1 row, released above protocol::kRelaxedCountRows; with
+// finisher's warps: relaxed up to protocol::kRelaxedCountRows rows, released above; with
 // relaxed counts a consumer stores a block's words after handing it over to be
 // counted, as a relaxed count lets a reader see it before them); the mailbox,
 // scratch slots and counters are atomics; random delays at every step; exact

@@ -213,8 +213,8 @@ TEST(TeamProgram, GraphReplaysKeepEveryBit) {
       count_mismatches(layer.ranks[static_cast<std::size_t>(i)].o.get(), want.get(), out.size(),
                        static_cast<unsigned*>(counter.get()), team.stream(i));
   });
-  // Under racecheck (small()) a replay's record of accesses stays in host memory: 1000
-  // replays of 4 ranks took 130 GB and the OOM killer ended the process.
+  // Under racecheck (small()) the process's host memory grows with the replays: 1000
+  // replays of 4 ranks reached 130 GB and the OOM killer ended the process.
   const int replays = small() ? 20 : quick() ? 1000 : 10000;
   graph.replay(replays);
   team.synchronize();
