@@ -9,6 +9,7 @@
 #          before-drafter, before-chain, variants-chain, program, row-form, early-copies and python-tests (only when named)
 #   ROW_FORMS='flags|flags'   the row-form probe's compiled forms (scripts/row_form_probe.cu)
 #   VARIANTS='flags|flags'   variants-chain's compiled forms (CUDA flags of a measurement)
+#   OLD_VARIANTS='flags|flags'   before-chain's compiled forms of the old tree, beside its plain build
 #   TESTS='regex'   which tests `test` runs (ctest -R); default: all
 #   GEMM_ARGS, CHAIN_ARGS, TUNE_ARGS, COMM_ARGS, NCCL_COMM_ARGS, OPROJ_ARGS, DRAFTER_ARGS: extra arguments of those steps
 #   OPROJ_DRAFTER=1   oproj-bench also runs the drafter with producer-consumer forced, and without
@@ -231,14 +232,19 @@ if [[ " $steps " == *" before "* && -d .old ]]; then
   [[ " $steps " == *" before-drafter "* ]] && step before-drafter 420 $OLD drafter ${DRAFTER_ARGS:-}
 fi
 # `variants-chain` adds one build per compiled form of VARIANTS ('|'-separated CUDA
-# flags: a measurement's). Named together, the old build, this one and the variants run
-# interleaved in one set, twice (CHAIN_ARGS; steps chain-<round>-<index>, the legend
-# printed).
+# flags: a measurement's), and `before-chain` one of the old tree per OLD_VARIANTS. Named
+# together, the old builds, this one and the variants run interleaved in one set, twice
+# (CHAIN_ARGS; steps chain-<round>-<index>, the legend printed).
 if [[ ( " $steps " == *" before-chain "* && -d .old ) || " $steps " == *" variants-chain "* ]]; then
   clis=() legend=()
   if [[ " $steps " == *" before-chain "* && -d .old ]]; then
     build_old
     clis+=("$OLD") legend+=("the old tree")
+    IFS='|' read -ra old_variants <<< "${OLD_VARIANTS:-}"
+    for i in "${!old_variants[@]}"; do
+      build_tree .old "build-old-v$i" "${old_variants[$i]}" tpdecode_cli
+      clis+=("build-old-v$i/tools/tpdecode") legend+=("the old tree, ${old_variants[$i]}")
+    done
   fi
   clis+=("$CLI") legend+=("this tree")
   if [[ " $steps " == *" variants-chain "* ]]; then
