@@ -28,9 +28,9 @@ struct Count {
   int late_twice = 0;
 };
 
-Count count(int64_t n, int64_t k, int ctas, int m) {
-  const int depth = m <= 8 ? 4 : 2;
-  const Plan plan = tpdecode::program::plan_program({OpShape{n, k}}, ctas, m, depth);
+// The plan at 8 rows, with kernel_shape's 4 chunks a K step (its depth up to 8 tokens).
+Count count(int64_t n, int64_t k, int ctas) {
+  const Plan plan = tpdecode::program::plan_program({OpShape{n, k}}, ctas, 8, 4);
   std::map<int, int> late_parts;  // block -> its parts that are their CTA's last unit
   std::map<int, int> parts;
   for (int c = 0; c < ctas; ++c)
@@ -61,7 +61,7 @@ int main() {
     for (const auto& s : shapes) {
       std::printf("  %5lld x %5lld:", static_cast<long long>(s[0]), static_cast<long long>(s[1]));
       for (int rows : {64, 32, 16}) {
-        const Count c = count(s[0] * 64 / rows, s[1], kCtas, 8);
+        const Count c = count(s[0] * 64 / rows, s[1], kCtas);
         std::printf("  %4d / %4d / %3d", c.blocks, c.split, c.late_twice);
       }
       std::printf("\n");
